@@ -1,0 +1,1 @@
+"""TorchScript-compatible functional optimizers (gradients passed in, never read from ``.grad``)."""

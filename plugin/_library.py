@@ -1,0 +1,69 @@
+"""Finds and loads the op library that registers ``torch.ops.dist_engine``.
+
+The library is a plain shared object with no Python bindings: loading it with
+``torch.ops.load_library`` runs its ``TORCH_LIBRARY`` registrations, which makes the ops
+visible to eager Python and TorchScript alike.
+"""
+import glob
+import importlib.machinery
+import os
+
+import torch
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+# Set this to the path of a library built elsewhere (the CMake build, say) to load that one.
+LIBRARY_ENV_VAR = "GILFREE_RPC_LIBRARY"
+
+
+def built_against() -> str:
+    """The torch version the installed library was built against, or ``"unknown"``."""
+    try:
+        from . import _build_info
+    except ImportError:
+        return "unknown"
+    return _build_info.TORCH_VERSION
+
+
+def find_library() -> str:
+    """Path of the op library to load: ``$GILFREE_RPC_LIBRARY`` or ``plugin/_C*.so``.
+
+    Raises:
+        ImportError: no library was found (the plugin was not built).
+    """
+    override = os.environ.get(LIBRARY_ENV_VAR)
+    if override:
+        return override
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        candidates = glob.glob(os.path.join(_HERE, "_C" + suffix))
+        if candidates:
+            return candidates[0]
+    raise ImportError(
+        f"gilfree-rpc: no op library (_C*.so) in {_HERE}; build it with "
+        f"`pip install --no-build-isolation -e .` (running torch {torch.__version__})"
+    )
+
+
+def load_library(path: str | None = None) -> str:
+    """Loads the op library once per process and returns its path.
+
+    Raises:
+        ImportError: the file is missing or cannot be loaded; the message names the file,
+            the torch version it was built against and the one running.
+    """
+    path = path or find_library()
+    if _loaded.get(path):
+        return path
+    try:
+        torch.ops.load_library(path)
+    except (OSError, RuntimeError) as e:
+        raise ImportError(
+            f"gilfree-rpc: failed to load the op library {path} "
+            f"(built against torch {built_against()}, running torch {torch.__version__}): {e}. "
+            f"Rebuild it against this torch with `pip install --no-build-isolation -e .`."
+        ) from e
+    _loaded[path] = True
+    return path
+
+
+_loaded: dict = {}
