@@ -1,7 +1,16 @@
 """gilfree-rpc: GIL-free distributed autograd and optimizers over ``torch.distributed.rpc``.
 
-Importing this package loads the op library that registers ``torch.ops.dist_engine``.
+Importing this package loads the op library that registers ``torch.ops.dist_engine`` and
+compiles the TorchScript functions that peers call during a distributed backward pass, so
+every worker taking part in one must import it.
 """
 from ._library import load_library as _load_library
 
 _load_library()
+
+from . import _handlers  # noqa: E402
+from . import autograd  # noqa: E402
+
+_handlers.register()
+
+__all__ = ["autograd"]

@@ -57,9 +57,11 @@ def load_library(path: str | None = None) -> str:
     try:
         torch.ops.load_library(path)
     except (OSError, RuntimeError) as e:
+        # torch.ops.load_library hides the loader's reason in __cause__.
+        reason = f"{e}: {e.__cause__}" if e.__cause__ is not None else str(e)
         raise ImportError(
             f"gilfree-rpc: failed to load the op library {path} "
-            f"(built against torch {built_against()}, running torch {torch.__version__}): {e}. "
+            f"(built against torch {built_against()}, running torch {torch.__version__}): {reason}. "
             f"Rebuild it against this torch with `pip install --no-build-isolation -e .`."
         ) from e
     _loaded[path] = True

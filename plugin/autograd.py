@@ -1,0 +1,115 @@
+"""Distributed backward passes run by the plugin's own engine (``torch.ops.dist_engine``).
+
+The forward pass is recorded by torch's RPC layer as usual: inside
+``torch.distributed.autograd.context()`` (or :class:`context`), every RPC that carries
+tensors requiring grad attaches a *send function* to the autograd graph of the worker that
+sent them and a *recv function* to the graph of the worker that received them; each pair
+shares an ``autograd_message_id``. :func:`backward` then runs the backward pass across
+workers with the plugin's C++ engine, which executes each worker's part without the GIL
+and sends gradients from each recv function to its send function's worker by RPC.
+
+Both functions can be called from ``torch.jit.script`` code.
+"""
+from typing import Dict, List
+
+import torch
+import torch.distributed.autograd as _dist_autograd
+from torch import Tensor
+
+__all__ = ["backward", "get_gradients", "context", "debug_info"]
+
+
+def backward(context_id: int, roots: List[Tensor], retain_graph: bool = False, mode: str = "smart") -> None:
+    """Runs a distributed backward pass from ``roots`` and waits until it has ended on every worker.
+
+    Leaf gradients are accumulated per context on the worker that holds each leaf (read
+    them with :func:`get_gradients` there); ``.grad`` is not touched. Several passes in one
+    context (with ``retain_graph=True``) add up. Tensor hooks and hooks on leaves run as in
+    ``torch.distributed.autograd``.
+
+    Args:
+        context_id (int): id of the distributed autograd context the forward pass ran in
+            (from ``with torch.distributed.autograd.context() as context_id``).
+        roots (List[Tensor]): scalar tensors (one element, any floating dtype and device)
+            that require grad and have a ``grad_fn``; each gets the gradient 1.
+        retain_graph (bool): keep the saved tensors of the graph on every worker, so that
+            backward can run through it again. Default: ``False`` (freed as they are used).
+        mode (str): ``"smart"`` (default) first finds which send functions the pass reaches,
+            across workers, and runs only what reaches the roots: forward RPCs whose
+            outputs are unused are skipped, as local autograd skips unused branches.
+            ``"fast"`` assumes every send function of the context gets a gradient (torch's
+            FAST mode): one RPC round trip less per pass, but a pass with an unused RPC
+            output fails when the RPC timeout expires.
+
+    Raises:
+        ValueError: ``mode`` is neither ``"smart"`` nor ``"fast"``.
+        RuntimeError: the context id is unknown on this worker; ``roots`` is empty or holds a
+            tensor that is not a scalar, does not require grad or has no ``grad_fn``; another
+            backward pass of the same context is running on this worker; an error on any
+            worker (its message starts with ``Error on worker '<name>'``), after which the
+            pass is aborted on every worker and the context can run backward again; the
+            pass did not end within the RPC timeout.
+
+    Algorithm: the FAST mode of torch's distributed autograd design
+    (docs/source/rpc/distributed_autograd.rst) and this project's SMART mode; see the
+    engine guide in ``docs/engine.md``.
+    """
+    if mode != "smart" and mode != "fast":
+        raise ValueError(f'backward(): mode must be "smart" or "fast", got "{mode}"')
+    torch.ops.dist_engine.backward(context_id, roots, retain_graph, mode)
+
+
+def get_gradients(context_id: int) -> Dict[Tensor, Tensor]:
+    """The gradients the plugin's engine accumulated on this worker in a context.
+
+    Args:
+        context_id (int): a distributed autograd context known on this worker.
+
+    Returns:
+        Dict[Tensor, Tensor]: a new dict mapping each leaf tensor of this worker that
+        received a gradient to that gradient (same shape, dtype and device as the leaf; a
+        sparse tensor for sparse gradients such as ``nn.Embedding(sparse=True)``'s). Empty
+        when no backward pass reached this worker. The gradient tensors are the engine's
+        own: later passes in the context replace them rather than change them in place.
+
+    Raises:
+        RuntimeError: the context id is unknown on this worker.
+    """
+    return torch.ops.dist_engine.get_gradients(context_id)
+
+
+class context:
+    """``torch.distributed.autograd.context`` that also frees the engine's state for it on exit.
+
+    Use it like torch's::
+
+        with plugin.autograd.context() as context_id:
+            loss = model(x).sum()
+            plugin.autograd.backward(context_id, [loss])
+
+    On exit torch releases the context on every worker it reached; this worker's engine
+    state (its accumulated gradients) is dropped at once, and the other workers' at their
+    engine's next call. The context id is an ``int``.
+    """
+
+    def __enter__(self) -> int:
+        self._torch_context = _dist_autograd.context()
+        self._context_id = self._torch_context.__enter__()
+        return self._context_id
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        try:
+            return self._torch_context.__exit__(exc_type, exc_value, traceback)
+        finally:
+            torch.ops.dist_engine._release_context(self._context_id)
+
+
+def debug_info() -> Dict[str, int]:
+    """Counters of this worker's engine.
+
+    Returns:
+        Dict[str, int]: ``num_live_contexts`` (contexts whose gradients the engine holds;
+        released contexts are dropped before counting), ``num_running_passes`` (backward
+        passes under way on this worker) and ``num_stored_gradients`` (leaf gradients held).
+    """
+    return dict(torch.ops.dist_engine._debug_info())

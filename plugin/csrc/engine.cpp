@@ -1,0 +1,506 @@
+#include "engine.h"
+
+#include "graph_walk.h"
+#include "node_exec.h"
+#include "transport.h"
+#include "worker_error.h"
+
+#include <ATen/Parallel.h>
+#include <c10/core/StreamGuard.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/csrc/distributed/autograd/context/container.h>
+#include <torch/csrc/distributed/rpc/rpc_agent.h>
+
+#include <chrono>
+#include <sstream>
+
+namespace dist_engine {
+
+using torch::autograd::AccumulateGrad;
+using torch::autograd::GraphRoot;
+using torch::distributed::autograd::DistAutogradContainer;
+using c10::ivalue::Future;
+
+namespace {
+
+std::string passLabel(int64_t contextId) {
+  return "in the backward pass of context " + std::to_string(contextId);
+}
+
+std::string exceptionText(const std::exception& e) {
+  if (const auto* error = dynamic_cast<const c10::Error*>(&e)) {
+    return error->what_without_backtrace();
+  }
+  return e.what();
+}
+
+// Torch's context for `contextId`; an unknown id raises torch's message, naming
+// this worker.
+ContextPtr retrieveContext(int64_t contextId) {
+  try {
+    return DistAutogradContainer::getInstance().retrieveContext(contextId);
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, workerError(passLabel(contextId), exceptionText(e)));
+  }
+}
+
+c10::intrusive_ptr<Future> completedFuture() {
+  auto done = c10::make_intrusive<Future>(c10::IntType::get());
+  done->markCompleted(c10::IValue(static_cast<int64_t>(0)));
+  return done;
+}
+
+// Clears the root-side "backward running" flag of a context when backward returns.
+struct RunningFlagGuard {
+  EntryPtr entry;
+  ~RunningFlagGuard() {
+    std::lock_guard<std::mutex> lock(entry->mu);
+    entry->rootBackwardRunning = false;
+  }
+};
+
+}  // namespace
+
+Engine& Engine::get() {
+  // Leaky singleton: RPC threads may still call in while the process exits.
+  static auto* engine = new Engine();
+  return *engine;
+}
+
+// ---------------------------------------------------------------------------
+// The worker that calls backward
+// ---------------------------------------------------------------------------
+
+void Engine::backward(int64_t contextId, const variable_list& roots, bool retainGraph, Mode mode) {
+  ContextPtr ctx = retrieveContext(contextId);
+
+  TORCH_CHECK(!roots.empty(), "No tensors provided for gradient computation.");
+  torch::autograd::edge_list rootEdges;
+  variable_list rootGrads;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const auto& root = roots[i];
+    TORCH_CHECK(root.defined(), "roots[", i, "] is an undefined tensor");
+    TORCH_CHECK(root.requires_grad(), "requires_grad not set on root (roots[", i, "])");
+    TORCH_CHECK(
+        root.numel() == 1, "roots[", i, "] is not a scalar (shape ", root.sizes(), "), all roots need to be scalar");
+    TORCH_CHECK(root.grad_fn(), "roots[", i, "] does not have a valid gradient function.");
+    rootEdges.push_back(torch::autograd::impl::gradient_edge(root));
+    rootGrads.push_back(at::ones_like(root, LEGACY_CONTIGUOUS_MEMORY_FORMAT));
+  }
+  torch::autograd::validate_outputs(rootEdges, rootGrads, [](const std::string& msg) { return msg; });
+
+  EntryPtr entry = ContextRegistry::get().entry(ctx);
+  {
+    std::lock_guard<std::mutex> lock(entry->mu);
+    TORCH_CHECK(
+        !entry->rootBackwardRunning,
+        "a backward pass of context ", contextId, " is already running on ", thisWorkerLabel(),
+        "; wait for it to finish before starting another in the same context");
+    entry->rootBackwardRunning = true;
+  }
+  RunningFlagGuard runningGuard{entry};
+
+  const int64_t passId = (selfWorkerId() << 48) | nextPassNumber_.fetch_add(1);
+  auto pass = std::make_shared<PassState>(contextId, passId, /*isRoot=*/true, mode, retainGraph);
+  pass->context = ctx;
+  pass->entry = entry;
+  if (mode == Mode::kSmart) {
+    pass->reached = findReachedSends(ctx, rootEdges);
+  }
+
+  NodePtr graphRoot = makeNode<GraphRoot>(rootEdges, rootGrads);
+  ContextRegistry::get().insertPass(pass);
+  {
+    std::lock_guard<std::mutex> lock(pass->mu);
+    computeDependencies(*pass, graphRoot.get());
+    auto task = std::make_unique<ReadyTask>(ReadyTask{graphRoot, InputBuffer(0), {}, false});
+    pass->pushReady(std::move(task));
+  }
+  runAsOwner(pass);
+  settle(pass);
+  if (!pass->error.empty()) {
+    abortEverywhere(contextId, passId);
+    TORCH_CHECK(false, pass->error);
+  }
+}
+
+void Engine::runAsOwner(const PassPtr& pass) {
+  using Clock = std::chrono::steady_clock;
+  const auto timeout = torch::distributed::rpc::RpcAgent::getCurrentRpcAgent()->getRpcTimeout();
+  const bool hasDeadline = timeout.count() > 0;
+  const auto deadline = Clock::now() + timeout;
+
+  std::unique_lock<std::mutex> lock(pass->mu);
+  while (!pass->finished) {
+    if (!pass->ready.empty() && !pass->draining) {
+      pass->draining = true;
+      lock.unlock();
+      drain(pass);
+      lock.lock();
+      continue;
+    }
+    pass->ownerWaiting = true;
+    bool timedOut = false;
+    if (hasDeadline) {
+      timedOut = pass->cv.wait_until(lock, deadline) == std::cv_status::timeout;
+    } else {
+      pass->cv.wait(lock);
+    }
+    pass->ownerWaiting = false;
+    if (timedOut && !pass->finished) {
+      std::ostringstream what;
+      what << "the pass did not finish within the RPC timeout ("
+           << std::chrono::duration<double>(timeout).count() << " s)";
+      if (!pass->pendingSends.empty()) {
+        what << "; these send functions of this worker never received their gradients "
+             << "(autograd_message_id):";
+        for (const auto& [id, fn] : pass->pendingSends) {
+          what << " " << id;
+        }
+        if (pass->mode == Mode::kFast) {
+          what << ". Fast mode expects a gradient for every send function of the context; "
+               << "if some RPC outputs do not reach the loss, use mode=\"smart\"";
+        }
+      }
+      failLocked(*pass, workerError(passLabel(pass->contextId), what.str()));
+    }
+  }
+}
+
+void Engine::abortEverywhere(int64_t contextId, int64_t passId) {
+  const int64_t self = selfWorkerId();
+  std::vector<c10::intrusive_ptr<Future>> acks;
+  for (int64_t worker : allWorkerIds()) {
+    if (worker == self) {
+      continue;
+    }
+    try {
+      acks.push_back(requestAbort(worker, contextId, passId));
+    } catch (const std::exception&) {
+      // The worker is gone; nothing of the pass can be left waiting there.
+    }
+  }
+  // Wait for the answers (each bounded by the RPC timeout), so that once backward
+  // has raised, no worker still holds the failed pass.
+  for (auto& ack : acks) {
+    ack->wait();
+  }
+}
+
+// ---------------------------------------------------------------------------
+// RPC handlers
+// ---------------------------------------------------------------------------
+
+c10::intrusive_ptr<Future> Engine::receiveGradients(
+    int64_t contextId,
+    int64_t passId,
+    int64_t messageId,
+    variable_list grads,
+    bool retainGraph,
+    bool smart,
+    std::vector<int64_t> reached) {
+  ContextPtr ctx = retrieveContext(contextId);
+  EntryPtr entry = ContextRegistry::get().entry(ctx);
+  {
+    std::lock_guard<std::mutex> lock(entry->mu);
+    TORCH_CHECK(
+        entry->abortedPasses.count(passId) == 0,
+        workerError(passLabel(contextId), "gradients arrived for a pass that was aborted"));
+  }
+
+  PassPtr pass = ContextRegistry::get().findPass(contextId, passId);
+  bool firstContact = false;
+  if (!pass) {
+    auto fresh = std::make_shared<PassState>(
+        contextId, passId, /*isRoot=*/false, smart ? Mode::kSmart : Mode::kFast, retainGraph);
+    fresh->context = ctx;
+    fresh->entry = entry;
+    fresh->reached = std::move(reached);
+    // Hold the new pass's lock while it is registered and its dependencies are
+    // computed: a concurrent message for the same pass waits for them in deliver().
+    std::unique_lock<std::mutex> lock(fresh->mu);
+    pass = ContextRegistry::get().insertPass(fresh);
+    if (pass == fresh) {
+      firstContact = true;
+      computeDependencies(*fresh, nullptr);
+    }
+  }
+  auto answer = firstContact ? pass->completion : completedFuture();
+  deliver(pass, messageId, std::move(grads));
+  settle(pass);
+  return answer;
+}
+
+std::vector<int64_t> Engine::reachability(int64_t contextId) {
+  ContextPtr ctx = retrieveContext(contextId);
+  return flattenTable(computeReachability(ctx, {}));
+}
+
+int64_t Engine::abortPass(int64_t contextId, int64_t passId) {
+  if (EntryPtr entry = ContextRegistry::get().find(contextId)) {
+    std::lock_guard<std::mutex> lock(entry->mu);
+    entry->abortedPasses.insert(passId);
+  }
+  PassPtr pass = ContextRegistry::get().findPass(contextId, passId);
+  if (!pass) {
+    return 0;
+  }
+  {
+    std::lock_guard<std::mutex> lock(pass->mu);
+    failLocked(*pass, workerError(passLabel(contextId), "aborted because the pass failed on another worker"));
+  }
+  settle(pass);
+  return 1;
+}
+
+c10::Dict<at::Tensor, at::Tensor> Engine::getGradients(int64_t contextId) {
+  retrieveContext(contextId);  // raises for an unknown id
+  EntryPtr entry = ContextRegistry::get().find(contextId);
+  if (!entry) {
+    return c10::Dict<at::Tensor, at::Tensor>();
+  }
+  std::lock_guard<std::mutex> lock(entry->mu);
+  return entry->grads.copy();
+}
+
+// ---------------------------------------------------------------------------
+// Execution
+// ---------------------------------------------------------------------------
+
+void Engine::schedule(const PassPtr& pass) {
+  if (pass->draining) {
+    return;  // the running drainer picks the task up
+  }
+  if (pass->ownerWaiting) {
+    pass->cv.notify_one();  // the root's own thread runs it
+    return;
+  }
+  pass->draining = true;
+  at::launch([this, pass] { drain(pass); });
+}
+
+void Engine::drain(const PassPtr& pass) {
+  while (true) {
+    std::unique_ptr<ReadyTask> task;
+    {
+      std::lock_guard<std::mutex> lock(pass->mu);
+      if (pass->finished || pass->ready.empty()) {
+        pass->draining = false;
+        if (pass->ownerWaiting) {
+          pass->cv.notify_one();
+        }
+        break;
+      }
+      task = pass->popReady();
+    }
+    std::string error;
+    try {
+      execute(pass, *task);
+    } catch (const std::exception& e) {
+      error = workerError(passLabel(pass->contextId), exceptionText(e));
+    }
+    task.reset();  // drop the task's tensors before the pass may end
+    std::lock_guard<std::mutex> lock(pass->mu);
+    --pass->outstandingTasks;
+    if (!error.empty()) {
+      failLocked(*pass, error);
+    } else {
+      maybeFinishLocked(*pass);
+    }
+  }
+  if (!pass->isRoot) {
+    settle(pass);
+  }
+}
+
+void Engine::execute(const PassPtr& pass, ReadyTask& task) {
+  // The backward pass itself is not recorded (create_graph is not supported).
+  at::AutoGradMode gradMode(false);
+  Node& fn = *task.fn;
+
+  if (task.isSend) {
+    validateGradients(fn, task.arrived);
+    forwardOutputs(pass, fn, std::move(task.arrived));
+    return;
+  }
+
+  auto recv = pass->recvMessageIds.find(&fn);
+  if (recv != pass->recvMessageIds.end()) {
+    // The gradients of tensors that came in by RPC go back to their sender. Torch's
+    // RecvRpcBackward::apply would send them through torch's own engine, so the
+    // node is not called: its hooks run here and the gradients go out through ours.
+    variable_list grads = callPreHooks(fn, takeInputs(std::move(task.inputs)));
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (!grads[i].defined()) {
+        grads[i] = fn.input_metadata(i).zeros_like();
+      }
+    }
+    sendToPeer(pass, recv->second, std::move(grads));
+    return;
+  }
+
+  if (auto* leaf = dynamic_cast<AccumulateGrad*>(&fn)) {
+    accumulateLeaf(fn, std::move(task.inputs), [&](at::Tensor&& grad) {
+      ContextRegistry::accumulate(*pass->entry, leaf->variable, std::move(grad));
+    });
+    return;
+  }
+
+  c10::OptionalStreamGuard streamGuard{fn.stream()};
+  variable_list outputs = callFunction(fn, std::move(task.inputs), pass->keepGraph);
+  forwardOutputs(pass, fn, std::move(outputs));
+}
+
+void Engine::forwardOutputs(const PassPtr& pass, Node& fn, variable_list&& outputs) {
+  const auto producerStream = fn.stream();
+  std::lock_guard<std::mutex> lock(pass->mu);
+  if (pass->finished) {
+    return;
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const auto& next = fn.next_edge(i);
+    if (!next.is_valid()) {
+      continue;
+    }
+    Node* nextFn = next.function.get();
+    auto dep = pass->dependencies.find(nextFn);
+    TORCH_CHECK(dep != pass->dependencies.end(), "dependency not found for ", nextFn->name());
+    const bool isReady = --dep->second == 0;
+    if (isReady) {
+      pass->dependencies.erase(dep);
+    }
+    auto buffered = pass->notReady.find(nextFn);
+    if (buffered == pass->notReady.end()) {
+      buffered = pass->notReady.emplace(nextFn, InputBuffer(nextFn->num_inputs())).first;
+    }
+    buffered->second.add(next.input_nr, std::move(outputs[i]), producerStream, nextFn->stream(), nextFn);
+    if (isReady) {
+      auto task = std::make_unique<ReadyTask>(ReadyTask{next.function, std::move(buffered->second), {}, false});
+      pass->notReady.erase(buffered);
+      pass->pushReady(std::move(task));
+    }
+  }
+}
+
+void Engine::sendToPeer(const PassPtr& pass, int64_t messageId, variable_list&& grads) {
+  const int64_t dst = messageId >> 48;
+  if (dst == selfWorkerId()) {
+    // An RPC this worker made to itself: its send function is in this same pass.
+    deliver(pass, messageId, std::move(grads));
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(pass->mu);
+    if (pass->finished) {
+      return;
+    }
+    ++pass->pendingRpcs;
+  }
+  c10::intrusive_ptr<Future> answer;
+  try {
+    answer = sendGradients(
+        pass->contextId, pass->passId, messageId, std::move(grads), pass->keepGraph, pass->mode == Mode::kSmart,
+        pass->reached);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(pass->mu);
+    --pass->pendingRpcs;
+    throw;
+  }
+  answer->addCallback([this, pass, dst](Future& done) {
+    {
+      std::lock_guard<std::mutex> lock(pass->mu);
+      --pass->pendingRpcs;
+      if (done.hasError()) {
+        failLocked(
+            *pass,
+            extractWorkerError(
+                done.tryRetrieveErrorMessage(),
+                workerError(passLabel(pass->contextId), "sending gradients to " + workerLabel(dst) + " failed: ")));
+      } else {
+        maybeFinishLocked(*pass);
+      }
+    }
+    settle(pass);
+  });
+}
+
+void Engine::deliver(const PassPtr& pass, int64_t messageId, variable_list&& grads) {
+  std::lock_guard<std::mutex> lock(pass->mu);
+  if (pass->finished) {
+    return;  // a failed pass ignores late gradients
+  }
+  auto send = pass->pendingSends.find(messageId);
+  if (send == pass->pendingSends.end()) {
+    failLocked(
+        *pass,
+        workerError(
+            passLabel(pass->contextId),
+            "received gradients for send function " + std::to_string(messageId) +
+                ", which this pass does not expect (unknown, not reached, or it received them already)"));
+    return;
+  }
+  auto task = std::make_unique<ReadyTask>(ReadyTask{send->second, InputBuffer(0), std::move(grads), true});
+  pass->pendingSends.erase(send);
+  pass->pushReady(std::move(task));
+  schedule(pass);
+}
+
+// ---------------------------------------------------------------------------
+// Ending a pass
+// ---------------------------------------------------------------------------
+
+void Engine::maybeFinishLocked(PassState& pass) {
+  if (pass.finished || !pass.quiescent()) {
+    return;
+  }
+  pass.finished = true;
+  pass.dependencies.clear();
+  pass.notReady.clear();
+  if (pass.ownerWaiting) {
+    pass.cv.notify_one();
+  }
+}
+
+void Engine::failLocked(PassState& pass, const std::string& error) {
+  if (pass.finished) {
+    return;
+  }
+  pass.finished = true;
+  pass.error = error;
+  // Drop every reference into the graph held for this pass.
+  pass.ready.clear();
+  pass.notReady.clear();
+  pass.dependencies.clear();
+  pass.pendingSends.clear();
+  if (pass.entry) {
+    std::lock_guard<std::mutex> lock(pass.entry->mu);
+    pass.entry->abortedPasses.insert(pass.passId);
+  }
+  if (pass.ownerWaiting) {
+    pass.cv.notify_one();
+  }
+}
+
+void Engine::settle(const PassPtr& pass) {
+  std::string error;
+  {
+    std::lock_guard<std::mutex> lock(pass->mu);
+    if (!pass->finished || pass->settled) {
+      return;
+    }
+    pass->settled = true;
+    error = pass->error;
+    // The context (and its graph) may go once the pass is over.
+    pass->context.reset();
+  }
+  ContextRegistry::get().erasePass(pass->contextId, pass->passId);
+  if (error.empty()) {
+    pass->completion->markCompleted(c10::IValue(static_cast<int64_t>(0)));
+  } else {
+    pass->completion->setError(std::make_exception_ptr(std::runtime_error(error)));
+  }
+}
+
+}  // namespace dist_engine

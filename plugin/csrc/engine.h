@@ -1,0 +1,88 @@
+// The distributed autograd engine: runs a backward pass across workers.
+//
+// The worker that calls backward (the root) and every worker that receives
+// gradients keep one PassState per pass. A pass on a worker ends when every
+// send function it expects has received its gradients, every task has run and
+// every gradient message it sent has been answered. A worker that hears of a pass
+// for the first time answers that first message only when its own part has ended
+// ("first contact"); later messages are answered as soon as they are queued. The
+// first-contact answers form a tree rooted at the caller, so when the root's part
+// ends, every worker's part has ended.
+//
+// Fast mode expects a gradient for every send function of the context (the
+// design note's FAST mode; a forward RPC whose output is unused never gets one and
+// the pass ends only at the RPC timeout). Smart mode first finds which send
+// functions the pass reaches (smart_walk.cpp) and expects only those.
+#pragma once
+
+#include "context_registry.h"
+#include "pass_state.h"
+
+#include <torch/csrc/autograd/edge.h>
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+namespace dist_engine {
+
+class Engine {
+ public:
+  static Engine& get();
+
+  // Runs a backward pass from `roots` in context `contextId` and returns when it
+  // has ended on every worker. Throws the first worker's error, naming it.
+  void backward(int64_t contextId, const variable_list& roots, bool retainGraph, Mode mode);
+
+  // RPC handler: gradients for this worker's send function `messageId`.
+  c10::intrusive_ptr<c10::ivalue::Future> receiveGradients(
+      int64_t contextId,
+      int64_t passId,
+      int64_t messageId,
+      variable_list grads,
+      bool retainGraph,
+      bool smart,
+      std::vector<int64_t> reached);
+
+  // RPC handler (smart mode): this worker's flattened reachability table.
+  std::vector<int64_t> reachability(int64_t contextId);
+
+  // RPC handler: ends a pass that failed elsewhere. Returns 1 if it was running here.
+  int64_t abortPass(int64_t contextId, int64_t passId);
+
+  // This worker's accumulated gradients for the context (a new dict, same tensors).
+  c10::Dict<at::Tensor, at::Tensor> getGradients(int64_t contextId);
+
+ private:
+  Engine() = default;
+
+  // smart_walk.cpp: autograd_message_ids of the send functions reachable from the
+  // roots, across all workers.
+  std::vector<int64_t> findReachedSends(const ContextPtr& ctx, const torch::autograd::edge_list& rootEdges);
+
+  // Runs queued tasks until the queue is empty. Caller has set pass.draining.
+  void drain(const PassPtr& pass);
+  // The root's calling thread: runs tasks as they come until the pass ends.
+  void runAsOwner(const PassPtr& pass);
+  void execute(const PassPtr& pass, ReadyTask& task);
+  // Routes a node's outputs to the next nodes' input buffers; queues ready ones.
+  void forwardOutputs(const PassPtr& pass, Node& fn, variable_list&& outputs);
+  // Gradients computed by a recv function go to the worker holding its send function.
+  void sendToPeer(const PassPtr& pass, int64_t messageId, variable_list&& grads);
+  // Gradients that arrived for send function `messageId` of `pass`.
+  void deliver(const PassPtr& pass, int64_t messageId, variable_list&& grads);
+
+  // The following expect pass.mu to be held.
+  void schedule(const PassPtr& pass);
+  void maybeFinishLocked(PassState& pass);
+  void failLocked(PassState& pass, const std::string& error);
+  // Completes the pass's future and removes it from the registry, once, after it
+  // finished. Call without holding pass.mu.
+  void settle(const PassPtr& pass);
+
+  void abortEverywhere(int64_t contextId, int64_t passId);
+
+  std::atomic<int64_t> nextPassNumber_{0};
+};
+
+}  // namespace dist_engine

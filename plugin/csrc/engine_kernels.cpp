@@ -1,0 +1,84 @@
+// Kernels of the engine's ops (schemas in ops.cpp). They hold no tensors of their
+// own and need no autograd, so one CompositeImplicitAutograd kernel serves every
+// backend; the ops that return a Future are boxed kernels.
+#include "context_registry.h"
+#include "engine.h"
+#include "transport.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+namespace dist_engine {
+namespace {
+
+Mode parseMode(const std::string& mode) {
+  if (mode == "smart") {
+    return Mode::kSmart;
+  }
+  TORCH_CHECK(mode == "fast", "mode must be \"smart\" or \"fast\", got \"", mode, "\"");
+  return Mode::kFast;
+}
+
+void backwardKernel(int64_t contextId, const std::vector<at::Tensor>& roots, bool retainGraph, std::string mode) {
+  Engine::get().backward(contextId, roots, retainGraph, parseMode(mode));
+}
+
+c10::Dict<at::Tensor, at::Tensor> getGradientsKernel(int64_t contextId) {
+  return Engine::get().getGradients(contextId);
+}
+
+// _receive_gradients(int context_id, int pass_id, int autograd_message_id,
+//                    Tensor[] grads, bool retain_graph, bool smart, int[] reached)
+void receiveGradientsKernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto args = torch::jit::last(*stack, 7);
+  const int64_t contextId = args[0].toInt();
+  const int64_t passId = args[1].toInt();
+  const int64_t messageId = args[2].toInt();
+  auto grads = args[3].toTensorVector();
+  const bool retainGraph = args[4].toBool();
+  const bool smart = args[5].toBool();
+  auto reached = args[6].toIntVector();
+  torch::jit::drop(*stack, 7);
+  auto answer = Engine::get().receiveGradients(
+      contextId, passId, messageId, std::move(grads), retainGraph, smart, std::move(reached));
+  torch::jit::push(*stack, std::move(answer));
+}
+
+std::vector<int64_t> reachabilityKernel(int64_t contextId) {
+  return Engine::get().reachability(contextId);
+}
+
+int64_t abortPassKernel(int64_t contextId, int64_t passId) {
+  return Engine::get().abortPass(contextId, passId);
+}
+
+void registerHandlersKernel(std::string receiveGradients, std::string reachability, std::string abortPass) {
+  registerHandlers(receiveGradients, reachability, abortPass);
+}
+
+void releaseContextKernel(int64_t contextId) {
+  ContextRegistry::get().release(contextId);
+}
+
+c10::Dict<std::string, int64_t> debugInfoKernel() {
+  c10::Dict<std::string, int64_t> info;
+  for (const auto& [key, value] : ContextRegistry::get().debugInfo()) {
+    info.insert(key, value);
+  }
+  return info;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(dist_engine, CompositeImplicitAutograd, m) {
+  m.impl("backward", TORCH_FN(backwardKernel));
+  m.impl("get_gradients", TORCH_FN(getGradientsKernel));
+  m.impl("_receive_gradients", torch::CppFunction::makeFromBoxedFunction<&receiveGradientsKernel>());
+  m.impl("_reachability", TORCH_FN(reachabilityKernel));
+  m.impl("_abort_pass", TORCH_FN(abortPassKernel));
+  m.impl("_register_handlers", TORCH_FN(registerHandlersKernel));
+  m.impl("_release_context", TORCH_FN(releaseContextKernel));
+  m.impl("_debug_info", TORCH_FN(debugInfoKernel));
+}
+
+}  // namespace dist_engine

@@ -1,0 +1,89 @@
+#include "node_exec.h"
+
+#include <torch/csrc/autograd/engine.h>
+
+namespace dist_engine {
+
+namespace {
+
+std::string describe(const Node& fn, const std::string& msg) {
+  return "Function " + fn.name() + " returned an " + msg;
+}
+
+}  // namespace
+
+variable_list callPreHooks(Node& fn, variable_list inputs) {
+  for (const auto& hook : fn.tensor_pre_hooks()) {
+    inputs = (*hook)(inputs);
+  }
+  for (const auto& [index, hook] : fn.retains_grad_hooks()) {
+    inputs = (*hook)(inputs);
+  }
+  for (const auto& hook : fn.pre_hooks()) {
+    inputs = (*hook)(inputs);
+  }
+  return inputs;
+}
+
+variable_list callFunction(Node& fn, InputBuffer&& buffer, bool keepGraph) {
+  variable_list inputs = callPreHooks(fn, takeInputs(std::move(buffer)));
+  if (!keepGraph) {
+    fn.will_release_variables();
+  }
+  const bool hasPostHooks = !fn.post_hooks().empty();
+  variable_list outputs;
+  if (hasPostHooks) {
+    // Post hooks see the inputs too, so keep a copy of them.
+    variable_list inputsCopy = inputs;
+    outputs = fn(std::move(inputsCopy));
+  } else {
+    outputs = fn(std::move(inputs));
+  }
+  torch::autograd::validate_outputs(
+      fn.next_edges(), outputs, [&](const std::string& msg) { return describe(fn, msg); });
+  for (const auto& hook : fn.post_hooks()) {
+    outputs = hasPostHooks ? (*hook)(outputs, inputs) : (*hook)(outputs, {});
+  }
+  if (!keepGraph) {
+    fn.release_variables();
+  }
+  return outputs;
+}
+
+void validateGradients(Node& fn, variable_list& grads) {
+  const auto& edges = fn.next_edges();
+  TORCH_CHECK(
+      grads.size() == edges.size(),
+      "received ", grads.size(), " gradients for ", fn.name(), ", which expects ", edges.size());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const auto& edge = edges[i];
+    if (!edge.is_valid() || !grads[i].defined()) {
+      continue;
+    }
+    // A gradient may come back on another device than its tensor was sent from
+    // (a peer without a device map for it sends it through the CPU): bring it home.
+    const auto& meta = edge.function->input_metadata(edge.input_nr);
+    if (grads[i].device() != meta.device()) {
+      grads[i] = grads[i].to(meta.device());
+    }
+  }
+  torch::autograd::validate_outputs(edges, grads, [&](const std::string& msg) { return describe(fn, msg); });
+}
+
+void accumulateLeaf(Node& fn, InputBuffer&& buffer, const std::function<void(at::Tensor&&)>& store) {
+  variable_list inputs = callPreHooks(fn, takeInputs(std::move(buffer)));
+  const bool hasPostHooks = !fn.post_hooks().empty();
+  if (!inputs.empty() && inputs[0].defined()) {
+    if (hasPostHooks) {
+      at::Tensor shared = inputs[0];  // post hooks still see it; store() copies
+      store(std::move(shared));
+    } else {
+      store(std::move(inputs[0]));
+    }
+  }
+  for (const auto& hook : fn.post_hooks()) {
+    (*hook)(variable_list(), inputs);
+  }
+}
+
+}  // namespace dist_engine

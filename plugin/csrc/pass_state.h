@@ -1,0 +1,125 @@
+// The state of one distributed backward pass, as one worker sees it.
+//
+// A pass is identified by (context_id, pass_id); pass ids are made by the worker
+// that calls backward (its worker id in bits 48 and up, like autograd message ids),
+// and travel with every gradient message, so passes of the same context never mix.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/input_buffer.h>
+#include <torch/csrc/distributed/autograd/context/context.h>
+
+#include "compat.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace dist_engine {
+
+using torch::autograd::InputBuffer;
+using torch::autograd::Node;
+using torch::autograd::variable_list;
+using ContextPtr = torch::distributed::autograd::ContextPtr;
+
+enum class Mode { kFast, kSmart };
+
+// A node ready to run with its accumulated inputs. Higher sequence numbers run
+// first, as in torch's CPU ready queue (later forward ops are backpropagated first).
+struct ReadyTask {
+  NodePtr fn;
+  InputBuffer inputs;
+  // For a send function: the gradients that arrived over RPC (its outputs).
+  variable_list arrived;
+  bool isSend = false;
+};
+
+struct ContextEntry;  // context_registry.h
+
+struct PassState {
+  PassState(int64_t contextId, int64_t passId, bool isRoot, Mode mode, bool keepGraph)
+      : contextId(contextId), passId(passId), isRoot(isRoot), mode(mode), keepGraph(keepGraph) {}
+
+  const int64_t contextId;
+  const int64_t passId;
+  const bool isRoot;
+  const Mode mode;
+  const bool keepGraph;
+
+  // Holds torch's context (and through it the send/recv functions) while the pass runs.
+  ContextPtr context;
+  // Where this worker keeps the context's leaf gradients.
+  std::shared_ptr<ContextEntry> entry;
+
+  std::mutex mu;
+  // The worker that called backward waits on this for work or for the end.
+  std::condition_variable cv;
+
+  // --- graph bookkeeping, filled by computeDependencies (graph_walk.cpp) ---
+  // Number of inputs each node still waits for.
+  std::unordered_map<Node*, int> dependencies;
+  // Inputs gathered so far for nodes that are not ready yet.
+  std::unordered_map<Node*, InputBuffer> notReady;
+  // Recv functions of the context on this worker -> their autograd_message_id.
+  std::unordered_map<Node*, int64_t> recvMessageIds;
+  // Send functions of this worker that still wait for their gradients.
+  std::unordered_map<int64_t, NodePtr> pendingSends;
+  // Smart mode: every reached send function of the pass (all workers), forwarded
+  // with each gradient message so that peers know theirs.
+  std::vector<int64_t> reached;
+
+  // --- execution ---
+  // A max-heap on the node's sequence number (see pushReady / popReady).
+  std::vector<std::unique_ptr<ReadyTask>> ready;
+  // Tasks queued or running.
+  int64_t outstandingTasks = 0;
+  // Gradient messages sent and not yet answered.
+  int64_t pendingRpcs = 0;
+  // A thread is executing this pass's tasks (at most one at a time).
+  bool draining = false;
+  // The calling thread of the root is waiting in runAsOwner (it drains itself).
+  bool ownerWaiting = false;
+
+  // --- outcome ---
+  bool finished = false;
+  // The completion future was settled and the pass left the registry.
+  bool settled = false;
+  std::string error;  // empty on success
+  // Completed when the pass ends on this worker (value 0) or set with the error.
+  // On a non-root worker it answers the pass's first gradient message.
+  c10::intrusive_ptr<c10::ivalue::Future> completion =
+      c10::make_intrusive<c10::ivalue::Future>(c10::IntType::get());
+
+  bool quiescent() const {
+    return outstandingTasks == 0 && pendingRpcs == 0 && pendingSends.empty();
+  }
+
+  void pushReady(std::unique_ptr<ReadyTask> task) {
+    ready.push_back(std::move(task));
+    std::push_heap(ready.begin(), ready.end(), laterFirst);
+    ++outstandingTasks;
+  }
+
+  std::unique_ptr<ReadyTask> popReady() {
+    std::pop_heap(ready.begin(), ready.end(), laterFirst);
+    auto task = std::move(ready.back());
+    ready.pop_back();
+    return task;
+  }
+
+ private:
+  static bool laterFirst(const std::unique_ptr<ReadyTask>& a, const std::unique_ptr<ReadyTask>& b) {
+    return a->fn->sequence_nr() < b->fn->sequence_nr();
+  }
+};
+
+using PassPtr = std::shared_ptr<PassState>;
+
+}  // namespace dist_engine

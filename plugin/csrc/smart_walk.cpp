@@ -1,0 +1,89 @@
+// Smart mode's first phase: which send functions does this backward pass reach?
+//
+// The calling worker walks its own graph from the roots to the recv functions they
+// reach. A recv function's autograd_message_id names the matching send function and
+// the worker that holds it (bits 48 and up), so the walk continues there. Rather than
+// one message per hop, each worker is asked once for its reachability table (for every
+// send function of the context on that worker, the recv functions reachable from it,
+// computed in one visit of its graph) and the caller continues the walk through the
+// tables it has. The walk ends because every message id is expanded once; cycles
+// between workers simply meet ids already reached. Messages: one table request per
+// worker that holds a reached send function, sent in parallel, in as many rounds as
+// workers are discovered one behind another.
+#include "engine.h"
+#include "graph_walk.h"
+#include "transport.h"
+#include "worker_error.h"
+
+#include <algorithm>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace dist_engine {
+
+std::vector<int64_t> Engine::findReachedSends(const ContextPtr& ctx, const torch::autograd::edge_list& rootEdges) {
+  const int64_t self = selfWorkerId();
+  const int64_t contextId = ctx->contextId();
+  ReachabilityTable local = computeReachability(ctx, rootEdges);
+
+  // worker id -> (send id -> recv ids reachable from it)
+  std::unordered_map<int64_t, std::unordered_map<int64_t, std::vector<int64_t>>> tables;
+  tables.emplace(self, std::move(local.fromSends));
+
+  std::unordered_set<int64_t> reached;
+  std::vector<int64_t> frontier = std::move(local.fromRoots);
+  while (!frontier.empty()) {
+    std::vector<int64_t> parked;
+    std::set<int64_t> toAsk;
+    while (!frontier.empty()) {
+      const int64_t id = frontier.back();
+      frontier.pop_back();
+      if (reached.count(id) != 0) {
+        continue;
+      }
+      const int64_t owner = id >> 48;
+      auto table = tables.find(owner);
+      if (table == tables.end()) {
+        parked.push_back(id);
+        toAsk.insert(owner);
+        continue;
+      }
+      auto sendEntry = table->second.find(id);
+      TORCH_CHECK(
+          sendEntry != table->second.end(),
+          workerError(
+              "in the backward pass of context " + std::to_string(contextId),
+              workerLabel(owner) + " holds no send function with autograd_message_id " + std::to_string(id)));
+      reached.insert(id);
+      frontier.insert(frontier.end(), sendEntry->second.begin(), sendEntry->second.end());
+    }
+    if (toAsk.empty()) {
+      break;
+    }
+    std::vector<std::pair<int64_t, c10::intrusive_ptr<c10::ivalue::Future>>> requests;
+    for (int64_t worker : toAsk) {
+      requests.emplace_back(worker, requestReachability(worker, contextId));
+    }
+    // This is the calling thread of backward, not an RPC thread: it may wait.
+    for (auto& [worker, request] : requests) {
+      request->wait();
+      if (request->hasError()) {
+        TORCH_CHECK(
+            false,
+            extractWorkerError(
+                request->tryRetrieveErrorMessage(),
+                workerError(
+                    "in the backward pass of context " + std::to_string(contextId),
+                    "asking " + workerLabel(worker) + " for its reachability table failed: ")));
+      }
+      tables.emplace(worker, unflattenTable(request->value().toIntVector()));
+    }
+    frontier = std::move(parked);
+  }
+  std::vector<int64_t> result(reached.begin(), reached.end());
+  std::sort(result.begin(), result.end());
+  return result;
+}
+
+}  // namespace dist_engine

@@ -1,0 +1,140 @@
+#include "transport.h"
+
+#include <torch/csrc/distributed/autograd/context/container.h>
+#include <torch/csrc/distributed/rpc/message.h>
+#include <torch/csrc/distributed/rpc/rpc_agent.h>
+#include <torch/csrc/distributed/rpc/script_call.h>
+#include <torch/csrc/distributed/rpc/utils.h>
+
+#include <mutex>
+#include <optional>
+
+namespace dist_engine {
+
+namespace rpc = torch::distributed::rpc;
+using c10::ivalue::Future;
+
+namespace {
+
+struct Handlers {
+  std::optional<c10::QualifiedName> receiveGradients;
+  std::optional<c10::QualifiedName> reachability;
+  std::optional<c10::QualifiedName> abortPass;
+};
+
+std::mutex handlersMutex;
+Handlers handlers;
+
+c10::QualifiedName handlerName(std::optional<c10::QualifiedName> Handlers::*which) {
+  std::lock_guard<std::mutex> lock(handlersMutex);
+  const auto& name = handlers.*which;
+  TORCH_CHECK(
+      name.has_value(),
+      "dist_engine: the RPC handlers are not registered; `import plugin` on every worker "
+      "before running a distributed backward pass");
+  return *name;
+}
+
+std::shared_ptr<rpc::RpcAgent> agent() {
+  TORCH_CHECK(
+      rpc::RpcAgent::isCurrentRpcAgentSet(),
+      "dist_engine: RPC is not initialized; call rpc.init_rpc (or plugin.rpc.init_rpc) first");
+  return rpc::RpcAgent::getCurrentRpcAgent();
+}
+
+// Sends a call of the TorchScript function `name` to `workerId`. The returned
+// future completes with the deserialized return value, or with the peer's error.
+c10::intrusive_ptr<Future> callHandler(
+    int64_t workerId,
+    const c10::QualifiedName& name,
+    std::vector<c10::IValue>&& args,
+    bool asyncExecution,
+    const c10::TypePtr& returnType) {
+  auto rpcAgent = agent();
+  const auto& dst = rpcAgent->getWorkerInfo(static_cast<rpc::worker_id_t>(workerId));
+  rpc::ScriptCall call(name, std::move(args), asyncExecution);
+  // The agent's own send, not rpcTorchscript: rpcTorchscript attaches send/recv
+  // autograd functions when the calling thread has a current distributed autograd
+  // context, and a backward pass must not grow the graph it is running.
+  auto messageFuture = rpcAgent->send(dst, std::move(call).toMessage());
+  auto result = c10::make_intrusive<Future>(returnType);
+  messageFuture->addCallback([result](Future& done) {
+    if (done.hasError()) {
+      result->setError(done.exception_ptr());
+      return;
+    }
+    try {
+      result->markCompleted(rpc::deserializeRespToIValue(*done.value().toCustomClass<rpc::Message>()));
+    } catch (const std::exception&) {
+      result->setError(std::current_exception());
+    }
+  });
+  return result;
+}
+
+}  // namespace
+
+void registerHandlers(
+    const std::string& receiveGradients,
+    const std::string& reachability,
+    const std::string& abortPass) {
+  std::lock_guard<std::mutex> lock(handlersMutex);
+  handlers.receiveGradients = c10::QualifiedName(receiveGradients);
+  handlers.reachability = c10::QualifiedName(reachability);
+  handlers.abortPass = c10::QualifiedName(abortPass);
+}
+
+int64_t selfWorkerId() {
+  return torch::distributed::autograd::DistAutogradContainer::getInstance().getWorkerId();
+}
+
+c10::intrusive_ptr<Future> sendGradients(
+    int64_t contextId,
+    int64_t passId,
+    int64_t messageId,
+    torch::autograd::variable_list grads,
+    bool retainGraph,
+    bool smart,
+    const std::vector<int64_t>& reached) {
+  const int64_t dst = messageId >> 48;
+  auto rpcAgent = agent();
+  // CUDA gradients travel under this worker's device map to the peer. A device the
+  // map does not cover goes through the CPU; the peer moves the gradient back to
+  // the device its tensor lives on (node_exec.cpp, validateGradients).
+  const auto deviceMap = rpcAgent->getDeviceMap(rpcAgent->getWorkerInfo(static_cast<rpc::worker_id_t>(dst)));
+  for (auto& grad : grads) {
+    if (grad.defined() && !grad.device().is_cpu() && deviceMap.count(grad.device()) == 0) {
+      grad = grad.cpu();
+    }
+  }
+  std::vector<c10::IValue> args{
+      contextId, passId, messageId, c10::List<at::Tensor>(grads), retainGraph, smart, c10::List<int64_t>(reached)};
+  return callHandler(
+      dst, handlerName(&Handlers::receiveGradients), std::move(args), /*asyncExecution=*/true, c10::IntType::get());
+}
+
+c10::intrusive_ptr<Future> requestReachability(int64_t workerId, int64_t contextId) {
+  std::vector<c10::IValue> args{contextId};
+  return callHandler(
+      workerId,
+      handlerName(&Handlers::reachability),
+      std::move(args),
+      /*asyncExecution=*/false,
+      c10::ListType::ofInts());
+}
+
+c10::intrusive_ptr<Future> requestAbort(int64_t workerId, int64_t contextId, int64_t passId) {
+  std::vector<c10::IValue> args{contextId, passId};
+  return callHandler(
+      workerId, handlerName(&Handlers::abortPass), std::move(args), /*asyncExecution=*/false, c10::IntType::get());
+}
+
+std::vector<int64_t> allWorkerIds() {
+  std::vector<int64_t> ids;
+  for (const auto& info : agent()->getWorkerInfos()) {
+    ids.push_back(info.id_);
+  }
+  return ids;
+}
+
+}  // namespace dist_engine

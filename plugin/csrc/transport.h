@@ -1,0 +1,46 @@
+// The engine's messages between workers.
+//
+// Each message is a TorchScript function call (rpc::ScriptCall) to one of the
+// handler functions defined in plugin/_handlers.py, which every worker compiles when
+// it imports `plugin`. The peer runs the handler as TorchScript, without the GIL;
+// the gradient handler is called with async execution, so the RPC is answered when
+// the future it returns completes and no server thread waits for it meanwhile.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <string>
+#include <vector>
+
+namespace dist_engine {
+
+void registerHandlers(
+    const std::string& receiveGradients,
+    const std::string& reachability,
+    const std::string& abortPass);
+
+int64_t selfWorkerId();
+
+// Gradients for the send function `messageId` (held by worker messageId >> 48).
+// The future completes with the peer's answer (see Engine::receiveGradients).
+c10::intrusive_ptr<c10::ivalue::Future> sendGradients(
+    int64_t contextId,
+    int64_t passId,
+    int64_t messageId,
+    torch::autograd::variable_list grads,
+    bool retainGraph,
+    bool smart,
+    const std::vector<int64_t>& reached);
+
+// Asks `workerId` for its reachability table of the context (smart mode); the
+// future's value is the flattened table (int list).
+c10::intrusive_ptr<c10::ivalue::Future> requestReachability(int64_t workerId, int64_t contextId);
+
+// Tells `workerId` to drop a failed pass.
+c10::intrusive_ptr<c10::ivalue::Future> requestAbort(int64_t workerId, int64_t contextId, int64_t passId);
+
+// Ids of every worker in the RPC group.
+std::vector<int64_t> allWorkerIds();
+
+}  // namespace dist_engine
