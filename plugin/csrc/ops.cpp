@@ -1,35 +1,51 @@
 // Every op schema of the library, declared in one place.
 //
-// Kernels are registered next to the code they run (engine_kernels.cpp, step_lock.cpp).
+// Kernels are registered next to the code they run (engine_kernels.cpp).
 // Ops whose names start with an underscore are the engine's RPC handlers and
 // bookkeeping; they are public only because TorchScript functions must reach them.
+//
+// All of them act on or read state outside their arguments (the engine, torch's
+// distributed autograd contexts), so they are declared with CONSERVATIVE alias
+// analysis: TorchScript must neither drop a call whose result is unused nor merge
+// or reorder two calls.
 #include <torch/library.h>
+
+namespace {
+
+void def(torch::Library& m, const char* schema) {
+  m.def(torch::schema(schema, c10::AliasAnalysisKind::CONSERVATIVE));
+}
+
+}  // namespace
 
 TORCH_LIBRARY(dist_engine, m) {
   // Distributed backward pass from `roots` (scalars on this worker) in the given
   // distributed autograd context. `mode` is "smart" or "fast".
-  m.def(
+  def(
+      m,
       "backward(int context_id, Tensor[] roots, bool retain_graph=False, "
       "str mode=\"smart\") -> ()");
   // Gradients accumulated on this worker for the context: {leaf tensor: gradient}.
-  m.def("get_gradients(int context_id) -> Dict(Tensor, Tensor)");
+  def(m, "get_gradients(int context_id) -> Dict(Tensor, Tensor)");
 
   // RPC handler: gradients for the send function `autograd_message_id` of a pass.
   // Completes when this worker may answer (see engine.cpp, "first contact").
-  m.def(
+  def(
+      m,
       "_receive_gradients(int context_id, int pass_id, int autograd_message_id, "
       "Tensor[] grads, bool retain_graph, bool smart, int[] reached) -> Future(int)");
   // RPC handler (smart mode): this worker's reachability table for the context,
   // flattened as [send_id, n, recv_id_1 .. recv_id_n, send_id, n, ...].
-  m.def("_reachability(int context_id) -> int[]");
+  def(m, "_reachability(int context_id) -> int[]");
   // RPC handler: drop every trace of a failed pass on this worker.
-  m.def("_abort_pass(int context_id, int pass_id) -> int");
+  def(m, "_abort_pass(int context_id, int pass_id) -> int");
   // Tells the engine the qualified names of the TorchScript functions that wrap the
   // three handlers above (plugin/_handlers.py), so it can address them on peers.
-  m.def(
+  def(
+      m,
       "_register_handlers(str receive_gradients, str reachability, str abort_pass) -> ()");
   // Forgets this worker's engine state for a context (gradients, finished passes).
-  m.def("_release_context(int context_id) -> ()");
+  def(m, "_release_context(int context_id) -> ()");
   // Counters for tests and monitoring: live contexts, running passes, ...
-  m.def("_debug_info() -> Dict(str, int)");
+  def(m, "_debug_info() -> Dict(str, int)");
 }

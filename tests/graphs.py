@@ -1,0 +1,259 @@
+"""Distributed autograd graphs shared by the engine tests.
+
+Each case runs a forward pass across workers inside a distributed autograd context and
+returns its roots. Leaves are created from fixed seeds and registered by name in the
+worker-local ``LEAVES`` dict, so that a graph built twice (once for torch's engine, once
+for ours) has equal leaves, and the gradients of each worker can be collected by name.
+"""
+from typing import Dict, List
+
+import torch
+import torch.distributed.autograd as dist_autograd
+import torch.distributed.rpc as rpc
+from torch import Tensor
+
+import plugin
+
+# name -> leaf tensor, on each worker
+LEAVES: Dict[str, Tensor] = {}
+
+
+def make_leaf(name: str, shape, seed: int, dtype=torch.float64, requires_grad=True) -> Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    t = torch.rand(shape, generator=gen, dtype=dtype).requires_grad_(requires_grad)
+    LEAVES[name] = t
+    return t
+
+
+def clear_leaves() -> None:
+    LEAVES.clear()
+
+
+def collect_gradients(context_id: int, engine: str) -> Dict[str, Tensor]:
+    """This worker's gradients in the context, by leaf name (engine: "torch" or "plugin")."""
+    if engine == "torch":
+        grads = dist_autograd.get_gradients(context_id)
+    else:
+        grads = plugin.autograd.get_gradients(context_id)
+    return {name: grads[t] for name, t in LEAVES.items() if t in grads}
+
+
+# --- functions run on workers by RPC ---------------------------------------------------
+
+
+def udf_mul_add(a: Tensor, b: Tensor) -> Tensor:
+    return a * b + b
+
+
+@torch.jit.script
+def script_fn(a: Tensor, b: Tensor) -> Tensor:
+    return torch.tanh(a) * b
+
+
+def remote_leaf(name: str, shape, seed: int) -> Tensor:
+    return make_leaf(name, shape, seed)
+
+
+def remote_weight_matmul(x: Tensor, name: str, seed: int) -> Tensor:
+    w = LEAVES.get(name)
+    if w is None:
+        w = make_leaf(name, (x.shape[-1], 3), seed)
+    return torch.relu(x @ w)
+
+
+def nested_chain(x: Tensor, hops: List[str], seed: int) -> Tensor:
+    """Scales by a local leaf, then forwards to the next worker in ``hops``."""
+    me = rpc.get_worker_info().name
+    w = make_leaf(f"chain_{me}_{len(hops)}", x.shape, seed)
+    y = torch.sin(x) * w
+    if hops:
+        return rpc.rpc_sync(hops[0], nested_chain, args=(y, hops[1:], seed + 1))
+    return y
+
+
+def round_trip(x: Tensor, name: str, seed: int) -> Tensor:
+    w = LEAVES.get(name)
+    if w is None:
+        w = make_leaf(name, x.shape, seed)
+    return x * w + 0.5 * x
+
+
+def embedding_lookup(indices: Tensor, name: str, seed: int) -> Tensor:
+    emb = LEAVES.get(name)
+    if emb is None:
+        torch.manual_seed(seed)
+        emb = torch.nn.Embedding(10, 4, sparse=True).double()
+        LEAVES[name] = emb.weight
+    return torch.nn.functional.embedding(indices, LEAVES[name], sparse=True)
+
+
+class Cube(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x**3
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return 3 * x**2 * grad
+
+
+def custom_function_udf(x: Tensor) -> Tensor:
+    return Cube.apply(x) * 2
+
+
+def mixed_dtype_udf(a: Tensor, b: Tensor) -> Tensor:
+    return a.double() * b
+
+
+# --- the cases -------------------------------------------------------------------------
+# Each takes the context id and returns the roots; it runs on worker0 inside the context.
+
+
+def case_builtin_rpc_sync(ctx: int) -> List[Tensor]:
+    a = make_leaf("a", (3, 3), 1)
+    b = make_leaf("b", (3, 3), 2)
+    c = rpc.rpc_sync("worker1", torch.add, args=(a, b))
+    return [(c * a).sum()]
+
+
+def case_builtin_rpc_async(ctx: int) -> List[Tensor]:
+    a = make_leaf("a", (4,), 1)
+    b = make_leaf("b", (4,), 2)
+    fut1 = rpc.rpc_async("worker1", torch.mul, args=(a, b))
+    fut2 = rpc.rpc_async("worker2", torch.sub, args=(a, b))
+    return [(fut1.wait() * fut2.wait()).sum()]
+
+
+def case_python_udf(ctx: int) -> List[Tensor]:
+    a = make_leaf("a", (2, 5), 1)
+    b = make_leaf("b", (2, 5), 2)
+    return [rpc.rpc_sync("worker1", udf_mul_add, args=(a, b)).pow(2).sum()]
+
+
+def case_torchscript_function(ctx: int) -> List[Tensor]:
+    a = make_leaf("a", (6,), 1)
+    b = make_leaf("b", (6,), 2)
+    return [rpc.rpc_sync("worker2", script_fn, args=(a, b)).sum()]
+
+
+def case_remote_to_here(ctx: int) -> List[Tensor]:
+    rref = rpc.remote("worker1", remote_leaf, args=("r", (3,), 7))
+    x = make_leaf("x", (3,), 3)
+    return [(rref.to_here() * x).sum()]
+
+
+def case_nested(ctx: int) -> List[Tensor]:
+    x = make_leaf("x", (5,), 4)
+    y = rpc.rpc_sync("worker1", nested_chain, args=(x, ["worker2", "worker3"], 10))
+    return [y.sum()]
+
+
+def case_self_rpc(ctx: int) -> List[Tensor]:
+    a = make_leaf("a", (3,), 1)
+    b = make_leaf("b", (3,), 2)
+    c = rpc.rpc_sync("worker0", udf_mul_add, args=(a, b))
+    return [(c * c).sum()]
+
+
+def case_round_trips(ctx: int) -> List[Tensor]:
+    x = make_leaf("x", (8,), 5)
+    for i in range(4):
+        x = rpc.rpc_sync("worker1", round_trip, args=(x, f"w{i}", 20 + i))
+        x = torch.cos(x)
+    return [x.sum()]
+
+
+def case_same_tensor_twice(ctx: int) -> List[Tensor]:
+    a = make_leaf("a", (4,), 1)
+    y1 = rpc.rpc_sync("worker1", torch.mul, args=(a, a))
+    y2 = rpc.rpc_sync("worker1", torch.add, args=(a, a))
+    return [(y1 * y2).sum()]
+
+
+def case_no_requires_grad(ctx: int) -> List[Tensor]:
+    a = make_leaf("a", (4,), 1)
+    b = make_leaf("b", (4,), 2, requires_grad=False)
+    y = rpc.rpc_sync("worker1", torch.mul, args=(a, b))
+    z = rpc.rpc_sync("worker2", torch.add, args=(b, b))  # no send function at all
+    return [(y * z).sum()]
+
+
+def case_several_roots(ctx: int) -> List[Tensor]:
+    a = make_leaf("a", (3,), 1)
+    b = make_leaf("b", (3,), 2)
+    y = rpc.rpc_sync("worker1", torch.mul, args=(a, b))
+    z = rpc.rpc_sync("worker2", torch.add, args=(a, b))
+    return [y.sum(), (z * z).sum(), (y * z).mean()]
+
+
+def case_mixed_dtypes(ctx: int) -> List[Tensor]:
+    a = make_leaf("a", (4,), 1, dtype=torch.float32)
+    b = make_leaf("b", (4,), 2, dtype=torch.float64)
+    return [rpc.rpc_sync("worker1", mixed_dtype_udf, args=(a, b)).sum()]
+
+
+def case_sparse_embedding(ctx: int) -> List[Tensor]:
+    indices = torch.tensor([1, 3, 3, 7])
+    rows = rpc.rpc_sync("worker1", embedding_lookup, args=(indices, "emb", 11))
+    w = make_leaf("w", (4, 4), 3)
+    return [(rows * w).sum()]
+
+
+def case_custom_function(ctx: int) -> List[Tensor]:
+    a = make_leaf("a", (5,), 1)
+    y = rpc.rpc_sync("worker2", custom_function_udf, args=(a,))
+    return [Cube.apply(y).sum()]
+
+
+def case_mlp_shards(ctx: int) -> List[Tensor]:
+    x = make_leaf("x", (4, 6), 1)
+    h = rpc.rpc_sync("worker1", remote_weight_matmul, args=(x, "w1", 31))
+    h = rpc.rpc_sync("worker2", remote_weight_matmul, args=(h, "w2", 32))
+    return [h.sum()]
+
+
+CASES = {
+    "builtin_rpc_sync": case_builtin_rpc_sync,
+    "builtin_rpc_async": case_builtin_rpc_async,
+    "python_udf": case_python_udf,
+    "torchscript_function": case_torchscript_function,
+    "remote_to_here": case_remote_to_here,
+    "nested_three_workers": case_nested,
+    "worker_calls_itself": case_self_rpc,
+    "several_round_trips": case_round_trips,
+    "same_tensor_sent_twice": case_same_tensor_twice,
+    "tensors_without_grad": case_no_requires_grad,
+    "several_roots": case_several_roots,
+    "mixed_dtypes": case_mixed_dtypes,
+    "sparse_embedding": case_sparse_embedding,
+    "custom_autograd_function": case_custom_function,
+    "mlp_shards": case_mlp_shards,
+}
+
+
+@torch.jit.script
+def scripted_plugin_backward(context_id: int, roots: List[Tensor], mode: str) -> None:
+    plugin.autograd.backward(context_id, roots, False, mode)
+
+
+@torch.jit.script
+def scripted_torch_backward(context_id: int, roots: List[Tensor]) -> None:
+    dist_autograd.backward(context_id, roots)
+
+
+def run_case(name: str, engine: str, mode: str = "fast", scripted: bool = False):
+    """Builds case ``name`` and runs backward with ``engine``; returns {worker: {leaf: grad}}."""
+    workers = [info.name for info in rpc._get_current_rpc_agent().get_worker_infos()]
+    for w in workers:
+        rpc.rpc_sync(w, clear_leaves)
+    with dist_autograd.context() as ctx:
+        roots = CASES[name](ctx)
+        if engine == "torch":
+            (scripted_torch_backward if scripted else dist_autograd.backward)(ctx, roots)
+        elif scripted:
+            scripted_plugin_backward(ctx, roots, mode)
+        else:
+            plugin.autograd.backward(ctx, roots, mode=mode)
+        return {w: rpc.rpc_sync(w, collect_gradients, args=(ctx, engine)) for w in sorted(workers)}
