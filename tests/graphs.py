@@ -5,6 +5,7 @@ returns its roots. Leaves are created from fixed seeds and registered by name in
 worker-local ``LEAVES`` dict, so that a graph built twice (once for torch's engine, once
 for ours) has equal leaves, and the gradients of each worker can be collected by name.
 """
+import threading
 from typing import Dict, List
 
 import torch
@@ -257,3 +258,104 @@ def run_case(name: str, engine: str, mode: str = "fast", scripted: bool = False)
         else:
             plugin.autograd.backward(ctx, roots, mode=mode)
         return {w: rpc.rpc_sync(w, collect_gradients, args=(ctx, engine)) for w in sorted(workers)}
+
+
+# --- hooks, failures and long-running functions -----------------------------------------
+
+HOOK_CALLS: Dict[str, int] = {}
+
+
+def count_hook(name: str, scale: float):
+    def hook(grad):
+        HOOK_CALLS[name] = HOOK_CALLS.get(name, 0) + 1
+        return grad * scale
+
+    return hook
+
+
+def hook_calls() -> Dict[str, int]:
+    return dict(HOOK_CALLS)
+
+
+def clear_hook_calls() -> None:
+    HOOK_CALLS.clear()
+
+
+def udf_with_hooks(x: Tensor, seed: int) -> Tensor:
+    """On the callee: a hook on an intermediate tensor and on a leaf."""
+    w = make_leaf("remote_w", x.shape, seed)
+    w.register_hook(count_hook("remote_leaf_hook", 0.5))
+    y = x * w
+    y.register_hook(count_hook("remote_intermediate_hook", 3.0))
+    return torch.sin(y)
+
+
+FAIL_BACKWARD = {"on": False}
+
+
+def set_fail_backward(on: bool) -> None:
+    FAIL_BACKWARD["on"] = on
+
+
+class FailingBackward(torch.autograd.Function):
+    """Identity whose backward raises while FAIL_BACKWARD is on (on the worker running it)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        if FAIL_BACKWARD["on"]:
+            raise ValueError("boom in FailingBackward")
+        return grad
+
+
+def udf_failing_backward(x: Tensor) -> Tensor:
+    return FailingBackward.apply(x) * 2
+
+
+RELEASE_BACKWARD = threading.Event()
+
+
+class BlockingBackward(torch.autograd.Function):
+    """Identity whose backward waits until RELEASE_BACKWARD is set (at most 30 s)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        RELEASE_BACKWARD.wait(timeout=30)
+        return grad
+
+
+def udf_blocking_backward(x: Tensor) -> Tensor:
+    RELEASE_BACKWARD.clear()
+    return BlockingBackward.apply(x)
+
+
+def release_blocked_backward() -> None:
+    RELEASE_BACKWARD.set()
+
+
+def release_context_here(context_id: int) -> None:
+    """Drops torch's context on this worker, as if it had never heard of it."""
+    dist_autograd._release_context(context_id)
+
+
+def engine_debug_info() -> Dict[str, int]:
+    return plugin.autograd.debug_info()
+
+
+def resident_memory() -> int:
+    import psutil
+
+    return psutil.Process().memory_info().rss
+
+
+def sleep(seconds: float) -> None:
+    import time
+
+    time.sleep(seconds)

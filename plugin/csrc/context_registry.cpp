@@ -39,19 +39,62 @@ EntryPtr ContextRegistry::find(int64_t contextId) {
   return it->second;
 }
 
-void ContextRegistry::accumulate(ContextEntry& entry, const at::Tensor& variable, at::Tensor&& grad) {
+namespace {
+
+// dict[variable] += grad, out of place.
+void addInto(GradientDict& dict, const at::Tensor& variable, at::Tensor grad) {
+  auto it = dict.find(variable);
+  if (it == dict.end()) {
+    dict.insert(variable, std::move(grad));
+  } else {
+    dict.insert_or_assign(variable, it->value() + grad);
+  }
+}
+
+}  // namespace
+
+void ContextEntry::commitEarlierPasses(int64_t current) {
+  for (auto it = staged.begin(); it != staged.end();) {
+    if (it->first == current) {
+      ++it;
+      continue;
+    }
+    for (const auto& item : it->second) {
+      addInto(grads, item.key(), item.value());
+    }
+    it = staged.erase(it);
+  }
+}
+
+void ContextEntry::discardPass(int64_t passId) {
+  staged.erase(passId);
+}
+
+GradientDict ContextEntry::snapshot() const {
+  GradientDict all = grads.copy();
+  for (const auto& [passId, passGrads] : staged) {
+    for (const auto& item : passGrads) {
+      addInto(all, item.key(), item.value());
+    }
+  }
+  return all;
+}
+
+void ContextRegistry::accumulate(ContextEntry& entry, int64_t passId, const at::Tensor& variable, at::Tensor&& grad) {
   // Keep the incoming tensor only when nothing else refers to it (the engine has
   // moved its last reference here); otherwise store a copy, so that an in-place
   // change by the user to one leaf's gradient cannot leak into another's (an add
   // hands the same gradient tensor to both of its inputs).
   at::Tensor owned = grad.use_count() == 1 ? std::move(grad) : grad.clone();
   std::lock_guard<std::mutex> lock(entry.mu);
-  auto it = entry.grads.find(variable);
-  if (it == entry.grads.end()) {
-    entry.grads.insert(variable, std::move(owned));
-  } else {
-    entry.grads.insert_or_assign(variable, it->value() + owned);
+  if (entry.abortedPasses.count(passId) != 0) {
+    return;  // a task that was already running when the pass failed
   }
+  auto passGrads = entry.staged.find(passId);
+  if (passGrads == entry.staged.end()) {
+    passGrads = entry.staged.emplace(passId, GradientDict()).first;
+  }
+  addInto(passGrads->second, variable, std::move(owned));
 }
 
 PassPtr ContextRegistry::findPass(int64_t contextId, int64_t passId) {
@@ -84,6 +127,9 @@ std::unordered_map<std::string, int64_t> ContextRegistry::debugInfo() {
   for (auto& [id, entry] : contexts_) {
     std::lock_guard<std::mutex> entryLock(entry->mu);
     numGrads += static_cast<int64_t>(entry->grads.size());
+    for (const auto& [passId, passGrads] : entry->staged) {
+      numGrads += static_cast<int64_t>(passGrads.size());
+    }
   }
   return {
       {"num_live_contexts", static_cast<int64_t>(contexts_.size())},

@@ -21,17 +21,35 @@
 
 namespace dist_engine {
 
+// Leaf tensor -> gradient.
+using GradientDict = c10::Dict<at::Tensor, at::Tensor>;
+
+// Gradients are kept per pass until the pass is known to have ended on every
+// worker, so that a pass that fails anywhere can be taken back everywhere: a failed
+// backward leaves no partial gradients in the context.
 struct ContextEntry {
   explicit ContextEntry(const ContextPtr& ctx) : context(ctx) {}
 
   std::weak_ptr<torch::distributed::autograd::DistAutogradContext> context;
   std::mutex mu;
-  // Leaf tensor -> gradient accumulated over this context's backward passes.
-  c10::Dict<at::Tensor, at::Tensor> grads;
+  // Gradients of passes known to have ended everywhere, summed.
+  GradientDict grads;
+  // pass id -> gradients of a pass that may still be aborted.
+  std::map<int64_t, GradientDict> staged;
   // A backward pass started on this worker is running for this context.
   bool rootBackwardRunning = false;
   // Passes that failed or were aborted here: late gradient messages are refused.
   std::unordered_set<int64_t> abortedPasses;
+
+  // Moves the staged gradients of every pass but `current` into `grads`. Called when
+  // a pass starts: the worker that calls backward starts a pass only after its
+  // previous one in the context ended everywhere (or was aborted everywhere).
+  // Must hold `mu`.
+  void commitEarlierPasses(int64_t current);
+  // Drops what a failed pass staged. Must hold `mu`.
+  void discardPass(int64_t passId);
+  // Committed and staged gradients, summed, in a new dict. Must hold `mu`.
+  GradientDict snapshot() const;
 };
 
 using EntryPtr = std::shared_ptr<ContextEntry>;
@@ -45,9 +63,9 @@ class ContextRegistry {
   // The entry for a context id, or nullptr.
   EntryPtr find(int64_t contextId);
 
-  // Adds `grad` to the gradient of `variable` in `entry` (out of place, so a
+  // Adds `grad` to what pass `passId` staged for `variable` (out of place, so a
   // dictionary returned by get_gradients earlier keeps its values).
-  static void accumulate(ContextEntry& entry, const at::Tensor& variable, at::Tensor&& grad);
+  static void accumulate(ContextEntry& entry, int64_t passId, const at::Tensor& variable, at::Tensor&& grad);
 
   PassPtr findPass(int64_t contextId, int64_t passId);
   // Inserts `pass` unless a pass with the same ids exists; returns the one registered.

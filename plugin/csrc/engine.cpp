@@ -12,6 +12,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/distributed/autograd/context/container.h>
 #include <torch/csrc/distributed/rpc/rpc_agent.h>
+#include <torch/csrc/distributed/rpc/utils.h>
 
 #include <chrono>
 #include <sstream>
@@ -24,6 +25,10 @@ using torch::distributed::autograd::DistAutogradContainer;
 using c10::ivalue::Future;
 
 namespace {
+
+constexpr const char* kFastModeHint =
+    ". Fast mode expects a gradient for every send function of the context; "
+    "if some RPC outputs do not reach the loss, use mode=\"smart\"";
 
 std::string passLabel(int64_t contextId) {
   return "in the backward pass of context " + std::to_string(contextId);
@@ -103,6 +108,10 @@ void Engine::backward(int64_t contextId, const variable_list& roots, bool retain
   RunningFlagGuard runningGuard{entry};
 
   const int64_t passId = (selfWorkerId() << 48) | nextPassNumber_.fetch_add(1);
+  {
+    std::lock_guard<std::mutex> lock(entry->mu);
+    entry->commitEarlierPasses(passId);
+  }
   auto pass = std::make_shared<PassState>(contextId, passId, /*isRoot=*/true, mode, retainGraph);
   pass->context = ctx;
   pass->entry = entry;
@@ -160,8 +169,7 @@ void Engine::runAsOwner(const PassPtr& pass) {
           what << " " << id;
         }
         if (pass->mode == Mode::kFast) {
-          what << ". Fast mode expects a gradient for every send function of the context; "
-               << "if some RPC outputs do not reach the loss, use mode=\"smart\"";
+          what << kFastModeHint;
         }
       }
       failLocked(*pass, workerError(passLabel(pass->contextId), what.str()));
@@ -224,6 +232,10 @@ c10::intrusive_ptr<Future> Engine::receiveGradients(
     pass = ContextRegistry::get().insertPass(fresh);
     if (pass == fresh) {
       firstContact = true;
+      {
+        std::lock_guard<std::mutex> entryLock(entry->mu);
+        entry->commitEarlierPasses(passId);
+      }
       computeDependencies(*fresh, nullptr);
     }
   }
@@ -240,8 +252,10 @@ std::vector<int64_t> Engine::reachability(int64_t contextId) {
 
 int64_t Engine::abortPass(int64_t contextId, int64_t passId) {
   if (EntryPtr entry = ContextRegistry::get().find(contextId)) {
+    // Also when this worker's part of the pass ended well: its gradients go too.
     std::lock_guard<std::mutex> lock(entry->mu);
     entry->abortedPasses.insert(passId);
+    entry->discardPass(passId);
   }
   PassPtr pass = ContextRegistry::get().findPass(contextId, passId);
   if (!pass) {
@@ -262,7 +276,7 @@ c10::Dict<at::Tensor, at::Tensor> Engine::getGradients(int64_t contextId) {
     return c10::Dict<at::Tensor, at::Tensor>();
   }
   std::lock_guard<std::mutex> lock(entry->mu);
-  return entry->grads.copy();
+  return entry->snapshot();
 }
 
 // ---------------------------------------------------------------------------
@@ -343,7 +357,7 @@ void Engine::execute(const PassPtr& pass, ReadyTask& task) {
 
   if (auto* leaf = dynamic_cast<AccumulateGrad*>(&fn)) {
     accumulateLeaf(fn, std::move(task.inputs), [&](at::Tensor&& grad) {
-      ContextRegistry::accumulate(*pass->entry, leaf->variable, std::move(grad));
+      ContextRegistry::accumulate(*pass->entry, pass->passId, leaf->variable, std::move(grad));
     });
     return;
   }
@@ -413,11 +427,14 @@ void Engine::sendToPeer(const PassPtr& pass, int64_t messageId, variable_list&& 
       std::lock_guard<std::mutex> lock(pass->mu);
       --pass->pendingRpcs;
       if (done.hasError()) {
-        failLocked(
-            *pass,
-            extractWorkerError(
-                done.tryRetrieveErrorMessage(),
-                workerError(passLabel(pass->contextId), "sending gradients to " + workerLabel(dst) + " failed: ")));
+        std::string error = extractWorkerError(
+            done.tryRetrieveErrorMessage(),
+            workerError(passLabel(pass->contextId), "sending gradients to " + workerLabel(dst) + " failed: "));
+        if (pass->mode == Mode::kFast &&
+            torch::distributed::rpc::getRPCErrorType(done) == torch::distributed::rpc::RPCErrorType::TIMEOUT) {
+          error += kFastModeHint;
+        }
+        failLocked(*pass, error);
       } else {
         maybeFinishLocked(*pass);
       }
@@ -477,6 +494,7 @@ void Engine::failLocked(PassState& pass, const std::string& error) {
   if (pass.entry) {
     std::lock_guard<std::mutex> lock(pass.entry->mu);
     pass.entry->abortedPasses.insert(pass.passId);
+    pass.entry->discardPass(pass.passId);
   }
   if (pass.ownerWaiting) {
     pass.cv.notify_one();

@@ -1,0 +1,143 @@
+"""Errors of the plugin's engine: bad arguments, errors on remote workers, and what is
+left behind after them (nothing)."""
+import threading
+
+import pytest
+import torch
+import torch.distributed.autograd as dist_autograd
+import torch.distributed.rpc as rpc
+
+import graphs
+import plugin
+
+
+def running_passes():
+    return {
+        info.name: rpc.rpc_sync(info.name, graphs.engine_debug_info)["num_running_passes"]
+        for info in rpc._get_current_rpc_agent().get_worker_infos()
+    }
+
+
+def assert_nothing_left_running():
+    assert set(running_passes().values()) == {0}
+
+
+@pytest.mark.parametrize(
+    "make_roots, message",
+    [
+        (lambda a: [a * 2], "is not a scalar"),
+        (lambda a: [a.detach().sum()], "requires_grad not set on root"),
+        (lambda a: [a], "is not a scalar"),
+        (lambda a: [torch.ones((), requires_grad=True)], "does not have a valid gradient function"),
+        (lambda a: [], "No tensors provided for gradient computation"),
+    ],
+    ids=["not_scalar", "no_requires_grad", "leaf_vector", "no_grad_fn", "empty"],
+)
+def test_invalid_roots(cluster, make_roots, message):
+    with dist_autograd.context() as ctx:
+        a = torch.rand(3, requires_grad=True)
+        with pytest.raises(RuntimeError, match=message):
+            plugin.autograd.backward(ctx, make_roots(a))
+
+
+def test_unknown_context_id(cluster):
+    a = torch.rand(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"Error on worker 'worker0'.*Could not find autograd context with id: 987654"):
+        plugin.autograd.backward(987654, [a.sum()])
+    with pytest.raises(RuntimeError, match="Could not find autograd context with id: 987654"):
+        plugin.autograd.get_gradients(987654)
+
+
+def test_invalid_mode(cluster):
+    with dist_autograd.context() as ctx:
+        a = torch.rand(3, requires_grad=True)
+        with pytest.raises(ValueError, match='mode must be "smart" or "fast", got "slow"'):
+            plugin.autograd.backward(ctx, [a.sum()], mode="slow")
+
+
+def test_second_backward_while_one_runs(cluster):
+    with dist_autograd.context() as ctx:
+        a = torch.rand(3, requires_grad=True)
+        y = rpc.rpc_sync("worker1", graphs.udf_blocking_backward, args=(a,))
+        errors = []
+        first = threading.Thread(target=lambda: plugin.autograd.backward(ctx, [y.sum()], retain_graph=True))
+        first.start()
+        try:
+            # wait until the first pass is under way on worker1
+            for _ in range(300):
+                if running_passes()["worker1"]:
+                    break
+                threading.Event().wait(0.01)
+            with pytest.raises(RuntimeError, match=f"a backward pass of context {ctx} is already running"):
+                plugin.autograd.backward(ctx, [y.sum()], retain_graph=True)
+        finally:
+            rpc.rpc_sync("worker1", graphs.release_blocked_backward)
+            first.join(timeout=30)
+        assert not first.is_alive() and not errors
+        torch.testing.assert_close(plugin.autograd.get_gradients(ctx)[a], torch.ones(3))
+
+
+def gradients_everywhere(ctx):
+    return {
+        info.name: rpc.rpc_sync(info.name, graphs.collect_gradients, args=(ctx, "plugin"))
+        for info in rpc._get_current_rpc_agent().get_worker_infos()
+    }
+
+
+@pytest.mark.parametrize("mode", ["fast", "smart"])
+def test_error_on_remote_worker_names_it_and_leaves_nothing_behind(cluster, mode):
+    """A backward function raising on worker2 (reached through worker1): the caller's error
+    names worker2 and the exception; no worker keeps the pass or any gradient of it; the
+    context runs backward again."""
+    for info in rpc._get_current_rpc_agent().get_worker_infos():
+        rpc.rpc_sync(info.name, graphs.clear_leaves)
+    rpc.rpc_sync("worker2", graphs.set_fail_backward, args=(True,))
+    try:
+        with dist_autograd.context() as ctx:
+            a = graphs.make_leaf("a", (4,), 1)
+            w = rpc.rpc_sync("worker3", graphs.remote_leaf, args=("w", (4,), 2))
+            b = rpc.rpc_sync("worker1", torch.mul, args=(a, a))
+            c = rpc.rpc_sync("worker2", graphs.udf_failing_backward, args=(b,))
+            d = rpc.rpc_sync("worker3", graphs.udf_mul_add, args=(c, a))  # c * a + a
+            root = (d * w).sum()
+            with pytest.raises(RuntimeError, match=r"Error on worker 'worker2' \(id 2\).*boom in FailingBackward"):
+                plugin.autograd.backward(ctx, [root], retain_graph=True, mode=mode)
+            assert_nothing_left_running()
+            # parts of the pass that had ended (worker3's, say) were taken back too
+            assert gradients_everywhere(ctx) == {f"worker{i}": {} for i in range(4)}
+
+            rpc.rpc_sync("worker2", graphs.set_fail_backward, args=(False,))
+            plugin.autograd.backward(ctx, [root], mode=mode)
+            grads = plugin.autograd.get_gradients(ctx)
+            w_grad = rpc.rpc_sync("worker3", graphs.collect_gradients, args=(ctx, "plugin"))["w"]
+        a_, w_ = a.detach(), w.detach()
+        # root = sum((2 a^2 * a + a) * w) = sum((2 a^3 + a) w)
+        torch.testing.assert_close(grads[a], (6 * a_**2 + 1) * w_, rtol=1e-12, atol=0)
+        torch.testing.assert_close(w_grad, 2 * a_**3 + a_, rtol=1e-12, atol=0)
+    finally:
+        rpc.rpc_sync("worker2", graphs.set_fail_backward, args=(False,))
+    assert_nothing_left_running()
+
+
+def test_error_during_smart_walk_names_worker(cluster):
+    """worker2 cannot answer the smart walk in time (all its RPC threads are busy and the
+    RPC timeout is 1 s): the caller's error names worker2; nothing is left running."""
+    with dist_autograd.context() as ctx:
+        a = torch.rand(3, requires_grad=True)
+        b = rpc.rpc_sync("worker1", torch.mul, args=(a, a))
+        c = rpc.rpc_sync("worker2", torch.add, args=(b, a))
+        busy = [rpc.rpc_async("worker2", graphs.sleep, args=(3.0,)) for _ in range(cluster.num_worker_threads)]
+        rpc._set_rpc_timeout(1)
+        try:
+            with pytest.raises(
+                RuntimeError, match=r"asking worker 'worker2' \(id 2\) for its reachability table failed.*timeout"
+            ):
+                plugin.autograd.backward(ctx, [c.sum()], mode="smart")
+        finally:
+            rpc._set_rpc_timeout(cluster.rpc_timeout)
+            for f in busy:
+                f.wait()
+        assert_nothing_left_running()
+        # once worker2 answers again, the same context runs backward
+        plugin.autograd.backward(ctx, [c.sum()], mode="smart")
+        torch.testing.assert_close(plugin.autograd.get_gradients(ctx)[a], 2 * a.detach() + 1)
