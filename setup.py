@@ -6,25 +6,10 @@ against the torch that is already installed.
 import glob
 import os
 
-import torch
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-class BuildWithInfo(BuildExtension):
-    """Records the torch version the library was built against next to it.
-
-    ``import plugin`` reads that record to say which torch a library that fails to
-    load was built for.
-    """
-
-    def run(self):
-        with open(os.path.join(HERE, "plugin", "_build_info.py"), "w") as f:
-            f.write("# Written by setup.py at build time.\n")
-            f.write(f"TORCH_VERSION = {torch.__version__!r}\n")
-        super().run()
 
 
 sources = sorted(glob.glob(os.path.join("plugin", "csrc", "*.cpp")))
@@ -49,5 +34,5 @@ setup(
             extra_compile_args={"cxx": ["-O2", "-Wall", "-Wno-unused-parameter"]},
         )
     ],
-    cmdclass={"build_ext": BuildWithInfo},
+    cmdclass={"build_ext": BuildExtension},
 )

@@ -7,6 +7,7 @@ visible to eager Python and TorchScript alike.
 import glob
 import importlib.machinery
 import os
+import re
 
 import torch
 
@@ -16,13 +17,18 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 LIBRARY_ENV_VAR = "GILFREE_RPC_LIBRARY"
 
 
-def built_against() -> str:
-    """The torch version the installed library was built against, or ``"unknown"``."""
+def built_against(path: str) -> str:
+    """The torch version recorded in the library file at ``path``, or ``"unknown"``.
+
+    Read from the file's bytes (plugin/csrc/build_info.cpp), so it works for a file the
+    loader rejects.
+    """
     try:
-        from . import _build_info
-    except ImportError:
+        with open(path, "rb") as f:
+            match = re.search(rb"gilfree-rpc built against torch ([0-9A-Za-z.+_-]+)", f.read())
+    except OSError:
         return "unknown"
-    return _build_info.TORCH_VERSION
+    return match.group(1).decode() if match else "unknown"
 
 
 def find_library() -> str:
@@ -61,7 +67,7 @@ def load_library(path: str | None = None) -> str:
         reason = f"{e}: {e.__cause__}" if e.__cause__ is not None else str(e)
         raise ImportError(
             f"gilfree-rpc: failed to load the op library {path} "
-            f"(built against torch {built_against()}, running torch {torch.__version__}): {reason}. "
+            f"(built against torch {built_against(path)}, running torch {torch.__version__}): {reason}. "
             f"Rebuild it against this torch with `pip install --no-build-isolation -e .`."
         ) from e
     _loaded[path] = True

@@ -13,5 +13,7 @@ fi
 
 # Build tools first: the plugin is built without isolation against the torch above.
 "$PYTHON" -m pip install --quiet "setuptools>=64" wheel ninja
+# CMake builds the same library in the tests.
+command -v cmake >/dev/null 2>&1 || "$PYTHON" -m pip install --quiet cmake
 echo "[setup] building the op library against torch $("$PYTHON" -c 'import torch; print(torch.__version__)')"
 "$PYTHON" -m pip install --quiet --no-build-isolation -e ".[test,docs,plot]"

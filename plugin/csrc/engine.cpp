@@ -240,7 +240,13 @@ c10::intrusive_ptr<Future> Engine::receiveGradients(
     }
   }
   auto answer = firstContact ? pass->completion : completedFuture();
-  deliver(pass, messageId, std::move(grads));
+  if (deliver(pass, messageId, std::move(grads))) {
+    // On a worker that did not call backward the work runs right here, on the RPC
+    // thread that brought it: no thread hand-over on the latency path, and nothing
+    // in it waits for another worker (gradients for peers go out as asynchronous
+    // RPCs, and their answers are handled in callbacks).
+    drain(pass);
+  }
   settle(pass);
   return answer;
 }
@@ -283,16 +289,18 @@ c10::Dict<at::Tensor, at::Tensor> Engine::getGradients(int64_t contextId) {
 // Execution
 // ---------------------------------------------------------------------------
 
-void Engine::schedule(const PassPtr& pass) {
-  if (pass->draining) {
-    return;  // the running drainer picks the task up
+bool Engine::claimDrain(PassState& pass) {
+  if (pass.draining) {
+    return false;  // the running drainer picks the task up
   }
-  if (pass->ownerWaiting) {
-    pass->cv.notify_one();  // the root's own thread runs it
-    return;
+  if (pass.ownerWaiting) {
+    // The thread that called backward runs it, so that this RPC is answered at
+    // once: the sender's part of the pass ends only when its messages are answered.
+    pass.cv.notify_one();
+    return false;
   }
-  pass->draining = true;
-  at::launch([this, pass] { drain(pass); });
+  pass.draining = true;
+  return true;
 }
 
 void Engine::drain(const PassPtr& pass) {
@@ -401,7 +409,8 @@ void Engine::forwardOutputs(const PassPtr& pass, Node& fn, variable_list&& outpu
 void Engine::sendToPeer(const PassPtr& pass, int64_t messageId, variable_list&& grads) {
   const int64_t dst = messageId >> 48;
   if (dst == selfWorkerId()) {
-    // An RPC this worker made to itself: its send function is in this same pass.
+    // An RPC this worker made to itself: its send function is in this same pass,
+    // whose drainer is the caller.
     deliver(pass, messageId, std::move(grads));
     return;
   }
@@ -443,10 +452,10 @@ void Engine::sendToPeer(const PassPtr& pass, int64_t messageId, variable_list&& 
   });
 }
 
-void Engine::deliver(const PassPtr& pass, int64_t messageId, variable_list&& grads) {
+bool Engine::deliver(const PassPtr& pass, int64_t messageId, variable_list&& grads) {
   std::lock_guard<std::mutex> lock(pass->mu);
   if (pass->finished) {
-    return;  // a failed pass ignores late gradients
+    return false;  // a failed pass ignores late gradients
   }
   auto send = pass->pendingSends.find(messageId);
   if (send == pass->pendingSends.end()) {
@@ -456,12 +465,12 @@ void Engine::deliver(const PassPtr& pass, int64_t messageId, variable_list&& gra
             passLabel(pass->contextId),
             "received gradients for send function " + std::to_string(messageId) +
                 ", which this pass does not expect (unknown, not reached, or it received them already)"));
-    return;
+    return false;
   }
   auto task = std::make_unique<ReadyTask>(ReadyTask{send->second, InputBuffer(0), std::move(grads), true});
   pass->pendingSends.erase(send);
   pass->pushReady(std::move(task));
-  schedule(pass);
+  return claimDrain(*pass);
 }
 
 // ---------------------------------------------------------------------------

@@ -69,11 +69,13 @@ class Engine {
   void forwardOutputs(const PassPtr& pass, Node& fn, variable_list&& outputs);
   // Gradients computed by a recv function go to the worker holding its send function.
   void sendToPeer(const PassPtr& pass, int64_t messageId, variable_list&& grads);
-  // Gradients that arrived for send function `messageId` of `pass`.
-  void deliver(const PassPtr& pass, int64_t messageId, variable_list&& grads);
+  // Queues gradients that arrived for send function `messageId` of `pass`. Returns
+  // true when the caller must run the pass's tasks (nobody else is running them).
+  bool deliver(const PassPtr& pass, int64_t messageId, variable_list&& grads);
 
   // The following expect pass.mu to be held.
-  void schedule(const PassPtr& pass);
+  // Marks the caller as the pass's drainer; false if another thread is one already.
+  bool claimDrain(PassState& pass);
   void maybeFinishLocked(PassState& pass);
   void failLocked(PassState& pass, const std::string& error);
   // Completes the pass's future and removes it from the registry, once, after it
