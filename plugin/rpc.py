@@ -1,0 +1,115 @@
+"""Starting TensorPipe RPC for the plugin, from arguments or from torchrun's environment."""
+import os
+from typing import Mapping, Optional, Sequence
+
+import torch
+import torch.distributed.rpc as _rpc
+
+from ._device_maps import resolve_device_maps
+
+__all__ = ["init_rpc", "resolve_device_maps"]
+
+
+def _setting(value, env: str, what: str, convert=str, default=None):
+    if value is not None:
+        return value
+    if env in os.environ:
+        try:
+            return convert(os.environ[env])
+        except ValueError:
+            raise ValueError(f"init_rpc(): {env}={os.environ[env]!r} is not a valid {what}") from None
+    if default is not None:
+        return default
+    raise ValueError(f"init_rpc(): {what} was not given and {env} is not set (torchrun sets it)")
+
+
+def init_rpc(
+    name: Optional[str] = None,
+    rank: Optional[int] = None,
+    world_size: Optional[int] = None,
+    *,
+    master_addr: Optional[str] = None,
+    master_port: Optional[int] = None,
+    num_worker_threads: int = 16,
+    rpc_timeout: float = 60.0,
+    device_maps: Optional[Mapping] = None,
+    worker_names: Optional[Sequence[str]] = None,
+) -> _rpc.WorkerInfo:
+    """Starts TensorPipe RPC on this process and returns its ``WorkerInfo``.
+
+    Every argument left out is read from torchrun's environment: ``RANK``, ``WORLD_SIZE``,
+    ``MASTER_ADDR`` (default ``localhost``), ``MASTER_PORT`` and ``LOCAL_RANK`` (the CUDA
+    device made current, when CUDA is available). Workers are named ``worker0`` ..
+    ``worker{world_size-1}`` unless ``worker_names`` says otherwise.
+
+    Device maps are one world-wide table given identically to every rank,
+    ``{worker: {peer: {device: device}}}``; row ``device_maps[a][b]`` says where a tensor
+    that ``a`` sends to ``b`` lands on ``b``. Each rank applies the rows it takes part in,
+    in both directions (the inverse of ``device_maps[a][b]`` is ``b``'s map to ``a``), so
+    CUDA gradients of a distributed backward pass travel back to the device their
+    tensors came from. The whole table is checked before RPC starts.
+
+    Args:
+        name (str, optional): this worker's name. Default: ``worker_names[rank]``.
+        rank (int, optional): this worker's rank, ``0 <= rank < world_size``.
+        world_size (int, optional): number of workers.
+        master_addr (str, optional): address of rank 0's rendezvous store.
+        master_port (int, optional): port of that store.
+        num_worker_threads (int): threads serving RPCs on this worker. Default: 16.
+        rpc_timeout (float): default RPC timeout in seconds (0: none). Default: 60.
+        device_maps (dict, optional): the world-wide device-map table (devices as
+            ``torch.device``, ``"cuda:0"``-style strings or CUDA indices).
+        worker_names (Sequence[str], optional): names of all workers in rank order.
+
+    Returns:
+        torch.distributed.rpc.WorkerInfo: this worker's name and id.
+
+    Raises:
+        ValueError: a setting is missing or malformed (the message names it and the
+            environment variable it comes from), ``name`` contradicts ``worker_names``, or
+            the device-map table is invalid: unknown worker, a map from a worker to
+            itself, a map that cannot be inverted, two rows that disagree, or a device that
+            does not exist on this worker. Nothing has started when it raises.
+        TypeError: ``device_maps`` is not nested dicts.
+    """
+    rank = _setting(rank, "RANK", "rank", int)
+    world_size = _setting(world_size, "WORLD_SIZE", "world size", int)
+    master_addr = _setting(master_addr, "MASTER_ADDR", "master address", str, default="localhost")
+    master_port = _setting(master_port, "MASTER_PORT", "master port", int)
+    if not 0 <= rank < world_size:
+        raise ValueError(f"init_rpc(): rank must be in [0, {world_size}), got {rank}")
+    names = list(worker_names) if worker_names is not None else [f"worker{r}" for r in range(world_size)]
+    if len(names) != world_size or len(set(names)) != world_size:
+        raise ValueError(f"init_rpc(): worker_names must hold {world_size} distinct names, got {names}")
+    if name is None:
+        name = names[rank]
+    elif name != names[rank]:
+        raise ValueError(f"init_rpc(): name {name!r} is not worker_names[{rank}] = {names[rank]!r}")
+    if num_worker_threads < 1:
+        raise ValueError(f"init_rpc(): num_worker_threads must be >= 1, got {num_worker_threads}")
+    if rpc_timeout < 0:
+        raise ValueError(f"init_rpc(): rpc_timeout must be >= 0 seconds, got {rpc_timeout}")
+
+    cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    maps = resolve_device_maps(device_maps or {}, name, names, cuda_count)
+
+    local_rank = os.environ.get("LOCAL_RANK")
+    if cuda_count and local_rank is not None:
+        torch.cuda.set_device(int(local_rank) % cuda_count)
+
+    options = _rpc.TensorPipeRpcBackendOptions(
+        num_worker_threads=num_worker_threads,
+        rpc_timeout=rpc_timeout,
+        init_method=f"tcp://{master_addr}:{master_port}",
+    )
+    devices = set()
+    for peer, mapping in maps.items():
+        options.set_device_map(peer, {str(k): str(v) for k, v in mapping.items()})
+        devices.update(d for d in mapping if d.type == "cuda")
+    if devices:
+        options.set_devices(sorted(devices, key=lambda d: d.index))
+
+    from . import _handlers  # noqa: F401  (peers call the engine's handlers by name)
+
+    _rpc.init_rpc(name, rank=rank, world_size=world_size, rpc_backend_options=options)
+    return _rpc.get_worker_info()
