@@ -1,6 +1,7 @@
 // Every op schema of the library, declared in one place.
 //
-// Kernels are registered next to the code they run (engine_kernels.cpp).
+// Kernels are registered next to the code they run (engine_kernels.cpp,
+// optimizer_kernels.cpp); the one custom class is declared here too.
 // Ops whose names start with an underscore are the engine's RPC handlers and
 // bookkeeping; they are public only because TorchScript functions must reach them.
 //
@@ -8,6 +9,8 @@
 // distributed autograd contexts), so they are declared with CONSERVATIVE alias
 // analysis: TorchScript must neither drop a call whose result is unused nor merge
 // or reorder two calls.
+#include "step_lock.h"
+
 #include <torch/library.h>
 
 namespace {
@@ -48,4 +51,15 @@ TORCH_LIBRARY(dist_engine, m) {
   def(m, "_release_context(int context_id) -> ()");
   // Counters for tests and monitoring: live contexts, running passes, ...
   def(m, "_debug_info() -> Dict(str, int)");
+
+  // The gradient of each of `params` in the context on this worker (None where it has
+  // none): the plugin engine's, or torch's distributed autograd's when only torch's
+  // engine ran. What a local optimizer step reads.
+  def(m, "gradients_for(int context_id, Tensor[] params) -> Tensor?[]");
+
+  // torch.classes.dist_engine.StepLock: a mutex for TorchScript `with` statements.
+  m.class_<dist_engine::StepLock>("StepLock")
+      .def(torch::init<>())
+      .def("__enter__", &dist_engine::StepLock::enter)
+      .def("__exit__", &dist_engine::StepLock::exit);
 }
