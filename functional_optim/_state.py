@@ -353,6 +353,18 @@ def device_dtype_splits(s: GroupedState, g: int, params: List[Tensor]) -> List[L
 
 
 def take(tensors: List[Tensor], positions: List[int]) -> List[Tensor]:
+    """``[tensors[k] for k in positions]``, for sorted, distinct ``positions``.
+
+    When ``positions`` selects everything, ``tensors`` itself is returned. Besides saving a
+    copy this matters for correctness under TorchScript: its dead-code elimination drops an
+    in-place list op (``torch._foreach_add_``, ``torch._fused_sgd_``, ...) whose list arguments
+    are all fresh lists that are not used afterwards, even though their elements alias live
+    tensors (observed on torch 2.13). Returning through this ``if`` makes the result alias the
+    input list, so such ops are kept. Every list that this package hands to an in-place list
+    op either is an input/attribute list or comes from here or from an ``if`` of the same kind.
+    """
+    if len(positions) == len(tensors):
+        return tensors
     out: List[Tensor] = []
     for k in positions:
         out.append(tensors[k])

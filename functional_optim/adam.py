@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _validation, state_protocol
+from . import _methods, _validation
 from ._state import (
     GroupedState, choose_impl, commit_group, device_dtype_splits, flag, new_step,
     scalar_list, take,
@@ -396,28 +396,13 @@ class Adam:
                 adam_group_step(self._s, self._s.group_of[i], [i], [grad])
 
     # ------------------------------------------------------------------ state protocol
-    def param_group_indices(self) -> List[List[int]]:
-        """Flat parameter indices of each group (see :mod:`functional_optim.state_protocol`)."""
-        return self._s.group_indices()
-
-    def hyperparameters(self) -> List[Dict[str, float]]:
-        """Copies of each group's numeric hyperparameters: lr, beta1, beta2, eps, weight_decay."""
-        return self._s.hyperparameters()
-
-    def options(self) -> List[Dict[str, Optional[bool]]]:
-        """Copies of each group's flags: amsgrad, maximize, foreach, capturable, differentiable,
-        fused, decoupled_weight_decay."""
-        return self._s.get_options()
-
-    def set_hyperparameter(self, group: int, name: str, value: float) -> None:
-        """Set one numeric hyperparameter of one group (validated; used from the next step)."""
-        options: Dict[str, Optional[bool]] = {}
-        self.set_group(group, {name: value}, options)
-
-    def set_option(self, group: int, name: str, value: Optional[bool]) -> None:
-        """Set one flag of one group (validated; used from the next step)."""
-        hparams: Dict[str, float] = {}
-        self.set_group(group, hparams, {name: value})
+    param_group_indices = _methods.param_group_indices
+    hyperparameters = _methods.hyperparameters
+    options = _methods.options
+    set_hyperparameter = _methods.set_hyperparameter
+    set_option = _methods.set_option
+    get_state = _methods.get_state
+    set_state = _methods.set_state
 
     def set_group(self, group: int, hyperparameters: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
         """Change several values of one group at once; all are validated before any is set."""
@@ -426,49 +411,10 @@ class Adam:
         check_adam_hyperparameters(h, o)
         commit_group(self._s, group, h, o)
 
-    def get_state(self) -> Dict[int, Dict[str, Tensor]]:
-        """Per-parameter state by flat index (live tensors; see the class docstring for keys)."""
-        return self._s.get_state()
-
-    def set_state(self, state: Dict[int, Dict[str, Tensor]]) -> None:
-        """Replace all per-parameter state with cast copies of ``state`` (see state_protocol)."""
-        self._s.set_state(state)
-
     # ------------------------------------------------------------------ eager only
-    @torch.jit.unused
-    def state_dict(self) -> Dict[str, Any]:
-        """The state in ``torch.optim.Adam.state_dict()``'s format (eager only)."""
-        return state_protocol.state_dict(self)
-
-    @torch.jit.unused
-    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        """Load a ``torch.optim.Adam`` (or our) state dict (eager only); see state_protocol."""
-        state_protocol.load_state_dict(self, state_dict)
-
-    @torch.jit.unused
-    def _eager_defaults(
-        self, hparams: Dict[str, float], options: Dict[str, Optional[bool]]
-    ) -> Tuple[Dict[str, float], Dict[str, Optional[bool]]]:
-        from ._param_groups import split_values
-
-        return split_values({**hparams, **options}, hparams.keys(), options.keys())[:2]
-
-    @torch.jit.unused
-    def _eager_parse(
-        self, params: List[Tensor], hparams: Dict[str, float], options: Dict[str, Optional[bool]]
-    ) -> Tuple[List[List[Tensor]], List[Dict[str, float]], List[Dict[str, Optional[bool]]]]:
-        from ._param_groups import parse
-
-        groups, group_hparams, group_options, self._extras = parse(params, hparams, options)
-        return groups, group_hparams, group_options
-
-    @torch.jit.unused
-    def _eager_attach(self) -> None:
-        from ._param_groups import attach
-
-        self.param_groups = attach(self, self._s.cache_params, self._extras)
-        del self._extras
-
-    @torch.jit.unused
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._s.hyperparameters()}, {self._s.get_options()})"
+    state_dict = _methods.state_dict
+    load_state_dict = _methods.load_state_dict
+    _eager_defaults = _methods.eager_defaults
+    _eager_parse = _methods.eager_parse
+    _eager_attach = _methods.eager_attach
+    __repr__ = _methods.eager_repr
