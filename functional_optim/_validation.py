@@ -4,7 +4,7 @@ Every check here raises before the optimizer touches a parameter or its state, s
 fails leaves everything as it was. Messages for invalid hyperparameters are the ones
 ``torch.optim`` uses (e.g. ``"Invalid learning rate: -1.0"``); eagerly they match torch's text
 exactly, and in TorchScript numbers are printed the TorchScript way (``-1.`` instead of ``-1.0``).
-Inside TorchScript a ``ValueError`` reaches Python as ``torch.jit.Error`` (a ``RuntimeError``)
+Inside TorchScript any of these errors reaches Python as ``torch.jit.Error`` (an ``Exception``)
 whose message contains ``"builtins.ValueError: <message>"``.
 """
 from typing import List, Optional, Tuple
