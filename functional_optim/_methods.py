@@ -66,15 +66,32 @@ def set_state(self, state: Dict[int, Dict[str, Tensor]]) -> None:
 
 @torch.jit.unused
 def state_dict(self) -> Dict[str, Any]:
-    """Eager only: the state in the matching ``torch.optim`` class's ``state_dict`` format."""
-    return state_protocol.state_dict(self)
+    """Eager only: the state in the matching ``torch.optim`` class's ``state_dict`` format.
+
+    Besides what the protocol gives (:func:`functional_optim.state_protocol.state_dict`), each
+    group carries the extra keys of ``param_groups`` (e.g. a scheduler's ``'initial_lr'``), as
+    torch's does.
+    """
+    result = state_protocol.state_dict(self)
+    for group, packed in zip(self.param_groups, result["param_groups"]):
+        params = packed.pop("params")
+        for key, value in group.items():
+            if key not in packed and key != "params":
+                packed[key] = value
+        packed["params"] = params
+    return result
 
 
 @torch.jit.unused
 def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
     """Eager only: load a state dict saved from the matching ``torch.optim`` class or from this
-    class (see :func:`functional_optim.state_protocol.load_state_dict`)."""
+    class (see :func:`functional_optim.state_protocol.load_state_dict`); extra group keys such
+    as ``'initial_lr'`` go into ``param_groups``."""
     state_protocol.load_state_dict(self, state_dict)
+    for group, saved in zip(self.param_groups, state_dict["param_groups"]):
+        for key, value in saved.items():
+            if key not in group:
+                dict.__setitem__(group, key, value)
 
 
 @torch.jit.unused

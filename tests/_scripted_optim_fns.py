@@ -19,9 +19,14 @@ def train_sgd(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: flo
     return opt.get_state()
 
 
-def step_sgd(opt: SGD, grads: List[Optional[Tensor]]) -> None:
-    """Step an optimizer handed in from Python (TorchScript works on a copy of its containers)."""
-    opt.step(grads)
+def step_sgd(opt: SGD, grads: List[List[Optional[Tensor]]]) -> None:
+    """Step an optimizer handed in from Python once per entry of ``grads``.
+
+    TorchScript converts an eager optimizer into a copy of its containers (the tensors are
+    shared), so state created here lives as long as this call: step it within one call.
+    """
+    for step_grads in grads:
+        opt.step(step_grads)
 
 def train_adam(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: float) -> Dict[int, Dict[str, Tensor]]:
     """Create a Adam inside TorchScript, step it once per entry of ``grads``, return its state."""
@@ -31,9 +36,14 @@ def train_adam(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: fl
     return opt.get_state()
 
 
-def step_adam(opt: Adam, grads: List[Optional[Tensor]]) -> None:
-    """Step an optimizer handed in from Python (TorchScript works on a copy of its containers)."""
-    opt.step(grads)
+def step_adam(opt: Adam, grads: List[List[Optional[Tensor]]]) -> None:
+    """Step an optimizer handed in from Python once per entry of ``grads``.
+
+    TorchScript converts an eager optimizer into a copy of its containers (the tensors are
+    shared), so state created here lives as long as this call: step it within one call.
+    """
+    for step_grads in grads:
+        opt.step(step_grads)
 
 def train_adamw(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: float) -> Dict[int, Dict[str, Tensor]]:
     """Create a AdamW inside TorchScript, step it once per entry of ``grads``, return its state."""
@@ -43,9 +53,14 @@ def train_adamw(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: f
     return opt.get_state()
 
 
-def step_adamw(opt: AdamW, grads: List[Optional[Tensor]]) -> None:
-    """Step an optimizer handed in from Python (TorchScript works on a copy of its containers)."""
-    opt.step(grads)
+def step_adamw(opt: AdamW, grads: List[List[Optional[Tensor]]]) -> None:
+    """Step an optimizer handed in from Python once per entry of ``grads``.
+
+    TorchScript converts an eager optimizer into a copy of its containers (the tensors are
+    shared), so state created here lives as long as this call: step it within one call.
+    """
+    for step_grads in grads:
+        opt.step(step_grads)
 
 def train_adagrad(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: float) -> Dict[int, Dict[str, Tensor]]:
     """Create a Adagrad inside TorchScript, step it once per entry of ``grads``, return its state."""
@@ -55,9 +70,14 @@ def train_adagrad(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr:
     return opt.get_state()
 
 
-def step_adagrad(opt: Adagrad, grads: List[Optional[Tensor]]) -> None:
-    """Step an optimizer handed in from Python (TorchScript works on a copy of its containers)."""
-    opt.step(grads)
+def step_adagrad(opt: Adagrad, grads: List[List[Optional[Tensor]]]) -> None:
+    """Step an optimizer handed in from Python once per entry of ``grads``.
+
+    TorchScript converts an eager optimizer into a copy of its containers (the tensors are
+    shared), so state created here lives as long as this call: step it within one call.
+    """
+    for step_grads in grads:
+        opt.step(step_grads)
 
 def train_rmsprop(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: float) -> Dict[int, Dict[str, Tensor]]:
     """Create a RMSprop inside TorchScript, step it once per entry of ``grads``, return its state."""
@@ -67,9 +87,14 @@ def train_rmsprop(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr:
     return opt.get_state()
 
 
-def step_rmsprop(opt: RMSprop, grads: List[Optional[Tensor]]) -> None:
-    """Step an optimizer handed in from Python (TorchScript works on a copy of its containers)."""
-    opt.step(grads)
+def step_rmsprop(opt: RMSprop, grads: List[List[Optional[Tensor]]]) -> None:
+    """Step an optimizer handed in from Python once per entry of ``grads``.
+
+    TorchScript converts an eager optimizer into a copy of its containers (the tensors are
+    shared), so state created here lives as long as this call: step it within one call.
+    """
+    for step_grads in grads:
+        opt.step(step_grads)
 
 def train_adamax(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: float) -> Dict[int, Dict[str, Tensor]]:
     """Create a Adamax inside TorchScript, step it once per entry of ``grads``, return its state."""
@@ -79,9 +104,14 @@ def train_adamax(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: 
     return opt.get_state()
 
 
-def step_adamax(opt: Adamax, grads: List[Optional[Tensor]]) -> None:
-    """Step an optimizer handed in from Python (TorchScript works on a copy of its containers)."""
-    opt.step(grads)
+def step_adamax(opt: Adamax, grads: List[List[Optional[Tensor]]]) -> None:
+    """Step an optimizer handed in from Python once per entry of ``grads``.
+
+    TorchScript converts an eager optimizer into a copy of its containers (the tensors are
+    shared), so state created here lives as long as this call: step it within one call.
+    """
+    for step_grads in grads:
+        opt.step(step_grads)
 
 def train_adadelta(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: float) -> Dict[int, Dict[str, Tensor]]:
     """Create a Adadelta inside TorchScript, step it once per entry of ``grads``, return its state."""
@@ -91,9 +121,14 @@ def train_adadelta(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr
     return opt.get_state()
 
 
-def step_adadelta(opt: Adadelta, grads: List[Optional[Tensor]]) -> None:
-    """Step an optimizer handed in from Python (TorchScript works on a copy of its containers)."""
-    opt.step(grads)
+def step_adadelta(opt: Adadelta, grads: List[List[Optional[Tensor]]]) -> None:
+    """Step an optimizer handed in from Python once per entry of ``grads``.
+
+    TorchScript converts an eager optimizer into a copy of its containers (the tensors are
+    shared), so state created here lives as long as this call: step it within one call.
+    """
+    for step_grads in grads:
+        opt.step(step_grads)
 
 def train_rprop(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: float) -> Dict[int, Dict[str, Tensor]]:
     """Create a Rprop inside TorchScript, step it once per entry of ``grads``, return its state."""
@@ -103,9 +138,14 @@ def train_rprop(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: f
     return opt.get_state()
 
 
-def step_rprop(opt: Rprop, grads: List[Optional[Tensor]]) -> None:
-    """Step an optimizer handed in from Python (TorchScript works on a copy of its containers)."""
-    opt.step(grads)
+def step_rprop(opt: Rprop, grads: List[List[Optional[Tensor]]]) -> None:
+    """Step an optimizer handed in from Python once per entry of ``grads``.
+
+    TorchScript converts an eager optimizer into a copy of its containers (the tensors are
+    shared), so state created here lives as long as this call: step it within one call.
+    """
+    for step_grads in grads:
+        opt.step(step_grads)
 
 def train_nadam(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: float) -> Dict[int, Dict[str, Tensor]]:
     """Create a NAdam inside TorchScript, step it once per entry of ``grads``, return its state."""
@@ -115,9 +155,14 @@ def train_nadam(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: f
     return opt.get_state()
 
 
-def step_nadam(opt: NAdam, grads: List[Optional[Tensor]]) -> None:
-    """Step an optimizer handed in from Python (TorchScript works on a copy of its containers)."""
-    opt.step(grads)
+def step_nadam(opt: NAdam, grads: List[List[Optional[Tensor]]]) -> None:
+    """Step an optimizer handed in from Python once per entry of ``grads``.
+
+    TorchScript converts an eager optimizer into a copy of its containers (the tensors are
+    shared), so state created here lives as long as this call: step it within one call.
+    """
+    for step_grads in grads:
+        opt.step(step_grads)
 
 def train_radam(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: float) -> Dict[int, Dict[str, Tensor]]:
     """Create a RAdam inside TorchScript, step it once per entry of ``grads``, return its state."""
@@ -127,9 +172,14 @@ def train_radam(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: f
     return opt.get_state()
 
 
-def step_radam(opt: RAdam, grads: List[Optional[Tensor]]) -> None:
-    """Step an optimizer handed in from Python (TorchScript works on a copy of its containers)."""
-    opt.step(grads)
+def step_radam(opt: RAdam, grads: List[List[Optional[Tensor]]]) -> None:
+    """Step an optimizer handed in from Python once per entry of ``grads``.
+
+    TorchScript converts an eager optimizer into a copy of its containers (the tensors are
+    shared), so state created here lives as long as this call: step it within one call.
+    """
+    for step_grads in grads:
+        opt.step(step_grads)
 
 
 TRAIN = {"SGD": train_sgd, "Adam": train_adam, "AdamW": train_adamw, "Adagrad": train_adagrad, "RMSprop": train_rmsprop, "Adamax": train_adamax, "Adadelta": train_adadelta, "Rprop": train_rprop, "NAdam": train_nadam, "RAdam": train_radam}
