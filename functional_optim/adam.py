@@ -6,7 +6,7 @@ Beyond", ICLR 2018; decoupled weight decay from Loshchilov & Hutter, "Decoupled 
 Regularization", ICLR 2019. Reference implementation: ``torch/optim/adam.py`` (torch 2.13),
 whose results these functions reproduce element by element.
 """
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor

@@ -5,7 +5,7 @@ Like ``torch.distributed.optim.utils.functional_optim_map``: code that is handed
 can run as TorchScript. All ten built-in pairs are registered at import; other libraries can add
 theirs with :func:`register_functional_optimizer`.
 """
-from typing import Dict, Type
+from typing import Dict
 
 import torch
 

@@ -7,16 +7,25 @@ written once for all optimizer classes: it forwards ``step``, ``step_param`` and
 state-protocol method (see :mod:`functional_optim.state_protocol`), so
 ``state_protocol.state_dict(module)`` and ``load_state_dict(module, sd)`` work on it.
 
-Note: reading ``module.optim`` from Python returns a *copy* of the TorchScript object (its
-tensors are shared, its dicts and lists are not); change the optimizer through the module's
-methods.
+Notes:
+
+* Reading ``module.optim`` from Python returns a *copy* of the TorchScript object (its tensors
+  are shared, its dicts and lists are not); change the optimizer through the module's methods.
+  Likewise, passing an eager optimizer into a scripted function works on a copy of its
+  containers for the duration of that call: state created during the call is not kept.
+* A TorchScript hazard for code that calls the functional forms (``functional_optim.adam.adam``
+  ...) from its own scripted functions: TorchScript's dead-code elimination (seen on torch
+  2.13) drops an in-place list op such as ``torch._foreach_add_`` when every list it mutates
+  is a list built inside the same graph and not used afterwards, even though the list's
+  elements are live tensors. Pass lists that are function inputs or attributes (as the
+  optimizer classes do; see ``functional_optim._state.take``), or use the lists afterwards.
 """
 from typing import Any, Dict, List, Optional
 
 import torch
 from torch import Tensor
 
-from . import _jit, state_protocol
+from . import _jit
 
 __all__ = ["OptimizerModule", "script_optimizer", "script_class"]
 

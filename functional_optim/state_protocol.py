@@ -52,7 +52,7 @@ or a name the optimizer does not have.
 so they work the same on an eager optimizer and on a ScriptModule forwarding the protocol.
 """
 import itertools
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 import torch
 

@@ -5,7 +5,6 @@ Written out per class (TorchScript needs the concrete class in each signature); 
 """
 from typing import Dict, List, Optional
 
-import torch
 from torch import Tensor
 
 from functional_optim import SGD, Adam, AdamW, Adagrad, RMSprop, Adamax, Adadelta, Rprop, NAdam, RAdam

@@ -14,7 +14,7 @@ One :class:`OptimInfo` per optimizer lists:
 Generic tests walk the table; nothing here is specific to one test file.
 """
 import dataclasses
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 
 import torch
 

@@ -5,7 +5,6 @@ torch.optim's own behaviour. Bad gradients are checked on every optimizer with a
 the parameters, the state and the hyperparameters taken before the call and compared bit by bit
 after it.
 """
-import copy
 from typing import Any, Dict, List
 
 import pytest
