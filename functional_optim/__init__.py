@@ -1,1 +1,35 @@
-"""TorchScript-compatible functional optimizers (gradients passed in, never read from ``.grad``)."""
+"""TorchScript-compatible functional optimizers (gradients passed in, never read from ``.grad``).
+
+Ten optimizers with ``torch.optim``'s hyperparameters, defaults and results: :class:`SGD`,
+:class:`Adam`, :class:`AdamW`, :class:`Adagrad`, :class:`RMSprop`, :class:`Adamax`,
+:class:`Adadelta`, :class:`Rprop`, :class:`NAdam`, :class:`RAdam`. Each works eagerly (with
+torch-style param groups, ``param_groups`` and ``state_dict``) and as a TorchScript class, with
+single-tensor, multi-tensor (``torch._foreach_*``) and, where torch has kernels, fused
+(``torch._fused_*``) implementations, all usable inside TorchScript. Each module also has the
+functional form (``functional_optim.adam.adam`` ...).
+
+* State protocol shared by all classes (what the distributed optimizer uses):
+  :mod:`functional_optim.state_protocol`.
+* Running an optimizer as TorchScript: :func:`functional_optim.scripting.script_optimizer`.
+* ``torch.optim`` class -> functional class: :func:`functional_optimizer_for`,
+  :func:`register_functional_optimizer`.
+"""
+from .adadelta import Adadelta
+from .adagrad import Adagrad
+from .adam import Adam
+from .adamax import Adamax
+from .adamw import AdamW
+from .nadam import NAdam
+from .radam import RAdam
+from .registry import functional_optimizer_for, register_functional_optimizer, registered_optimizers
+from .rmsprop import RMSprop
+from .rprop import Rprop
+from .scripting import OptimizerModule, script_optimizer
+from .sgd import SGD
+from .state_protocol import load_state_dict, state_dict
+
+__all__ = [
+    "SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adamax", "Adadelta", "Rprop", "NAdam", "RAdam",
+    "functional_optimizer_for", "register_functional_optimizer", "registered_optimizers",
+    "OptimizerModule", "script_optimizer", "state_dict", "load_state_dict",
+]

@@ -1,0 +1,194 @@
+"""Eager-only helpers: parse torch-style ``params`` arguments and keep torch-style ``param_groups``.
+
+None of this is compiled by TorchScript. An optimizer constructed eagerly calls :func:`parse`
+(from a ``@torch.jit.unused`` method) to accept a list of tensors or of param-group dicts, and
+:func:`attach` to give itself a ``param_groups`` list like ``torch.optim``'s. Writing into one of
+those dicts (``opt.param_groups[0]['lr'] = 0.01``, as learning-rate schedulers do) goes through the
+optimizer's ``set_group`` protocol method, so the value is validated, takes effect at the next
+step and is visible to TorchScript methods; the dicts are rewritten whenever the optimizer's
+hyperparameters change by any route.
+"""
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from ._state import TUPLE_HYPERPARAMETERS
+
+__all__ = ["parse", "attach", "ParamGroup"]
+
+_HALF_TO_PAIR = {half: (pair, k) for pair, halves in TUPLE_HYPERPARAMETERS.items() for k, half in enumerate(halves)}
+
+
+def _as_float(name: str, value: Any) -> float:
+    if isinstance(value, Tensor):
+        raise TypeError(
+            f"functional_optim takes hyperparameters as Python numbers; got a Tensor for '{name}'"
+        )
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"hyperparameter '{name}' must be a number, got {type(value).__name__}")
+    return float(value)
+
+
+def _as_option(name: str, value: Any) -> Optional[bool]:
+    if value is None or isinstance(value, bool):
+        return value
+    raise TypeError(f"option '{name}' must be True, False or None, got {type(value).__name__}")
+
+
+def split_values(
+    values: Dict[str, Any], hparam_names: Iterable[str], option_names: Iterable[str]
+) -> Tuple[Dict[str, float], Dict[str, Optional[bool]], Dict[str, Any]]:
+    """Sort torch-named group values into numeric hyperparameters, options and other keys.
+
+    Pairs (``betas``, ``etas``, ``step_sizes``) are split into their halves.
+    """
+    hparam_names = set(hparam_names)
+    option_names = set(option_names)
+    hparams: Dict[str, float] = {}
+    options: Dict[str, Optional[bool]] = {}
+    extras: Dict[str, Any] = {}
+    for key, value in values.items():
+        halves = TUPLE_HYPERPARAMETERS.get(key)
+        if halves is not None and halves[0] in hparam_names:
+            if isinstance(value, Tensor) or len(value) != 2:
+                raise TypeError(f"'{key}' must be a pair of numbers, got {value!r}")
+            hparams[halves[0]] = _as_float(key, value[0])
+            hparams[halves[1]] = _as_float(key, value[1])
+        elif key in hparam_names:
+            hparams[key] = _as_float(key, value)
+        elif key in option_names:
+            options[key] = _as_option(key, value)
+        else:
+            extras[key] = value
+    return hparams, options, extras
+
+
+def parse(
+    params: Any, defaults: Dict[str, float], default_options: Dict[str, Optional[bool]]
+) -> Tuple[List[List[Tensor]], List[Dict[str, float]], List[Dict[str, Optional[bool]]], List[Dict[str, Any]]]:
+    """Read a torch-style ``params`` argument.
+
+    Args:
+        params: an iterable of tensors, or of dicts with a ``'params'`` entry (a tensor or a
+            list of tensors) and any hyperparameters to override for that group, named as in
+            ``torch.optim`` (``'betas': (0.9, 0.99)``).
+        defaults: the constructor's numeric hyperparameters (halves of pairs as separate names).
+        default_options: the constructor's flags.
+
+    Returns:
+        The groups' parameters, numeric hyperparameters, options, and any other keys found in
+        the dicts (kept only in the eager ``param_groups``).
+
+    Raises:
+        TypeError: ``params`` is a single tensor, a group's params are a set, an element is not
+            a tensor, or a hyperparameter is not a number (Tensor hyperparameters are not
+            supported).
+        ValueError: ``params`` is empty.
+    """
+    if isinstance(params, Tensor):
+        raise TypeError(
+            "params argument given to the optimizer should be an iterable of Tensors or dicts, "
+            "but got " + torch.typename(params)
+        )
+    groups_in = list(params)
+    if len(groups_in) == 0:
+        raise ValueError("optimizer got an empty parameter list")
+    if not isinstance(groups_in[0], dict):
+        groups_in = [{"params": groups_in}]
+    groups: List[List[Tensor]] = []
+    hparams: List[Dict[str, float]] = []
+    options: List[Dict[str, Optional[bool]]] = []
+    extras: List[Dict[str, Any]] = []
+    for group in groups_in:
+        if not isinstance(group, dict):
+            raise TypeError(f"param groups must all be dicts, got {type(group).__name__}")
+        if "params" not in group:
+            raise ValueError("a param group dict needs a 'params' entry")
+        group_params = group["params"]
+        if isinstance(group_params, Tensor):
+            group_params = [group_params]
+        elif isinstance(group_params, set):
+            raise TypeError(
+                "optimizer parameters need to be organized in ordered collections, but the "
+                "ordering of tensors in sets will change between runs. Please use a list instead."
+            )
+        group_params = list(group_params)
+        for p in group_params:
+            if not isinstance(p, Tensor):
+                raise TypeError(
+                    "optimizer can only optimize Tensors, but one of the params is " + torch.typename(p)
+                )
+        values = {k: v for k, v in group.items() if k != "params"}
+        h, o, x = split_values(values, defaults.keys(), default_options.keys())
+        groups.append(group_params)
+        hparams.append({**defaults, **h})
+        options.append({**default_options, **o})
+        extras.append(x)
+    return groups, hparams, options, extras
+
+
+class ParamGroup(dict):
+    """One entry of an eager optimizer's ``param_groups``: a dict like torch's, kept in sync.
+
+    Keys: ``'params'`` (the group's tensors; read-only) and every hyperparameter and flag of the
+    ``torch.optim`` class under torch's name and in torch's form (pairs as tuples). Assigning
+    one of those keys calls the optimizer's ``set_group``: the value is validated (an invalid
+    value raises and changes nothing) and is used from the next step on. Other keys (such as a
+    scheduler's ``'initial_lr'``) are stored as in a plain dict.
+    """
+
+    def __init__(self, optimizer: Any, index: int, params: List[Tensor], extras: Dict[str, Any]) -> None:
+        super().__init__()
+        self._optimizer = optimizer
+        self._index = index
+        dict.__setitem__(self, "params", params)
+        self._refresh()
+        for key, value in extras.items():
+            dict.__setitem__(self, key, value)
+
+    def _refresh(self) -> None:
+        core = self._optimizer._s
+        for name, value in core.hparams[self._index].items():
+            pair = _HALF_TO_PAIR.get(name)
+            if pair is None:
+                dict.__setitem__(self, name, value)
+            else:
+                key, k = pair
+                halves = TUPLE_HYPERPARAMETERS[key]
+                dict.__setitem__(
+                    self, key, (core.hparams[self._index][halves[0]], core.hparams[self._index][halves[1]])
+                )
+        for name, value in core.options[self._index].items():
+            dict.__setitem__(self, name, value)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key == "params":
+            raise ValueError("the parameters of a functional_optim param group cannot be replaced")
+        core = self._optimizer._s
+        h, o, x = split_values({key: value}, core.hparams[self._index].keys(), core.options[self._index].keys())
+        if h or o:
+            self._optimizer.set_group(self._index, h, o)  # validates, then calls _refresh()
+        else:
+            dict.__setitem__(self, key, value)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def __delitem__(self, key: str) -> None:
+        if key == "params" or key in self._optimizer._s.options[self._index] or key in self._optimizer._s.hparams[self._index]:
+            raise KeyError(f"'{key}' cannot be removed from a functional_optim param group")
+        dict.__delitem__(self, key)
+
+
+def attach(optimizer: Any, groups: List[List[Tensor]], extras: List[Dict[str, Any]]) -> List[ParamGroup]:
+    """Build ``optimizer.param_groups`` (also reachable from its state container)."""
+    param_groups = [ParamGroup(optimizer, g, list(groups[g]), extras[g]) for g in range(len(groups))]
+    optimizer._s.param_groups = param_groups
+    return param_groups

@@ -1,0 +1,391 @@
+"""The parameter/state container that every optimizer holds (a TorchScript class).
+
+TorchScript classes cannot inherit from each other, so the optimizers share their bookkeeping by
+composition: each optimizer owns one :class:`GroupedState` and forwards the state-protocol
+methods (see :mod:`functional_optim.state_protocol`) to it after its own validation.
+
+Layout (all TorchScript-typed):
+
+* ``params``: every parameter, flat, group after group. The flat position is the parameter's
+  index in ``torch.optim``'s ``state_dict`` format.
+* ``offsets``: group ``g`` holds flat indices ``offsets[g] <= i < offsets[g + 1]``.
+* ``hparams[g]``: ``Dict[str, float]`` of group ``g``'s numeric hyperparameters, named as in the
+  functional form (``lr``, ``beta1``, ``beta2``, ``etaminus``, ...).
+* ``options[g]``: ``Dict[str, Optional[bool]]`` of group ``g``'s flags (``maximize``, ``amsgrad``,
+  ``foreach``, ``fused``, ...).
+* ``state[i]``: ``Dict[str, Tensor]`` per parameter, keys and tensors exactly as ``torch.optim``
+  keeps them (empty until the parameter's first step, like torch's lazy initialisation).
+* Per-group caches of the parameter and state tensor lists, so that a step over a whole group
+  (the common case) does not rebuild them: ``cache_state[g]`` is valid while ``cache_valid[g]``.
+"""
+from typing import Dict, List, Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+
+from . import _validation
+
+__all__ = [
+    "GroupedState", "TUPLE_HYPERPARAMETERS", "choose_impl", "split_by_device_dtype",
+    "flag", "commit_group", "device_dtype_splits", "take", "scalar_list", "new_step",
+]
+
+# torch.optim keeps these hyperparameters as pairs; the typed dicts keep their two halves.
+TUPLE_HYPERPARAMETERS = {
+    "betas": ("beta1", "beta2"),
+    "etas": ("etaminus", "etaplus"),
+    "step_sizes": ("step_size_min", "step_size_max"),
+}
+
+
+def choose_impl(params: List[Tensor], foreach: Optional[bool], fused: Optional[bool]) -> str:
+    """Pick the implementation the way ``torch.optim`` does for a group's parameters.
+
+    Explicit flags win (``fused`` before ``foreach``). With neither set, torch defaults to the
+    multi-tensor path only when every parameter is on a device with foreach kernels (CUDA, XPU,
+    MTIA); on CPU that means the single-tensor path. (torch additionally falls back to the
+    single-tensor path under TorchScript; ours has no such restriction.)
+    """
+    if fused is not None and fused:
+        return "fused"
+    if foreach is not None:
+        return "foreach" if foreach else "single"
+    if fused is not None:
+        return "single"
+    for p in params:
+        device_type = p.device.type
+        if not (device_type == "cuda" or device_type == "xpu" or device_type == "mtia"):
+            return "single"
+    return "foreach"
+
+
+def split_by_device_dtype(tensors: List[Tensor]) -> List[List[int]]:
+    """Positions of ``tensors`` grouped by (device, dtype), in first-seen order.
+
+    The fused kernels need one device and dtype per call.
+    """
+    keys: List[Tuple[torch.device, torch.dtype]] = []
+    out: List[List[int]] = []
+    for i in range(len(tensors)):
+        t = tensors[i]
+        found = -1
+        for k in range(len(keys)):
+            if keys[k][0] == t.device and keys[k][1] == t.dtype:
+                found = k
+                break
+        if found < 0:
+            keys.append((t.device, t.dtype))
+            out.append([i])
+        else:
+            out[found].append(i)
+    return out
+
+
+def _no_state() -> Dict[str, Tensor]:
+    return {}
+
+
+def _no_lists() -> Dict[str, List[Tensor]]:
+    empty: Dict[str, List[Tensor]] = {}
+    return empty
+
+
+class GroupedState:
+    """Parameters in groups, their hyperparameters and options, and their per-parameter state.
+
+    Args:
+        groups: the parameters of each group (``List[List[Tensor]]``), any devices and floating
+            dtypes; each tensor at most once in all groups.
+        hparams: one ``Dict[str, float]`` per group.
+        options: one ``Dict[str, Optional[bool]]`` per group.
+
+    Raises:
+        ValueError: an empty parameter list, a non-leaf, sparse or complex parameter, or a
+            parameter that appears twice.
+    """
+
+    def __init__(
+        self,
+        groups: List[List[Tensor]],
+        hparams: List[Dict[str, float]],
+        options: List[Dict[str, Optional[bool]]],
+    ) -> None:
+        self.params: List[Tensor] = []
+        self.offsets: List[int] = [0]
+        self.group_of: List[int] = []
+        self.index: Dict[Tensor, int] = {}
+        self.hparams: List[Dict[str, float]] = hparams
+        self.options: List[Dict[str, Optional[bool]]] = options
+        self.state: List[Dict[str, Tensor]] = []
+        self.impl: List[str] = []
+        self.homogeneous: List[bool] = []
+        self.cache_valid: List[bool] = []
+        self.cache_params: List[List[Tensor]] = []
+        self.cache_state: List[Dict[str, List[Tensor]]] = []
+        for g in range(len(groups)):
+            group = groups[g]
+            _validation.check_params(group)
+            for p in group:
+                if p in self.index:
+                    raise ValueError("some parameters appear in more than one parameter group")
+                self.index[p] = len(self.params)
+                self.params.append(p)
+                self.group_of.append(g)
+                self.state.append(_no_state())
+            self.offsets.append(len(self.params))
+            self.impl.append("single")
+            self.homogeneous.append(len(split_by_device_dtype(group)) == 1)
+            self.cache_valid.append(False)
+            self.cache_params.append(group)
+            self.cache_state.append(_no_lists())
+        if len(self.params) == 0:
+            raise ValueError("optimizer got an empty parameter list")
+
+    # ----------------------------------------------------------------- structure
+    def num_groups(self) -> int:
+        return len(self.offsets) - 1
+
+    def group_indices(self) -> List[List[int]]:
+        """Flat parameter indices of each group."""
+        out: List[List[int]] = []
+        for g in range(self.num_groups()):
+            out.append(list(range(self.offsets[g], self.offsets[g + 1])))
+        return out
+
+    def group_size(self, g: int) -> int:
+        return self.offsets[g + 1] - self.offsets[g]
+
+    def check_group(self, group: int) -> None:
+        if group < 0 or group >= self.num_groups():
+            raise ValueError(
+                "parameter group " + str(group) + " does not exist (the optimizer has "
+                + str(self.num_groups()) + " groups)"
+            )
+
+    def find(self, param: Tensor) -> int:
+        """Flat index of ``param`` (the same tensor object); ValueError if it is not ours."""
+        if param not in self.index:
+            raise ValueError(
+                "step_param: the tensor (" + _validation.describe(param)
+                + ") is not a parameter of this optimizer"
+            )
+        return self.index[param]
+
+    def params_at(self, indices: List[int]) -> List[Tensor]:
+        out: List[Tensor] = []
+        for i in indices:
+            out.append(self.params[i])
+        return out
+
+    # ----------------------------------------------------------------- state lists
+    def is_full(self, g: int, indices: List[int]) -> bool:
+        return len(indices) == self.group_size(g)
+
+    def needs_init(self, g: int, indices: List[int]) -> bool:
+        """False when ``indices`` is the whole group and its state lists are cached."""
+        return not (self.cache_valid[g] and self.is_full(g, indices))
+
+    def state_lists(self, g: int, indices: List[int], keys: List[str]) -> Dict[str, List[Tensor]]:
+        """The state tensors of ``indices`` (all in group ``g``) as one list per key.
+
+        Call after the optimizer has created every key in ``keys`` for those parameters.
+        A whole-group request is cached until the state or the group's options change.
+        """
+        full = self.is_full(g, indices)
+        if full and self.cache_valid[g]:
+            return self.cache_state[g]
+        lists: Dict[str, List[Tensor]] = {}
+        for key in keys:
+            values: List[Tensor] = []
+            for i in indices:
+                values.append(self.state[i][key])
+            lists[key] = values
+        if full:
+            self.cache_state[g] = lists
+            self.cache_valid[g] = True
+        return lists
+
+    def invalidate(self, g: int) -> None:
+        self.cache_valid[g] = False
+        self.cache_state[g] = _no_lists()
+
+    # ----------------------------------------------------------------- state protocol
+    def get_state(self) -> Dict[int, Dict[str, Tensor]]:
+        """Per-parameter state keyed by flat index; new dicts holding the live tensors."""
+        out: Dict[int, Dict[str, Tensor]] = {}
+        for i in range(len(self.state)):
+            if len(self.state[i]) > 0:
+                entry: Dict[str, Tensor] = {}
+                for key, value in self.state[i].items():
+                    entry[key] = value
+                out[i] = entry
+        return out
+
+    def set_state(self, state: Dict[int, Dict[str, Tensor]]) -> None:
+        """Replace all per-parameter state with copies of ``state`` (torch's casting rules).
+
+        ``"step"`` keeps its dtype and stays where it is, except in a group with ``fused=True``
+        where it becomes float32 on the parameter's device; every other tensor takes the
+        parameter's device, and its dtype if the parameter is floating point. Parameters missing
+        from ``state`` start afresh at their next step. Nothing changes if a check fails.
+
+        Raises:
+            ValueError: an index that is not a parameter, or a non-scalar tensor whose shape
+                differs from its parameter's.
+        """
+        new_state: List[Dict[str, Tensor]] = []
+        for i in range(len(self.params)):
+            new_state.append(_no_state())
+        for i, entry in state.items():
+            if i < 0 or i >= len(self.params):
+                raise ValueError(
+                    "set_state: no parameter with index " + str(i) + " (the optimizer has "
+                    + str(len(self.params)) + " parameters)"
+                )
+            param = self.params[i]
+            fused = self.options[self.group_of[i]].get("fused")
+            copied: Dict[str, Tensor] = {}
+            for key, value in entry.items():
+                if value.dim() != 0 and value.shape != param.shape:
+                    raise ValueError(
+                        "set_state: state[" + str(i) + "]['" + key + "'] has shape "
+                        + str(list(value.shape)) + " but its parameter has shape " + str(list(param.shape))
+                    )
+                if key == "step":
+                    if fused is not None and fused:
+                        copied[key] = value.to(device=param.device, dtype=torch.float32, copy=True)
+                    else:
+                        copied[key] = value.clone()
+                elif param.is_floating_point():
+                    copied[key] = value.to(device=param.device, dtype=param.dtype, copy=True)
+                else:
+                    copied[key] = value.to(device=param.device, copy=True)
+            new_state[i] = copied
+        self.state = new_state
+        for g in range(self.num_groups()):
+            self.invalidate(g)
+
+    def hyperparameters(self) -> List[Dict[str, float]]:
+        out: List[Dict[str, float]] = []
+        for h in self.hparams:
+            out.append(h.copy())
+        return out
+
+    def get_options(self) -> List[Dict[str, Optional[bool]]]:
+        out: List[Dict[str, Optional[bool]]] = []
+        for o in self.options:
+            out.append(o.copy())
+        return out
+
+    def updated_hparams(self, group: int, updates: Dict[str, float]) -> Dict[str, float]:
+        """A copy of group ``group``'s hyperparameters with ``updates`` applied (unknown names raise)."""
+        self.check_group(group)
+        h = self.hparams[group].copy()
+        for name, value in updates.items():
+            if name not in h:
+                raise ValueError(
+                    "unknown hyperparameter '" + name + "'; this optimizer has " + str(list(h.keys()))
+                )
+            h[name] = value
+        return h
+
+    def updated_options(self, group: int, updates: Dict[str, Optional[bool]]) -> Dict[str, Optional[bool]]:
+        """A copy of group ``group``'s options with ``updates`` applied (unknown names raise)."""
+        self.check_group(group)
+        o = self.options[group].copy()
+        for name, value in updates.items():
+            if name not in o:
+                raise ValueError(
+                    "unknown option '" + name + "'; this optimizer has " + str(list(o.keys()))
+                )
+            if value is None and name != "foreach" and name != "fused":
+                raise ValueError("option '" + name + "' must be True or False, not None")
+            o[name] = value
+        return o
+
+    def commit(self, group: int, hparams: Dict[str, float], options: Dict[str, Optional[bool]], impl: str) -> None:
+        """Install a group's validated hyperparameters and options (drops its cached lists)."""
+        self.hparams[group] = hparams
+        self.options[group] = options
+        self.impl[group] = impl
+        self.invalidate(group)
+        if not torch.jit.is_scripting():
+            self.refresh_param_group(group)
+
+    # ----------------------------------------------------------------- eager only
+    @torch.jit.unused
+    def refresh_param_group(self, group: int) -> None:
+        """Eager only: rewrite the torch-style ``param_groups[group]`` dict from the typed dicts."""
+        param_groups = getattr(self, "param_groups", None)
+        if param_groups is not None:
+            param_groups[group]._refresh()
+
+
+def flag(options: Dict[str, Optional[bool]], name: str) -> bool:
+    """``options[name]`` as a plain bool (None counts as False)."""
+    value = options[name]
+    return value is not None and value
+
+
+def commit_group(
+    s: GroupedState, group: int, hparams: Dict[str, float], options: Dict[str, Optional[bool]]
+) -> None:
+    """Choose the group's implementation and install its (already validated) values.
+
+    Raises:
+        RuntimeError: ``fused=True`` with a parameter that is not floating point (torch's message).
+    """
+    params = s.cache_params[group]
+    fused: Optional[bool] = None
+    if "fused" in options:
+        fused = options["fused"]
+    impl = choose_impl(params, options["foreach"], fused)
+    if impl == "fused":
+        _validation.check_fused_params(params)
+    s.commit(group, hparams, options, impl)
+
+
+def device_dtype_splits(s: GroupedState, g: int, params: List[Tensor]) -> List[List[int]]:
+    """Positions in ``params`` to pass to one fused call each (one device and dtype per call)."""
+    if s.impl[g] == "fused" and not s.homogeneous[g]:
+        return split_by_device_dtype(params)
+    return [list(range(len(params)))]
+
+
+def take(tensors: List[Tensor], positions: List[int]) -> List[Tensor]:
+    """``[tensors[k] for k in positions]``, for sorted, distinct ``positions``.
+
+    When ``positions`` selects everything, ``tensors`` itself is returned. Besides saving a
+    copy this matters for correctness under TorchScript: its dead-code elimination drops an
+    in-place list op (``torch._foreach_add_``, ``torch._fused_sgd_``, ...) whose list arguments
+    are all fresh lists that are not used afterwards, even though their elements alias live
+    tensors (observed on torch 2.13). Returning through this ``if`` makes the result alias the
+    input list, so such ops are kept. Every list that this package hands to an in-place list
+    op either is an input/attribute list or comes from here or from an ``if`` of the same kind.
+    """
+    if len(positions) == len(tensors):
+        return tensors
+    out: List[Tensor] = []
+    for k in positions:
+        out.append(tensors[k])
+    return out
+
+
+def scalar_list(values: List[float]) -> List[Union[float, int, complex]]:
+    """A ``List[float]`` typed as TorchScript's ``Scalar[]`` (what ``_foreach_*.ScalarList`` takes)."""
+    out: List[Union[float, int, complex]] = []
+    for v in values:
+        out.append(v)
+    return out
+
+
+def new_step(param: Tensor, fused: bool) -> Tensor:
+    """A fresh ``step`` counter as torch creates it: a 0-dim tensor holding 0.
+
+    float32 on the parameter's device for fused kernels; otherwise on the CPU with the default
+    dtype (float32 unless ``torch.set_default_dtype(torch.float64)``), like torch's
+    ``_get_scalar_dtype()``.
+    """
+    if fused:
+        return torch.zeros((), dtype=torch.float32, device=param.device)
+    return torch.zeros((), device=torch.device("cpu"))

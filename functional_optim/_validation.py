@@ -1,0 +1,203 @@
+"""Input checks shared by all optimizers, written so that TorchScript can compile them.
+
+Every check here raises before the optimizer touches a parameter or its state, so a call that
+fails leaves everything as it was. Messages for invalid hyperparameters are the ones
+``torch.optim`` uses (e.g. ``"Invalid learning rate: -1.0"``); eagerly they match torch's text
+exactly, and in TorchScript numbers are printed the TorchScript way (``-1.`` instead of ``-1.0``).
+Inside TorchScript any of these errors reaches Python as ``torch.jit.Error`` (an ``Exception``)
+whose message contains ``"builtins.ValueError: <message>"``.
+"""
+from typing import List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "dtype_name",
+    "describe",
+    "check_gradients",
+    "check_one_gradient",
+    "check_params",
+    "check_lr",
+    "check_non_negative",
+    "check_betas",
+    "check_impl_flags",
+    "check_fused_params",
+]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """Return ``"torch.float32"``-style names (TorchScript prints dtypes as numbers)."""
+    names: List[Tuple[torch.dtype, str]] = [
+        (torch.float32, "torch.float32"),
+        (torch.float64, "torch.float64"),
+        (torch.float16, "torch.float16"),
+        (torch.bfloat16, "torch.bfloat16"),
+        (torch.complex64, "torch.complex64"),
+        (torch.complex128, "torch.complex128"),
+        (torch.int64, "torch.int64"),
+        (torch.int32, "torch.int32"),
+        (torch.int16, "torch.int16"),
+        (torch.int8, "torch.int8"),
+        (torch.uint8, "torch.uint8"),
+        (torch.bool, "torch.bool"),
+    ]
+    for known, name in names:
+        if dtype == known:
+            return name
+    return "dtype " + str(dtype)
+
+
+def describe(t: Tensor) -> str:
+    """``"shape [4, 5], dtype torch.float32, device cpu"`` for a tensor."""
+    layout = ", sparse" if t.is_sparse else ""
+    return (
+        "shape " + str(list(t.shape)) + ", dtype " + dtype_name(t.dtype)
+        + ", device " + str(t.device) + layout
+    )
+
+
+def check_one_gradient(index: int, param: Tensor, grad: Tensor, sparse_error: str) -> None:
+    """Check that ``grad`` can be the gradient of ``param``.
+
+    Args:
+        index: the flat parameter index, used in the message (``"gradients[3]: ..."``).
+        param: the parameter.
+        grad: its gradient: same shape, dtype and device as ``param``; sparse COO only when
+            ``sparse_error`` is empty.
+        sparse_error: the message of the ``RuntimeError`` raised for a sparse gradient (the text
+            torch uses, e.g. ``"Adam does not support sparse gradients, ..."``), or ``""`` when the
+            optimizer accepts sparse gradients.
+
+    Raises:
+        ValueError: shape, dtype or device differ, naming the index and both descriptions.
+        RuntimeError: ``grad`` is sparse and the optimizer does not take sparse gradients.
+    """
+    if grad.dtype != param.dtype or grad.device != param.device or grad.shape != param.shape:
+        raise ValueError(
+            "gradients[" + str(index) + "]: expected " + describe(param)
+            + " (like its parameter); got " + describe(grad)
+        )
+    if grad.is_sparse and sparse_error != "":
+        raise RuntimeError(sparse_error)
+
+
+def check_gradients(
+    params: List[Tensor],
+    gradients: List[Optional[Tensor]],
+    offsets: List[int],
+    sparse_error: str,
+) -> Tuple[List[List[int]], List[List[Tensor]], List[bool]]:
+    """Validate a ``step`` call's gradients and sort the present ones by parameter group.
+
+    Args:
+        params: the optimizer's parameters, flat, in group order.
+        gradients: one entry per parameter; ``None`` skips that parameter.
+        offsets: group ``g`` holds the flat indices ``offsets[g] <= i < offsets[g + 1]``.
+        sparse_error: see :func:`check_one_gradient`.
+
+    Returns:
+        For each group: the flat indices of the parameters that have a gradient, those
+        gradients, and whether any of them is sparse.
+
+    Raises:
+        ValueError: ``len(gradients) != len(params)``, or a gradient whose shape, dtype or
+            device differs from its parameter (the message names the index).
+        RuntimeError: a sparse gradient for an optimizer that does not take them.
+    """
+    if len(gradients) != len(params):
+        raise ValueError(
+            "step: expected " + str(len(params)) + " gradients (one per parameter, None to skip one); got "
+            + str(len(gradients))
+        )
+    indices: List[List[int]] = []
+    grads: List[List[Tensor]] = []
+    sparse: List[bool] = []
+    for g in range(len(offsets) - 1):
+        group_indices: List[int] = []
+        group_grads: List[Tensor] = []
+        group_sparse = False
+        for i in range(offsets[g], offsets[g + 1]):
+            grad = gradients[i]
+            if grad is not None:
+                check_one_gradient(i, params[i], grad, sparse_error)
+                group_sparse = group_sparse or grad.is_sparse
+                group_indices.append(i)
+                group_grads.append(grad)
+        indices.append(group_indices)
+        grads.append(group_grads)
+        sparse.append(group_sparse)
+    return indices, grads, sparse
+
+
+def check_params(params: List[Tensor]) -> None:
+    """Check a parameter list the way ``torch.optim.Optimizer`` does.
+
+    Raises:
+        ValueError: a parameter that is not a leaf
+            (``"can't optimize a non-leaf Tensor"``); a sparse or complex parameter (not
+            supported). Duplicates are checked where the parameter index is built.
+    """
+    for i in range(len(params)):
+        p = params[i]
+        if not (p.is_leaf or p.retains_grad):
+            raise ValueError("can't optimize a non-leaf Tensor")
+        if p.is_sparse:
+            raise ValueError("params[" + str(i) + "]: sparse parameters are not supported")
+        if p.is_complex():
+            raise ValueError(
+                "params[" + str(i) + "]: complex parameters are not supported by functional_optim"
+            )
+
+
+def check_lr(lr: float) -> None:
+    """Raise ``ValueError("Invalid learning rate: {lr}")`` unless ``lr >= 0``."""
+    if not 0.0 <= lr:
+        raise ValueError("Invalid learning rate: " + str(lr))
+
+
+def check_non_negative(value: float, what: str) -> None:
+    """Raise ``ValueError("Invalid {what} value: {value}")`` unless ``value >= 0`` (NaN fails)."""
+    if not 0.0 <= value:
+        raise ValueError("Invalid " + what + " value: " + str(value))
+
+
+def check_betas(beta1: float, beta2: float) -> None:
+    """Raise torch's ``"Invalid beta parameter at index i: ..."`` unless ``0 <= beta < 1``."""
+    if not 0.0 <= beta1 < 1.0:
+        raise ValueError("Invalid beta parameter at index 0: " + str(beta1))
+    if not 0.0 <= beta2 < 1.0:
+        raise ValueError("Invalid beta parameter at index 1: " + str(beta2))
+
+
+def check_impl_flags(
+    foreach: Optional[bool], fused: Optional[bool], capturable: bool, differentiable: bool
+) -> None:
+    """Check the implementation flags every optimizer shares.
+
+    Raises:
+        RuntimeError: ``fused`` and ``foreach`` both True, or ``fused`` with ``differentiable``
+            (torch's messages).
+        ValueError: ``capturable=True`` (CUDA-graph capture is not supported: our step reads
+            ``step`` on the host) or ``differentiable=True`` (autograd through the step is not
+            supported: the step runs under ``torch.no_grad()``).
+    """
+    if fused is not None and fused:
+        if differentiable:
+            raise RuntimeError("`fused` does not support `differentiable`")
+        if foreach is not None and foreach:
+            raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
+    if capturable:
+        raise ValueError("capturable=True is not supported by functional_optim")
+    if differentiable:
+        raise ValueError("differentiable=True is not supported by functional_optim")
+
+
+def check_fused_params(params: List[Tensor]) -> None:
+    """Raise torch's ``RuntimeError`` unless every parameter is floating point (CPU or CUDA)."""
+    for p in params:
+        if not (p.is_floating_point() and (p.device.type == "cpu" or p.device.type == "cuda")):
+            raise RuntimeError(
+                "`fused=True` requires all the params to be floating point Tensors of supported devices: "
+                + "['cpu', 'cuda'] but " + dtype_name(p.dtype) + " and " + p.device.type
+            )

@@ -1,0 +1,420 @@
+r"""Adam: class, functional form and its single-tensor, multi-tensor and fused implementations.
+
+Algorithm: Kingma & Ba, "Adam: A Method for Stochastic Optimization", ICLR 2015
+(https://arxiv.org/abs/1412.6980); AMSGrad from Reddi et al., "On the Convergence of Adam and
+Beyond", ICLR 2018; decoupled weight decay from Loshchilov & Hutter, "Decoupled Weight Decay
+Regularization", ICLR 2019. Reference implementation: ``torch/optim/adam.py`` (torch 2.13),
+whose results these functions reproduce element by element.
+"""
+from typing import Dict, List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _methods, _validation
+from ._state import (
+    GroupedState, choose_impl, commit_group, device_dtype_splits, flag, new_step,
+    scalar_list, take,
+)
+
+__all__ = ["Adam", "adam"]
+
+
+
+def _sparse_error() -> str:
+    """torch's message for a sparse gradient (TorchScript cannot read module-level strings)."""
+    return "Adam does not support sparse gradients, please consider SparseAdam instead"
+
+
+def _single_tensor_adam(
+    params: List[Tensor],
+    grads: List[Tensor],
+    exp_avgs: List[Tensor],
+    exp_avg_sqs: List[Tensor],
+    max_exp_avg_sqs: List[Tensor],
+    state_steps: List[Tensor],
+    *,
+    amsgrad: bool,
+    beta1: float,
+    beta2: float,
+    lr: float,
+    weight_decay: float,
+    eps: float,
+    maximize: bool,
+    decoupled_weight_decay: bool,
+) -> None:
+    for i in range(len(params)):
+        param = params[i]
+        grad = grads[i] if not maximize else -grads[i]
+        exp_avg = exp_avgs[i]
+        exp_avg_sq = exp_avg_sqs[i]
+        step_t = state_steps[i]
+        step_t.add_(1)
+        if weight_decay != 0:
+            if decoupled_weight_decay:
+                param.mul_(1 - lr * weight_decay)
+            else:
+                grad = grad.add(param, alpha=weight_decay)
+        exp_avg.lerp_(grad, 1 - beta1)
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        step = float(step_t.item())
+        bias_correction1 = 1 - beta1**step
+        bias_correction2 = 1 - beta2**step
+        step_size = lr / bias_correction1
+        bias_correction2_sqrt = bias_correction2**0.5
+        if amsgrad:
+            torch.maximum(max_exp_avg_sqs[i], exp_avg_sq, out=max_exp_avg_sqs[i])
+            denom = (max_exp_avg_sqs[i].sqrt() / bias_correction2_sqrt).add_(eps)
+        else:
+            denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+        param.addcdiv_(exp_avg, denom, value=-step_size)
+
+
+def _multi_tensor_adam(
+    params: List[Tensor],
+    grads: List[Tensor],
+    exp_avgs: List[Tensor],
+    exp_avg_sqs: List[Tensor],
+    max_exp_avg_sqs: List[Tensor],
+    state_steps: List[Tensor],
+    *,
+    amsgrad: bool,
+    beta1: float,
+    beta2: float,
+    lr: float,
+    weight_decay: float,
+    eps: float,
+    maximize: bool,
+    decoupled_weight_decay: bool,
+) -> None:
+    if len(params) == 0:
+        return
+    if maximize:
+        grads = torch._foreach_neg(grads)
+    torch._foreach_add_(state_steps, 1.0)
+    if weight_decay != 0:
+        if decoupled_weight_decay:
+            torch._foreach_mul_(params, 1 - lr * weight_decay)
+        elif maximize:
+            torch._foreach_add_(grads, params, alpha=weight_decay)
+        else:
+            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+    torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+    torch._foreach_mul_(exp_avg_sqs, beta2)
+    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+    step_sizes: List[float] = []
+    bias_correction2_sqrts: List[float] = []
+    for step_t in state_steps:
+        step = float(step_t.item())
+        step_sizes.append((lr / (1 - beta1**step)) * -1)
+        bias_correction2_sqrts.append((1 - beta2**step) ** 0.5)
+    if amsgrad:
+        torch._foreach_maximum_(max_exp_avg_sqs, exp_avg_sqs)
+        exp_avg_sq_sqrt = torch._foreach_sqrt(max_exp_avg_sqs)
+    else:
+        exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)
+    torch._foreach_div_(exp_avg_sq_sqrt, scalar_list(bias_correction2_sqrts))
+    torch._foreach_add_(exp_avg_sq_sqrt, eps)
+    torch._foreach_addcdiv_(params, exp_avgs, exp_avg_sq_sqrt, scalar_list(step_sizes))
+
+
+def _fused_adam(
+    params: List[Tensor],
+    grads: List[Tensor],
+    exp_avgs: List[Tensor],
+    exp_avg_sqs: List[Tensor],
+    max_exp_avg_sqs: List[Tensor],
+    state_steps: List[Tensor],
+    *,
+    amsgrad: bool,
+    beta1: float,
+    beta2: float,
+    lr: float,
+    weight_decay: float,
+    eps: float,
+    maximize: bool,
+    decoupled_weight_decay: bool,
+) -> None:
+    if len(params) == 0:
+        return
+    torch._foreach_add_(state_steps, 1.0)
+    if decoupled_weight_decay:
+        torch._fused_adamw_(
+            params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps,
+            lr=lr, beta1=beta1, beta2=beta2, weight_decay=weight_decay, eps=eps,
+            amsgrad=amsgrad, maximize=maximize,
+        )
+    else:
+        torch._fused_adam_(
+            params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps,
+            lr=lr, beta1=beta1, beta2=beta2, weight_decay=weight_decay, eps=eps,
+            amsgrad=amsgrad, maximize=maximize,
+        )
+
+
+def adam(
+    params: List[Tensor],
+    grads: List[Tensor],
+    exp_avgs: List[Tensor],
+    exp_avg_sqs: List[Tensor],
+    max_exp_avg_sqs: List[Tensor],
+    state_steps: List[Tensor],
+    foreach: Optional[bool] = None,
+    fused: Optional[bool] = None,
+    *,
+    amsgrad: bool,
+    beta1: float,
+    beta2: float,
+    lr: float,
+    weight_decay: float,
+    eps: float,
+    maximize: bool,
+    decoupled_weight_decay: bool,
+) -> None:
+    r"""Functional Adam: update ``params`` and their state in place, one step.
+
+    Same arguments and results as ``torch.optim.adam.adam`` (without ``capturable``,
+    ``differentiable``, ``grad_scale``/``found_inf`` and complex support). Compiles with
+    TorchScript, and, unlike torch's, keeps the multi-tensor and fused paths under TorchScript.
+
+    Args:
+        params: parameters, any shapes; floating dtype (any float dtype, one per tensor);
+            CPU or CUDA.
+        grads: one dense gradient per parameter, same shape, dtype and device.
+        exp_avgs, exp_avg_sqs: first and second moment estimates, like ``params``.
+        max_exp_avg_sqs: running maxima of ``exp_avg_sqs`` (like ``params``) when ``amsgrad``,
+            else an empty list.
+        state_steps: 0-dim step counters (float32 on the parameter's device for ``fused``),
+            incremented by one here.
+        foreach, fused: the implementation; ``None``/``None`` picks torch's default
+            (multi-tensor when all parameters are on CUDA/XPU/MTIA, else single-tensor).
+            ``fused=True`` needs all tensors on one device (group them first; the classes do).
+        amsgrad, maximize, decoupled_weight_decay: as in :class:`Adam`.
+        beta1, beta2, lr, weight_decay, eps: as in :class:`Adam` (``lr`` in parameter units
+            per unit of normalised gradient).
+
+    The checks of :class:`Adam` are not repeated here: mismatched inputs fail inside aten ops.
+    """
+    if fused is None and foreach is None:
+        foreach = choose_impl(params, None, None) == "foreach"
+    if fused is not None and fused:
+        _fused_adam(
+            params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps,
+            amsgrad=amsgrad, beta1=beta1, beta2=beta2, lr=lr, weight_decay=weight_decay,
+            eps=eps, maximize=maximize, decoupled_weight_decay=decoupled_weight_decay,
+        )
+    elif foreach is not None and foreach:
+        _multi_tensor_adam(
+            params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps,
+            amsgrad=amsgrad, beta1=beta1, beta2=beta2, lr=lr, weight_decay=weight_decay,
+            eps=eps, maximize=maximize, decoupled_weight_decay=decoupled_weight_decay,
+        )
+    else:
+        _single_tensor_adam(
+            params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps,
+            amsgrad=amsgrad, beta1=beta1, beta2=beta2, lr=lr, weight_decay=weight_decay,
+            eps=eps, maximize=maximize, decoupled_weight_decay=decoupled_weight_decay,
+        )
+
+
+def check_adam_hyperparameters(h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
+    """torch's checks for Adam/AdamW (``ValueError("Invalid learning rate: -1.0")`` etc.)."""
+    _validation.check_lr(h["lr"])
+    _validation.check_non_negative(h["eps"], "epsilon")
+    _validation.check_betas(h["beta1"], h["beta2"])
+    _validation.check_non_negative(h["weight_decay"], "weight_decay")
+    _validation.check_impl_flags(o["foreach"], o["fused"], flag(o, "capturable"), flag(o, "differentiable"))
+
+
+def adam_group_step(s: GroupedState, g: int, indices: List[int], grads: List[Tensor]) -> None:
+    """Step the parameters ``indices`` (all in group ``g``) of an Adam or AdamW optimizer."""
+    h = s.hparams[g]
+    o = s.options[g]
+    amsgrad = flag(o, "amsgrad")
+    fused = s.impl[g] == "fused"
+    if s.needs_init(g, indices):
+        for i in indices:
+            state = s.state[i]
+            p = s.params[i]
+            if "step" not in state:
+                state["step"] = new_step(p, fused)
+            if "exp_avg" not in state:
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            if "exp_avg_sq" not in state:
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            if amsgrad and "max_exp_avg_sq" not in state:
+                state["max_exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+    keys = ["step", "exp_avg", "exp_avg_sq"]
+    if amsgrad:
+        keys.append("max_exp_avg_sq")
+    lists = s.state_lists(g, indices, keys)
+    params = s.cache_params[g] if s.is_full(g, indices) else s.params_at(indices)
+    empty: List[Tensor] = []
+    for part in device_dtype_splits(s, g, params):
+        whole = len(part) == len(params)
+        adam(
+            params if whole else take(params, part),
+            grads if whole else take(grads, part),
+            lists["exp_avg"] if whole else take(lists["exp_avg"], part),
+            lists["exp_avg_sq"] if whole else take(lists["exp_avg_sq"], part),
+            empty if not amsgrad else (lists["max_exp_avg_sq"] if whole else take(lists["max_exp_avg_sq"], part)),
+            lists["step"] if whole else take(lists["step"], part),
+            foreach=s.impl[g] == "foreach",
+            fused=fused,
+            amsgrad=amsgrad,
+            beta1=h["beta1"],
+            beta2=h["beta2"],
+            lr=h["lr"],
+            weight_decay=h["weight_decay"],
+            eps=h["eps"],
+            maximize=flag(o, "maximize"),
+            decoupled_weight_decay=flag(o, "decoupled_weight_decay"),
+        )
+
+
+class Adam:
+    r"""Adam, as ``torch.optim.Adam``, with gradients passed in; eager or TorchScript.
+
+    .. math::
+       \begin{aligned}
+       &\textbf{input}: \gamma \text{ (lr)}, \beta_1, \beta_2 \text{ (betas)}, \theta_0 \text{ (params)},
+            \lambda \text{ (weight decay)}, \epsilon, \textit{amsgrad}, \textit{maximize},
+            \textit{decoupled}\\
+       &\textbf{initialize}: m_0 \leftarrow 0,\ v_0 \leftarrow 0,\ v_0^{max} \leftarrow 0\\
+       &\textbf{for}\ t = 1, 2, \ldots:\\
+       &\quad g_t \leftarrow \pm\nabla_\theta f_t(\theta_{t-1}) \quad (- \text{ if maximize})\\
+       &\quad \textbf{if}\ \lambda \ne 0:\ \textbf{if}\ \textit{decoupled}:\ \theta_{t-1} \leftarrow \theta_{t-1}(1 - \gamma\lambda)
+            \ \textbf{else}\ g_t \leftarrow g_t + \lambda\theta_{t-1}\\
+       &\quad m_t \leftarrow \beta_1 m_{t-1} + (1-\beta_1) g_t,\quad v_t \leftarrow \beta_2 v_{t-1} + (1-\beta_2) g_t^2\\
+       &\quad \textbf{if amsgrad}: v_t^{max} \leftarrow \max(v_{t-1}^{max}, v_t),\ \hat v_t \leftarrow v_t^{max}/(1-\beta_2^t)
+            \ \textbf{else}\ \hat v_t \leftarrow v_t/(1-\beta_2^t)\\
+       &\quad \theta_t \leftarrow \theta_{t-1} - \gamma\, \frac{m_t/(1-\beta_1^t)}{\sqrt{\hat v_t} + \epsilon}
+       \end{aligned}
+
+    Sources: Kingma & Ba 2015 (https://arxiv.org/abs/1412.6980); AMSGrad: Reddi et al. 2018;
+    decoupled weight decay: Loshchilov & Hutter 2019; reference code ``torch/optim/adam.py``.
+
+    Args:
+        params: a list of tensors, or (eagerly only) of param-group dicts as in ``torch.optim``
+            (``{'params': [...], 'lr': ..., 'betas': (...), ...}``). Floating-point, dense,
+            real, leaf tensors on CPU or CUDA; each at most once.
+        lr: learning rate, > 0 in parameter units (default 1e-3).
+        betas: decay rates of the moment estimates, each in [0, 1) (default (0.9, 0.999)).
+        eps: added to the denominator, >= 0 (default 1e-8).
+        weight_decay: L2 penalty (or decoupled decay rate), >= 0 (default 0).
+        amsgrad: use AMSGrad (default False).
+        foreach: ``True`` multi-tensor (``torch._foreach_*``), ``False`` single-tensor, ``None``
+            torch's default (multi-tensor on CUDA, single-tensor on CPU) (default None).
+        maximize: maximise instead of minimising (default False).
+        capturable: must be False (CUDA-graph capture is not supported).
+        differentiable: must be False (the step runs under ``torch.no_grad()``).
+        fused: ``True`` uses ``torch._fused_adam_`` (CPU and CUDA, float16/bfloat16/float32/float64)
+            (default None = not fused, as torch).
+        decoupled_weight_decay: AdamW-style weight decay (default False).
+
+    ``foreach`` ... ``decoupled_weight_decay`` are keyword-only in ``torch.optim.Adam``; here
+    they are positional-or-keyword because TorchScript does not compile keyword-only arguments
+    with defaults. Pass them by keyword.
+
+    State per parameter (``get_state()``/``state_dict()``, as torch): ``'step'`` (0-dim float32,
+    on the CPU, or on the parameter's device when fused), ``'exp_avg'``, ``'exp_avg_sq'`` and,
+    with amsgrad, ``'max_exp_avg_sq'`` (each like the parameter).
+
+    Raises:
+        ValueError: invalid hyperparameters (torch's conditions and messages, e.g.
+            ``"Invalid learning rate: -1.0"``), an empty, non-leaf, sparse, complex or repeated
+            parameter, ``capturable``/``differentiable`` True.
+        RuntimeError: ``fused`` with ``foreach`` or with a non-floating parameter.
+        TypeError: (eagerly) a Tensor hyperparameter or a malformed ``params``.
+    """
+
+    def __init__(
+        self,
+        params: List[Tensor],
+        lr: float = 1e-3,
+        betas: Tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        foreach: Optional[bool] = None,
+        maximize: bool = False,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: Optional[bool] = None,
+        decoupled_weight_decay: bool = False,
+    ) -> None:
+        hparams: Dict[str, float] = {
+            "lr": lr, "beta1": betas[0], "beta2": betas[1], "eps": eps, "weight_decay": weight_decay,
+        }
+        options: Dict[str, Optional[bool]] = {
+            "amsgrad": amsgrad, "maximize": maximize, "foreach": foreach, "capturable": capturable,
+            "differentiable": differentiable, "fused": fused, "decoupled_weight_decay": decoupled_weight_decay,
+        }
+        if not torch.jit.is_scripting():
+            hparams, options = self._eager_defaults(hparams, options)
+        check_adam_hyperparameters(hparams, options)
+        groups: List[List[Tensor]] = [params]
+        group_hparams: List[Dict[str, float]] = [hparams]
+        group_options: List[Dict[str, Optional[bool]]] = [options]
+        if not torch.jit.is_scripting():
+            groups, group_hparams, group_options = self._eager_parse(params, hparams, options)
+        self._s = GroupedState(groups, group_hparams, group_options)
+        for g in range(len(groups)):
+            self.set_group(g, group_hparams[g], group_options[g])
+        if not torch.jit.is_scripting():
+            self._eager_attach()
+
+    # ------------------------------------------------------------------ stepping
+    def step(self, gradients: List[Optional[Tensor]]) -> None:
+        """Update every parameter whose gradient is not None, in place.
+
+        Args:
+            gradients: one entry per parameter in flat order (group after group); each a dense
+                tensor of its parameter's shape, dtype and device, or None to skip it (its state
+                is untouched, as in torch when ``.grad`` is None).
+
+        Raises:
+            ValueError: wrong number of gradients, or a gradient whose shape, dtype or device
+                differs from its parameter's (``"gradients[3]: expected shape [4, 5], ..."``).
+            RuntimeError: a sparse gradient (torch's message).
+            Nothing is modified when it raises.
+        """
+        indices, grads, sparse = _validation.check_gradients(self._s.params, gradients, self._s.offsets, _sparse_error())
+        with torch.no_grad():
+            for g in range(len(indices)):
+                if len(indices[g]) > 0:
+                    adam_group_step(self._s, g, indices[g], grads[g])
+
+    def step_param(self, param: Tensor, grad: Optional[Tensor]) -> None:
+        """Update one parameter (the same tensor object given at construction) with its group's
+        hyperparameters; ``grad=None`` does nothing. Raises like :meth:`step` (and ValueError
+        for a tensor that is not a parameter)."""
+        i = self._s.find(param)
+        if grad is not None:
+            _validation.check_one_gradient(i, param, grad, _sparse_error())
+            with torch.no_grad():
+                adam_group_step(self._s, self._s.group_of[i], [i], [grad])
+
+    # ------------------------------------------------------------------ state protocol
+    param_group_indices = _methods.param_group_indices
+    hyperparameters = _methods.hyperparameters
+    options = _methods.options
+    set_hyperparameter = _methods.set_hyperparameter
+    set_option = _methods.set_option
+    get_state = _methods.get_state
+    set_state = _methods.set_state
+
+    def set_group(self, group: int, hyperparameters: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
+        """Change several values of one group at once; all are validated before any is set."""
+        h = self._s.updated_hparams(group, hyperparameters)
+        o = self._s.updated_options(group, options)
+        check_adam_hyperparameters(h, o)
+        commit_group(self._s, group, h, o)
+
+    # ------------------------------------------------------------------ eager only
+    state_dict = _methods.state_dict
+    load_state_dict = _methods.load_state_dict
+    _eager_defaults = _methods.eager_defaults
+    _eager_parse = _methods.eager_parse
+    _eager_attach = _methods.eager_attach
+    __repr__ = _methods.eager_repr

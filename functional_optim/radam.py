@@ -1,0 +1,330 @@
+r"""RAdam: class, functional form and its single-tensor and multi-tensor implementations
+(torch has no fused RAdam kernel).
+
+Algorithm: Liu et al., "On the Variance of the Adaptive Learning Rate and Beyond", ICLR 2020
+(https://arxiv.org/abs/1908.03265); decoupled weight decay from Loshchilov & Hutter 2019.
+Reference implementation: ``torch/optim/radam.py`` (torch 2.13).
+"""
+from typing import Dict, List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _methods, _validation
+from ._state import GroupedState, choose_impl, commit_group, flag, new_step, scalar_list
+
+__all__ = ["RAdam", "radam"]
+
+
+def _single_tensor_radam(
+    params: List[Tensor],
+    grads: List[Tensor],
+    exp_avgs: List[Tensor],
+    exp_avg_sqs: List[Tensor],
+    state_steps: List[Tensor],
+    *,
+    beta1: float,
+    beta2: float,
+    lr: float,
+    weight_decay: float,
+    eps: float,
+    decoupled_weight_decay: bool,
+    maximize: bool,
+) -> None:
+    for i in range(len(params)):
+        param = params[i]
+        grad = grads[i] if not maximize else -grads[i]
+        exp_avg = exp_avgs[i]
+        exp_avg_sq = exp_avg_sqs[i]
+        step_t = state_steps[i]
+        step_t.add_(1)
+        step = float(step_t.item())
+        if weight_decay != 0:
+            if decoupled_weight_decay:
+                param.mul_(1 - lr * weight_decay)
+            else:
+                grad = grad.add(param, alpha=weight_decay)
+        exp_avg.lerp_(grad, 1 - beta1)
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        bias_correction1 = 1 - beta1**step
+        bias_correction2 = 1 - beta2**step
+        bias_corrected_exp_avg = exp_avg / bias_correction1
+        # maximum and current length of the approximated simple moving average
+        rho_inf = 2 / (1 - beta2) - 1
+        rho_t = rho_inf - 2 * step * (beta2**step) / bias_correction2
+        if rho_t > 5.0:
+            rect = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) ** 0.5
+            exp_avg_sq_sqrt = exp_avg_sq.sqrt().add_(eps)
+            # float / tensor, spelled as eager torch computes it (Tensor.__rtruediv__)
+            adaptive_lr = exp_avg_sq_sqrt.reciprocal() * (bias_correction2**0.5)
+            param.add_(bias_corrected_exp_avg * lr * adaptive_lr * rect, alpha=-1.0)
+        else:
+            param.add_(bias_corrected_exp_avg * lr, alpha=-1.0)
+
+
+def _multi_tensor_radam(
+    params: List[Tensor],
+    grads: List[Tensor],
+    exp_avgs: List[Tensor],
+    exp_avg_sqs: List[Tensor],
+    state_steps: List[Tensor],
+    *,
+    beta1: float,
+    beta2: float,
+    lr: float,
+    weight_decay: float,
+    eps: float,
+    decoupled_weight_decay: bool,
+    maximize: bool,
+) -> None:
+    if len(params) == 0:
+        return
+    torch._foreach_add_(state_steps, 1.0)
+    if maximize:
+        grads = torch._foreach_neg(grads)
+    rho_inf = 2 / (1 - beta2) - 1
+    rho_t_list: List[float] = []
+    for step_t in state_steps:
+        step = float(step_t.item())
+        rho_t_list.append(rho_inf - 2 * step * (beta2**step) / (1 - beta2**step))
+    if weight_decay != 0:
+        if decoupled_weight_decay:
+            torch._foreach_mul_(params, 1 - lr * weight_decay)
+        elif maximize:
+            torch._foreach_add_(grads, params, alpha=weight_decay)
+        else:
+            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+    torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+    torch._foreach_mul_(exp_avg_sqs, beta2)
+    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+    unrect_step_size: List[float] = []
+    rect_step_size: List[float] = []
+    for k in range(len(state_steps)):
+        step = float(state_steps[k].item())
+        rho_t = rho_t_list[k]
+        rect = 0.0
+        if rho_t > 5:
+            rect = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) ** 0.5
+        unrectified = 0.0 if rect > 0 else 1.0
+        bias_correction1 = 1 - beta1**step
+        unrect_step_size.append((lr * unrectified / bias_correction1) * -1)
+        rect_step_size.append(((1 - beta2**step) ** 0.5) * (lr * rect / bias_correction1) * -1)
+    buffer = torch._foreach_sqrt(exp_avg_sqs)
+    torch._foreach_add_(buffer, eps)
+    torch._foreach_div_(buffer, scalar_list(rect_step_size))
+    torch._foreach_reciprocal_(buffer)
+    torch._foreach_add_(buffer, scalar_list(unrect_step_size))
+    # buffer = sqrt(1 - beta2^t) * rect_step_size / (sqrt(v) + eps) + unrect_step_size
+    torch._foreach_addcmul_(params, exp_avgs, buffer)
+
+
+def radam(
+    params: List[Tensor],
+    grads: List[Tensor],
+    exp_avgs: List[Tensor],
+    exp_avg_sqs: List[Tensor],
+    state_steps: List[Tensor],
+    foreach: Optional[bool] = None,
+    *,
+    beta1: float,
+    beta2: float,
+    lr: float,
+    weight_decay: float,
+    eps: float,
+    decoupled_weight_decay: bool,
+    maximize: bool,
+) -> None:
+    r"""Functional RAdam: update ``params`` and their state in place, one step.
+
+    Same arguments and results as ``torch.optim.radam.radam`` (without ``capturable``,
+    ``differentiable`` and complex support). Compiles with TorchScript, multi-tensor included.
+
+    Args:
+        params: parameters, any shapes, floating dtypes, CPU or CUDA.
+        grads: dense gradients like ``params``.
+        exp_avgs, exp_avg_sqs: moment estimates, like ``params``.
+        state_steps: 0-dim step counters, incremented here.
+        foreach: True multi-tensor, False single-tensor, None torch's default.
+        beta1, beta2, lr, weight_decay, eps, decoupled_weight_decay, maximize: as in :class:`RAdam`.
+    """
+    if foreach is None:
+        foreach = choose_impl(params, None, None) == "foreach"
+    if foreach:
+        _multi_tensor_radam(
+            params, grads, exp_avgs, exp_avg_sqs, state_steps, beta1=beta1, beta2=beta2, lr=lr,
+            weight_decay=weight_decay, eps=eps, decoupled_weight_decay=decoupled_weight_decay,
+            maximize=maximize,
+        )
+    else:
+        _single_tensor_radam(
+            params, grads, exp_avgs, exp_avg_sqs, state_steps, beta1=beta1, beta2=beta2, lr=lr,
+            weight_decay=weight_decay, eps=eps, decoupled_weight_decay=decoupled_weight_decay,
+            maximize=maximize,
+        )
+
+
+def _sparse_error() -> str:
+    return "RAdam does not support sparse gradients"
+
+
+def check_radam_hyperparameters(h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
+    """torch's checks for RAdam."""
+    _validation.check_lr(h["lr"])
+    _validation.check_non_negative(h["eps"], "epsilon")
+    _validation.check_betas(h["beta1"], h["beta2"])
+    _validation.check_non_negative(h["weight_decay"], "weight_decay")
+    _validation.check_impl_flags(o["foreach"], None, flag(o, "capturable"), flag(o, "differentiable"))
+
+
+def radam_group_step(s: GroupedState, g: int, indices: List[int], grads: List[Tensor]) -> None:
+    """Step the parameters ``indices`` (all in group ``g``) of an RAdam optimizer."""
+    h = s.hparams[g]
+    o = s.options[g]
+    if s.needs_init(g, indices):
+        for i in indices:
+            state = s.state[i]
+            p = s.params[i]
+            if "step" not in state:
+                state["step"] = new_step(p, False)
+            for key in ["exp_avg", "exp_avg_sq"]:
+                if key not in state:
+                    state[key] = torch.zeros_like(p, memory_format=torch.preserve_format)
+    lists = s.state_lists(g, indices, ["step", "exp_avg", "exp_avg_sq"])
+    params = s.cache_params[g] if s.is_full(g, indices) else s.params_at(indices)
+    radam(
+        params, grads, lists["exp_avg"], lists["exp_avg_sq"], lists["step"],
+        foreach=s.impl[g] == "foreach", beta1=h["beta1"], beta2=h["beta2"], lr=h["lr"],
+        weight_decay=h["weight_decay"], eps=h["eps"],
+        decoupled_weight_decay=flag(o, "decoupled_weight_decay"), maximize=flag(o, "maximize"),
+    )
+
+
+class RAdam:
+    r"""RAdam (rectified Adam), as ``torch.optim.RAdam``; eager or TorchScript.
+
+    .. math::
+       \begin{aligned}
+       &\textbf{input}: \gamma \text{ (lr)}, \beta_1, \beta_2 \text{ (betas)}, \theta_0,
+            \lambda \text{ (weight decay)}, \epsilon, \textit{decoupled}\\
+       &\textbf{initialize}: m_0 \leftarrow 0,\ v_0 \leftarrow 0,\ \rho_\infty \leftarrow 2/(1-\beta_2) - 1\\
+       &\textbf{for}\ t = 1, 2, \ldots:\\
+       &\quad g_t \leftarrow \pm\nabla_\theta f_t(\theta_{t-1});\quad
+            \textbf{if}\ \lambda \ne 0:\ \theta_{t-1} \leftarrow \theta_{t-1}(1-\gamma\lambda)\ (\textit{decoupled})
+            \ \textbf{else}\ g_t \leftarrow g_t + \lambda\theta_{t-1}\\
+       &\quad m_t \leftarrow \beta_1 m_{t-1} + (1-\beta_1) g_t,\quad v_t \leftarrow \beta_2 v_{t-1} + (1-\beta_2) g_t^2\\
+       &\quad \hat m_t \leftarrow m_t/(1-\beta_1^t),\quad \rho_t \leftarrow \rho_\infty - 2t\beta_2^t/(1-\beta_2^t)\\
+       &\quad \textbf{if}\ \rho_t > 5:\ r_t \leftarrow \sqrt{\tfrac{(\rho_t-4)(\rho_t-2)\rho_\infty}{(\rho_\infty-4)(\rho_\infty-2)\rho_t}},\
+            \theta_t \leftarrow \theta_{t-1} - \gamma\hat m_t r_t \sqrt{1-\beta_2^t}/(\sqrt{v_t} + \epsilon)\\
+       &\quad \textbf{else}\ \theta_t \leftarrow \theta_{t-1} - \gamma\hat m_t
+       \end{aligned}
+
+    Sources: Liu et al., ICLR 2020 (https://arxiv.org/abs/1908.03265); reference code
+    ``torch/optim/radam.py``.
+
+    Args:
+        params: a list of tensors, or (eagerly only) of torch-style param-group dicts.
+            Floating-point, dense, real, leaf tensors on CPU or CUDA; each at most once.
+        lr: learning rate, >= 0 (default 1e-3).
+        betas: decay rates, each in [0, 1) (default (0.9, 0.999)).
+        eps: denominator term, >= 0 (default 1e-8).
+        weight_decay: L2 penalty (or decoupled decay rate), >= 0 (default 0).
+        decoupled_weight_decay: AdamW-style weight decay (default False).
+        foreach: True multi-tensor, False single-tensor, None torch's default (default None).
+        maximize: maximise instead of minimising (default False).
+        capturable, differentiable: must be False.
+
+    ``foreach`` ... ``differentiable`` are keyword-only in torch; here they are
+    positional-or-keyword (TorchScript does not compile keyword-only arguments with defaults).
+
+    State per parameter: ``'step'`` (0-dim float32 on the CPU), ``'exp_avg'``, ``'exp_avg_sq'``
+    (like the parameter).
+
+    Raises:
+        ValueError: invalid hyperparameters (torch's messages), an empty, non-leaf, sparse,
+            complex or repeated parameter, ``capturable``/``differentiable`` True.
+        RuntimeError: at ``step``, a sparse gradient (torch's message), before any change.
+        TypeError: (eagerly) a Tensor hyperparameter or a malformed ``params``.
+    """
+
+    def __init__(
+        self,
+        params: List[Tensor],
+        lr: float = 1e-3,
+        betas: Tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        decoupled_weight_decay: bool = False,
+        foreach: Optional[bool] = None,
+        maximize: bool = False,
+        capturable: bool = False,
+        differentiable: bool = False,
+    ) -> None:
+        hparams: Dict[str, float] = {
+            "lr": lr, "beta1": betas[0], "beta2": betas[1], "eps": eps, "weight_decay": weight_decay,
+        }
+        options: Dict[str, Optional[bool]] = {
+            "maximize": maximize, "foreach": foreach, "capturable": capturable,
+            "decoupled_weight_decay": decoupled_weight_decay, "differentiable": differentiable,
+        }
+        if not torch.jit.is_scripting():
+            hparams, options = self._eager_defaults(hparams, options)
+        check_radam_hyperparameters(hparams, options)
+        groups: List[List[Tensor]] = [params]
+        group_hparams: List[Dict[str, float]] = [hparams]
+        group_options: List[Dict[str, Optional[bool]]] = [options]
+        if not torch.jit.is_scripting():
+            groups, group_hparams, group_options = self._eager_parse(params, hparams, options)
+        self._s = GroupedState(groups, group_hparams, group_options)
+        for g in range(len(groups)):
+            self.set_group(g, group_hparams[g], group_options[g])
+        if not torch.jit.is_scripting():
+            self._eager_attach()
+
+    def step(self, gradients: List[Optional[Tensor]]) -> None:
+        """Update every parameter whose gradient is not None, in place.
+
+        Args:
+            gradients: one entry per parameter in flat order: a dense tensor of the parameter's
+                shape, dtype and device, or None to skip it.
+
+        Raises:
+            ValueError: wrong number of gradients, or a gradient whose shape, dtype or device
+                differs from its parameter's (the message names the index).
+            RuntimeError: a sparse gradient (torch's message). Nothing is modified when it raises.
+        """
+        indices, grads, sparse = _validation.check_gradients(self._s.params, gradients, self._s.offsets, _sparse_error())
+        with torch.no_grad():
+            for g in range(len(indices)):
+                if len(indices[g]) > 0:
+                    radam_group_step(self._s, g, indices[g], grads[g])
+
+    def step_param(self, param: Tensor, grad: Optional[Tensor]) -> None:
+        """Update one parameter (the same tensor object) with its group's hyperparameters;
+        ``grad=None`` does nothing. Raises like :meth:`step`, and ValueError for a tensor that
+        is not a parameter."""
+        i = self._s.find(param)
+        if grad is not None:
+            _validation.check_one_gradient(i, param, grad, _sparse_error())
+            with torch.no_grad():
+                radam_group_step(self._s, self._s.group_of[i], [i], [grad])
+
+    def set_group(self, group: int, hyperparameters: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
+        """Change several values of one group at once; all are validated before any is set."""
+        h = self._s.updated_hparams(group, hyperparameters)
+        o = self._s.updated_options(group, options)
+        check_radam_hyperparameters(h, o)
+        commit_group(self._s, group, h, o)
+
+    param_group_indices = _methods.param_group_indices
+    hyperparameters = _methods.hyperparameters
+    options = _methods.options
+    set_hyperparameter = _methods.set_hyperparameter
+    set_option = _methods.set_option
+    get_state = _methods.get_state
+    set_state = _methods.set_state
+    state_dict = _methods.state_dict
+    load_state_dict = _methods.load_state_dict
+    _eager_defaults = _methods.eager_defaults
+    _eager_parse = _methods.eager_parse
+    _eager_attach = _methods.eager_attach
+    __repr__ = _methods.eager_repr

@@ -1,0 +1,335 @@
+r"""RMSprop: class, functional form and its single-tensor and multi-tensor implementations
+(torch has no fused RMSprop kernel).
+
+Algorithm: Hinton, "Neural Networks for Machine Learning", lecture 6e (2012); centered variant
+from Graves, "Generating Sequences With Recurrent Neural Networks" (2013),
+https://arxiv.org/abs/1308.0850. Reference implementation: ``torch/optim/rmsprop.py`` (torch 2.13).
+"""
+from typing import Dict, List, Optional
+
+import torch
+from torch import Tensor
+
+from . import _methods, _validation
+from ._state import GroupedState, choose_impl, commit_group, flag, new_step
+
+__all__ = ["RMSprop", "rmsprop"]
+
+
+def _single_tensor_rmsprop(
+    params: List[Tensor],
+    grads: List[Tensor],
+    square_avgs: List[Tensor],
+    grad_avgs: List[Tensor],
+    momentum_buffer_list: List[Tensor],
+    state_steps: List[Tensor],
+    *,
+    lr: float,
+    alpha: float,
+    eps: float,
+    weight_decay: float,
+    momentum: float,
+    centered: bool,
+    maximize: bool,
+) -> None:
+    for i in range(len(params)):
+        param = params[i]
+        grad = grads[i] if not maximize else -grads[i]
+        square_avg = square_avgs[i]
+        state_steps[i].add_(1)
+        if weight_decay != 0:
+            grad = grad.add(param, alpha=weight_decay)
+        square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
+        if centered:
+            grad_avg = grad_avgs[i]
+            grad_avg.lerp_(grad, 1 - alpha)
+            avg = square_avg.addcmul(grad_avg, grad_avg, value=-1).sqrt_()
+        else:
+            avg = square_avg.sqrt()
+        avg = avg.add_(eps)
+        if momentum > 0:
+            buf = momentum_buffer_list[i]
+            buf.mul_(momentum).addcdiv_(grad, avg)
+            param.add_(buf, alpha=-lr)
+        else:
+            param.addcdiv_(grad, avg, value=-lr)
+
+
+def _multi_tensor_rmsprop(
+    params: List[Tensor],
+    grads: List[Tensor],
+    square_avgs: List[Tensor],
+    grad_avgs: List[Tensor],
+    momentum_buffer_list: List[Tensor],
+    state_steps: List[Tensor],
+    *,
+    lr: float,
+    alpha: float,
+    eps: float,
+    weight_decay: float,
+    momentum: float,
+    centered: bool,
+    maximize: bool,
+) -> None:
+    if len(params) == 0:
+        return
+    if maximize:
+        grads = torch._foreach_neg(grads)
+    torch._foreach_add_(state_steps, 1.0)
+    if weight_decay != 0:
+        if maximize:
+            torch._foreach_add_(grads, params, alpha=weight_decay)
+        else:
+            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+    torch._foreach_mul_(square_avgs, alpha)
+    torch._foreach_addcmul_(square_avgs, grads, grads, value=1 - alpha)
+    if centered:
+        torch._foreach_lerp_(grad_avgs, grads, 1 - alpha)
+        avg = torch._foreach_addcmul(square_avgs, grad_avgs, grad_avgs, value=-1)
+        torch._foreach_sqrt_(avg)
+        torch._foreach_add_(avg, eps)
+    else:
+        avg = torch._foreach_sqrt(square_avgs)
+        torch._foreach_add_(avg, eps)
+    if momentum > 0:
+        torch._foreach_mul_(momentum_buffer_list, momentum)
+        torch._foreach_addcdiv_(momentum_buffer_list, grads, avg)
+        torch._foreach_add_(params, momentum_buffer_list, alpha=-lr)
+    else:
+        torch._foreach_addcdiv_(params, grads, avg, value=-lr)
+
+
+def rmsprop(
+    params: List[Tensor],
+    grads: List[Tensor],
+    square_avgs: List[Tensor],
+    grad_avgs: List[Tensor],
+    momentum_buffer_list: List[Tensor],
+    state_steps: List[Tensor],
+    foreach: Optional[bool] = None,
+    *,
+    lr: float,
+    alpha: float,
+    eps: float,
+    weight_decay: float,
+    momentum: float,
+    centered: bool,
+    maximize: bool,
+) -> None:
+    r"""Functional RMSprop: update ``params`` and their state in place, one step.
+
+    Same arguments and results as ``torch.optim.rmsprop.rmsprop`` (without ``capturable``,
+    ``differentiable`` and complex support). Compiles with TorchScript, multi-tensor included.
+
+    Args:
+        params: parameters, any shapes, floating dtypes, CPU or CUDA.
+        grads: dense gradients like ``params``.
+        square_avgs: running averages of squared gradients, like ``params``.
+        grad_avgs: running averages of gradients when ``centered`` (else empty).
+        momentum_buffer_list: buffers when ``momentum > 0`` (else empty).
+        state_steps: 0-dim step counters, incremented here.
+        foreach: True multi-tensor, False single-tensor, None torch's default.
+        lr, alpha, eps, weight_decay, momentum, centered, maximize: as in :class:`RMSprop`.
+    """
+    if foreach is None:
+        foreach = choose_impl(params, None, None) == "foreach"
+    if foreach:
+        _multi_tensor_rmsprop(
+            params, grads, square_avgs, grad_avgs, momentum_buffer_list, state_steps, lr=lr,
+            alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
+            centered=centered, maximize=maximize,
+        )
+    else:
+        _single_tensor_rmsprop(
+            params, grads, square_avgs, grad_avgs, momentum_buffer_list, state_steps, lr=lr,
+            alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
+            centered=centered, maximize=maximize,
+        )
+
+
+def _sparse_error() -> str:
+    return "RMSprop does not support sparse gradients"
+
+
+def check_rmsprop_hyperparameters(h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
+    """torch's checks for RMSprop."""
+    _validation.check_lr(h["lr"])
+    _validation.check_non_negative(h["eps"], "epsilon")
+    _validation.check_non_negative(h["momentum"], "momentum")
+    _validation.check_non_negative(h["weight_decay"], "weight_decay")
+    _validation.check_non_negative(h["alpha"], "alpha")
+    _validation.check_impl_flags(o["foreach"], None, flag(o, "capturable"), flag(o, "differentiable"))
+
+
+def rmsprop_group_step(s: GroupedState, g: int, indices: List[int], grads: List[Tensor]) -> None:
+    """Step the parameters ``indices`` (all in group ``g``) of an RMSprop optimizer."""
+    h = s.hparams[g]
+    o = s.options[g]
+    momentum = h["momentum"]
+    centered = flag(o, "centered")
+    keys = ["step", "square_avg"]
+    if momentum > 0:
+        keys.append("momentum_buffer")
+    if centered:
+        keys.append("grad_avg")
+    if s.needs_init(g, indices):
+        for i in indices:
+            state = s.state[i]
+            p = s.params[i]
+            if "step" not in state:
+                state["step"] = new_step(p, False)
+            for key in keys:
+                if key not in state:
+                    state[key] = torch.zeros_like(p, memory_format=torch.preserve_format)
+    lists = s.state_lists(g, indices, keys)
+    params = s.cache_params[g] if s.is_full(g, indices) else s.params_at(indices)
+    empty: List[Tensor] = []
+    rmsprop(
+        params,
+        grads,
+        lists["square_avg"],
+        lists["grad_avg"] if centered else empty,
+        lists["momentum_buffer"] if momentum > 0 else empty,
+        lists["step"],
+        foreach=s.impl[g] == "foreach",
+        lr=h["lr"],
+        alpha=h["alpha"],
+        eps=h["eps"],
+        weight_decay=h["weight_decay"],
+        momentum=momentum,
+        centered=centered,
+        maximize=flag(o, "maximize"),
+    )
+
+
+class RMSprop:
+    r"""RMSprop, as ``torch.optim.RMSprop``, with gradients passed in; eager or TorchScript.
+
+    .. math::
+       \begin{aligned}
+       &\textbf{input}: \alpha \text{ (alpha)}, \gamma \text{ (lr)}, \theta_0, \lambda \text{ (weight decay)},
+            \mu \text{ (momentum)}, \textit{centered}, \epsilon\\
+       &\textbf{initialize}: v_0 \leftarrow 0,\ b_0 \leftarrow 0,\ g^{ave}_0 \leftarrow 0\\
+       &\textbf{for}\ t = 1, 2, \ldots:\\
+       &\quad g_t \leftarrow \pm\nabla_\theta f_t(\theta_{t-1});\quad
+            \textbf{if}\ \lambda \ne 0:\ g_t \leftarrow g_t + \lambda\theta_{t-1}\\
+       &\quad v_t \leftarrow \alpha v_{t-1} + (1-\alpha) g_t^2;\quad \tilde v_t \leftarrow v_t\\
+       &\quad \textbf{if centered}:\ g^{ave}_t \leftarrow \alpha g^{ave}_{t-1} + (1-\alpha) g_t,\quad
+            \tilde v_t \leftarrow \tilde v_t - (g^{ave}_t)^2\\
+       &\quad \textbf{if}\ \mu > 0:\ b_t \leftarrow \mu b_{t-1} + g_t/(\sqrt{\tilde v_t} + \epsilon),\quad
+            \theta_t \leftarrow \theta_{t-1} - \gamma b_t\\
+       &\quad \textbf{else}\ \theta_t \leftarrow \theta_{t-1} - \gamma g_t/(\sqrt{\tilde v_t} + \epsilon)
+       \end{aligned}
+
+    Sources: Hinton, lecture 6e (2012); Graves 2013 (centered); reference code
+    ``torch/optim/rmsprop.py``.
+
+    Args:
+        params: a list of tensors, or (eagerly only) of torch-style param-group dicts.
+            Floating-point, dense, real, leaf tensors on CPU or CUDA; each at most once.
+        lr: learning rate, >= 0 (default 1e-2).
+        alpha: smoothing constant, >= 0 (default 0.99).
+        eps: denominator term, >= 0 (default 1e-8).
+        weight_decay: L2 penalty, >= 0 (default 0).
+        momentum: momentum factor, >= 0 (default 0).
+        centered: normalise by the estimated variance (default False).
+        capturable: must be False.
+        foreach: True multi-tensor, False single-tensor, None torch's default (default None).
+        maximize: maximise instead of minimising (default False).
+        differentiable: must be False.
+
+    The argument order is torch's (all positional-or-keyword there too).
+
+    State per parameter: ``'step'`` (0-dim float32 on the CPU), ``'square_avg'``, and
+    ``'momentum_buffer'`` when momentum > 0, ``'grad_avg'`` when centered (like the parameter).
+
+    Raises:
+        ValueError: invalid hyperparameters (torch's messages), an empty, non-leaf, sparse,
+            complex or repeated parameter, ``capturable``/``differentiable`` True.
+        RuntimeError: at ``step``, a sparse gradient (torch's message), before any change.
+        TypeError: (eagerly) a Tensor hyperparameter or a malformed ``params``.
+    """
+
+    def __init__(
+        self,
+        params: List[Tensor],
+        lr: float = 1e-2,
+        alpha: float = 0.99,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        momentum: float = 0.0,
+        centered: bool = False,
+        capturable: bool = False,
+        foreach: Optional[bool] = None,
+        maximize: bool = False,
+        differentiable: bool = False,
+    ) -> None:
+        hparams: Dict[str, float] = {
+            "lr": lr, "momentum": momentum, "alpha": alpha, "eps": eps, "weight_decay": weight_decay,
+        }
+        options: Dict[str, Optional[bool]] = {
+            "centered": centered, "capturable": capturable, "foreach": foreach,
+            "maximize": maximize, "differentiable": differentiable,
+        }
+        if not torch.jit.is_scripting():
+            hparams, options = self._eager_defaults(hparams, options)
+        check_rmsprop_hyperparameters(hparams, options)
+        groups: List[List[Tensor]] = [params]
+        group_hparams: List[Dict[str, float]] = [hparams]
+        group_options: List[Dict[str, Optional[bool]]] = [options]
+        if not torch.jit.is_scripting():
+            groups, group_hparams, group_options = self._eager_parse(params, hparams, options)
+        self._s = GroupedState(groups, group_hparams, group_options)
+        for g in range(len(groups)):
+            self.set_group(g, group_hparams[g], group_options[g])
+        if not torch.jit.is_scripting():
+            self._eager_attach()
+
+    def step(self, gradients: List[Optional[Tensor]]) -> None:
+        """Update every parameter whose gradient is not None, in place.
+
+        Args:
+            gradients: one entry per parameter in flat order: a dense tensor of the parameter's
+                shape, dtype and device, or None to skip it.
+
+        Raises:
+            ValueError: wrong number of gradients, or a gradient whose shape, dtype or device
+                differs from its parameter's (the message names the index).
+            RuntimeError: a sparse gradient (torch's message). Nothing is modified when it raises.
+        """
+        indices, grads, sparse = _validation.check_gradients(self._s.params, gradients, self._s.offsets, _sparse_error())
+        with torch.no_grad():
+            for g in range(len(indices)):
+                if len(indices[g]) > 0:
+                    rmsprop_group_step(self._s, g, indices[g], grads[g])
+
+    def step_param(self, param: Tensor, grad: Optional[Tensor]) -> None:
+        """Update one parameter (the same tensor object) with its group's hyperparameters;
+        ``grad=None`` does nothing. Raises like :meth:`step`, and ValueError for a tensor that
+        is not a parameter."""
+        i = self._s.find(param)
+        if grad is not None:
+            _validation.check_one_gradient(i, param, grad, _sparse_error())
+            with torch.no_grad():
+                rmsprop_group_step(self._s, self._s.group_of[i], [i], [grad])
+
+    def set_group(self, group: int, hyperparameters: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
+        """Change several values of one group at once; all are validated before any is set."""
+        h = self._s.updated_hparams(group, hyperparameters)
+        o = self._s.updated_options(group, options)
+        check_rmsprop_hyperparameters(h, o)
+        commit_group(self._s, group, h, o)
+
+    param_group_indices = _methods.param_group_indices
+    hyperparameters = _methods.hyperparameters
+    options = _methods.options
+    set_hyperparameter = _methods.set_hyperparameter
+    set_option = _methods.set_option
+    get_state = _methods.get_state
+    set_state = _methods.set_state
+    state_dict = _methods.state_dict
+    load_state_dict = _methods.load_state_dict
+    _eager_defaults = _methods.eager_defaults
+    _eager_parse = _methods.eager_parse
+    _eager_attach = _methods.eager_attach
+    __repr__ = _methods.eager_repr

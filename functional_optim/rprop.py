@@ -1,0 +1,289 @@
+r"""Rprop: class, functional form and its single-tensor and multi-tensor implementations
+(torch has no fused Rprop kernel).
+
+Algorithm: Riedmiller & Braun, "A Direct Adaptive Method for Faster Backpropagation Learning:
+The RPROP Algorithm", IEEE ICNN 1993. Reference implementation: ``torch/optim/rprop.py``
+(torch 2.13).
+"""
+from typing import Dict, List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _methods, _validation
+from ._state import GroupedState, choose_impl, commit_group, flag, new_step
+
+__all__ = ["Rprop", "rprop"]
+
+
+def _single_tensor_rprop(
+    params: List[Tensor],
+    grads: List[Tensor],
+    prevs: List[Tensor],
+    step_sizes: List[Tensor],
+    state_steps: List[Tensor],
+    *,
+    step_size_min: float,
+    step_size_max: float,
+    etaminus: float,
+    etaplus: float,
+    maximize: bool,
+) -> None:
+    for i in range(len(params)):
+        param = params[i]
+        grad = grads[i] if not maximize else -grads[i]
+        prev = prevs[i]
+        step_size = step_sizes[i]
+        state_steps[i].add_(1)
+        sign = grad.mul(prev).sign()
+        sign.masked_fill_(sign.gt(0), etaplus)
+        sign.masked_fill_(sign.lt(0), etaminus)
+        sign.masked_fill_(sign.eq(0), 1)
+        step_size.mul_(sign).clamp_(step_size_min, step_size_max)
+        # for dir < 0, dfdx = 0; for dir >= 0, dfdx = dfdx
+        grad = grad.clone(memory_format=torch.preserve_format)
+        grad.masked_fill_(sign.eq(etaminus), 0)
+        param.addcmul_(grad.sign(), step_size, value=-1)
+        prev.copy_(grad)
+
+
+def _multi_tensor_rprop(
+    params: List[Tensor],
+    grads: List[Tensor],
+    prevs: List[Tensor],
+    step_sizes: List[Tensor],
+    state_steps: List[Tensor],
+    *,
+    step_size_min: float,
+    step_size_max: float,
+    etaminus: float,
+    etaplus: float,
+    maximize: bool,
+) -> None:
+    if len(params) == 0:
+        return
+    torch._foreach_add_(state_steps, 1.0)
+    signs = torch._foreach_mul(grads, prevs)
+    if maximize:
+        torch._foreach_neg_(signs)
+    # prevs ends up holding this step's (masked) gradients, so use its memory for them.
+    torch._foreach_copy_(prevs, grads)
+    if maximize:
+        torch._foreach_neg_(prevs)
+    torch._foreach_sign_(signs)
+    for sign in signs:
+        sign.masked_fill_(sign.gt(0), etaplus)
+        sign.masked_fill_(sign.lt(0), etaminus)
+        sign.masked_fill_(sign.eq(0), 1)
+    torch._foreach_mul_(step_sizes, signs)
+    for step_size in step_sizes:
+        step_size.clamp_(step_size_min, step_size_max)
+    for i in range(len(prevs)):
+        prevs[i].masked_fill_(signs[i].eq(etaminus), 0)
+    grad_signs: List[Tensor] = []
+    for grad in prevs:
+        grad_signs.append(grad.sign())
+    torch._foreach_addcmul_(params, grad_signs, step_sizes, value=-1)
+
+
+def rprop(
+    params: List[Tensor],
+    grads: List[Tensor],
+    prevs: List[Tensor],
+    step_sizes: List[Tensor],
+    state_steps: List[Tensor],
+    foreach: Optional[bool] = None,
+    *,
+    step_size_min: float,
+    step_size_max: float,
+    etaminus: float,
+    etaplus: float,
+    maximize: bool,
+) -> None:
+    r"""Functional Rprop: update ``params`` and their state in place, one step.
+
+    Same arguments and results as ``torch.optim.rprop.rprop`` (without ``capturable``,
+    ``differentiable`` and complex support). Compiles with TorchScript, multi-tensor included.
+
+    Args:
+        params: parameters, any shapes, floating dtypes, CPU or CUDA.
+        grads: dense gradients like ``params``.
+        prevs: the previous step's (masked) gradients; step_sizes: per-element step sizes in
+            parameter units (both like ``params``).
+        state_steps: 0-dim step counters, incremented here.
+        foreach: True multi-tensor, False single-tensor, None torch's default.
+        step_size_min, step_size_max, etaminus, etaplus, maximize: as in :class:`Rprop`.
+    """
+    if foreach is None:
+        foreach = choose_impl(params, None, None) == "foreach"
+    if foreach:
+        _multi_tensor_rprop(
+            params, grads, prevs, step_sizes, state_steps, step_size_min=step_size_min,
+            step_size_max=step_size_max, etaminus=etaminus, etaplus=etaplus, maximize=maximize,
+        )
+    else:
+        _single_tensor_rprop(
+            params, grads, prevs, step_sizes, state_steps, step_size_min=step_size_min,
+            step_size_max=step_size_max, etaminus=etaminus, etaplus=etaplus, maximize=maximize,
+        )
+
+
+def _sparse_error() -> str:
+    return "Rprop does not support sparse gradients"
+
+
+def check_rprop_hyperparameters(h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
+    """torch's checks for Rprop (``"Invalid eta values: ..."``)."""
+    _validation.check_lr(h["lr"])
+    if not 0.0 < h["etaminus"] < 1.0 < h["etaplus"]:
+        raise ValueError("Invalid eta values: " + str(h["etaminus"]) + ", " + str(h["etaplus"]))
+    _validation.check_impl_flags(o["foreach"], None, flag(o, "capturable"), flag(o, "differentiable"))
+
+
+def rprop_group_step(s: GroupedState, g: int, indices: List[int], grads: List[Tensor]) -> None:
+    """Step the parameters ``indices`` (all in group ``g``) of an Rprop optimizer."""
+    h = s.hparams[g]
+    o = s.options[g]
+    if s.needs_init(g, indices):
+        for i in indices:
+            state = s.state[i]
+            p = s.params[i]
+            if "step" not in state:
+                state["step"] = new_step(p, False)
+            if "prev" not in state:
+                state["prev"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            if "step_size" not in state:
+                state["step_size"] = torch.full_like(p, h["lr"])
+    lists = s.state_lists(g, indices, ["step", "prev", "step_size"])
+    params = s.cache_params[g] if s.is_full(g, indices) else s.params_at(indices)
+    rprop(
+        params, grads, lists["prev"], lists["step_size"], lists["step"],
+        foreach=s.impl[g] == "foreach", step_size_min=h["step_size_min"],
+        step_size_max=h["step_size_max"], etaminus=h["etaminus"], etaplus=h["etaplus"],
+        maximize=flag(o, "maximize"),
+    )
+
+
+class Rprop:
+    r"""Rprop (resilient backpropagation), as ``torch.optim.Rprop``; eager or TorchScript.
+
+    .. math::
+       \begin{aligned}
+       &\textbf{input}: \theta_0, \eta_0 \text{ (lr)}, \eta_{+}, \eta_{-} \text{ (etas)},
+            \Gamma_{max}, \Gamma_{min} \text{ (step sizes)}\\
+       &\textbf{initialize}: g^0_{prev} \leftarrow 0,\ \eta_0 \leftarrow \text{lr}\\
+       &\textbf{for}\ t = 1, 2, \ldots:\\
+       &\quad g_t \leftarrow \pm\nabla_\theta f_t(\theta_{t-1})\\
+       &\quad \textbf{for each element } i:\ \eta^i_t \leftarrow
+            \min(\eta^i_{t-1}\eta_{+}, \Gamma_{max})\ \text{if}\ g^i_t g^i_{t-1} > 0;\
+            \max(\eta^i_{t-1}\eta_{-}, \Gamma_{min}),\ g^i_t \leftarrow 0\ \text{if}\ < 0;\
+            \eta^i_{t-1}\ \text{otherwise}\\
+       &\quad \theta_t \leftarrow \theta_{t-1} - \eta_t\, \mathrm{sign}(g_t),\quad g_{prev} \leftarrow g_t
+       \end{aligned}
+
+    Sources: Riedmiller & Braun, IEEE ICNN 1993; reference code ``torch/optim/rprop.py``.
+
+    Args:
+        params: a list of tensors, or (eagerly only) of torch-style param-group dicts.
+            Floating-point, dense, real, leaf tensors on CPU or CUDA; each at most once.
+        lr: initial step size in parameter units, >= 0 (default 1e-2); only read when a
+            parameter's state is created, as in torch.
+        etas: (etaminus, etaplus) with 0 < etaminus < 1 < etaplus (default (0.5, 1.2)).
+        step_sizes: (min, max) allowed step sizes (default (1e-6, 50)).
+        capturable, differentiable: must be False.
+        foreach: True multi-tensor, False single-tensor, None torch's default (default None).
+        maximize: maximise instead of minimising (default False).
+
+    ``capturable`` ... ``differentiable`` are keyword-only in torch; here they are
+    positional-or-keyword (TorchScript does not compile keyword-only arguments with defaults).
+
+    State per parameter: ``'step'`` (0-dim float32 on the CPU), ``'prev'``, ``'step_size'``
+    (like the parameter).
+
+    Raises:
+        ValueError: invalid hyperparameters (torch's messages), an empty, non-leaf, sparse,
+            complex or repeated parameter, ``capturable``/``differentiable`` True.
+        RuntimeError: at ``step``, a sparse gradient (torch's message), before any change.
+        TypeError: (eagerly) a Tensor hyperparameter or a malformed ``params``.
+    """
+
+    def __init__(
+        self,
+        params: List[Tensor],
+        lr: float = 1e-2,
+        etas: Tuple[float, float] = (0.5, 1.2),
+        step_sizes: Tuple[float, float] = (1e-6, 50.0),
+        capturable: bool = False,
+        foreach: Optional[bool] = None,
+        maximize: bool = False,
+        differentiable: bool = False,
+    ) -> None:
+        hparams: Dict[str, float] = {
+            "lr": lr, "etaminus": etas[0], "etaplus": etas[1],
+            "step_size_min": step_sizes[0], "step_size_max": step_sizes[1],
+        }
+        options: Dict[str, Optional[bool]] = {
+            "foreach": foreach, "maximize": maximize, "differentiable": differentiable, "capturable": capturable,
+        }
+        if not torch.jit.is_scripting():
+            hparams, options = self._eager_defaults(hparams, options)
+        check_rprop_hyperparameters(hparams, options)
+        groups: List[List[Tensor]] = [params]
+        group_hparams: List[Dict[str, float]] = [hparams]
+        group_options: List[Dict[str, Optional[bool]]] = [options]
+        if not torch.jit.is_scripting():
+            groups, group_hparams, group_options = self._eager_parse(params, hparams, options)
+        self._s = GroupedState(groups, group_hparams, group_options)
+        for g in range(len(groups)):
+            self.set_group(g, group_hparams[g], group_options[g])
+        if not torch.jit.is_scripting():
+            self._eager_attach()
+
+    def step(self, gradients: List[Optional[Tensor]]) -> None:
+        """Update every parameter whose gradient is not None, in place.
+
+        Args:
+            gradients: one entry per parameter in flat order: a dense tensor of the parameter's
+                shape, dtype and device, or None to skip it.
+
+        Raises:
+            ValueError: wrong number of gradients, or a gradient whose shape, dtype or device
+                differs from its parameter's (the message names the index).
+            RuntimeError: a sparse gradient (torch's message). Nothing is modified when it raises.
+        """
+        indices, grads, sparse = _validation.check_gradients(self._s.params, gradients, self._s.offsets, _sparse_error())
+        with torch.no_grad():
+            for g in range(len(indices)):
+                if len(indices[g]) > 0:
+                    rprop_group_step(self._s, g, indices[g], grads[g])
+
+    def step_param(self, param: Tensor, grad: Optional[Tensor]) -> None:
+        """Update one parameter (the same tensor object) with its group's hyperparameters;
+        ``grad=None`` does nothing. Raises like :meth:`step`, and ValueError for a tensor that
+        is not a parameter."""
+        i = self._s.find(param)
+        if grad is not None:
+            _validation.check_one_gradient(i, param, grad, _sparse_error())
+            with torch.no_grad():
+                rprop_group_step(self._s, self._s.group_of[i], [i], [grad])
+
+    def set_group(self, group: int, hyperparameters: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
+        """Change several values of one group at once; all are validated before any is set."""
+        h = self._s.updated_hparams(group, hyperparameters)
+        o = self._s.updated_options(group, options)
+        check_rprop_hyperparameters(h, o)
+        commit_group(self._s, group, h, o)
+
+    param_group_indices = _methods.param_group_indices
+    hyperparameters = _methods.hyperparameters
+    options = _methods.options
+    set_hyperparameter = _methods.set_hyperparameter
+    set_option = _methods.set_option
+    get_state = _methods.get_state
+    set_state = _methods.set_state
+    state_dict = _methods.state_dict
+    load_state_dict = _methods.load_state_dict
+    _eager_defaults = _methods.eager_defaults
+    _eager_parse = _methods.eager_parse
+    _eager_attach = _methods.eager_attach
+    __repr__ = _methods.eager_repr

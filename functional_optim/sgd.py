@@ -1,0 +1,425 @@
+r"""SGD (with momentum, Nesterov momentum, dampening, weight decay): class, functional form and
+its single-tensor, multi-tensor and fused implementations.
+
+Algorithm: Robbins & Monro, "A Stochastic Approximation Method" (1951); momentum as in
+Sutskever et al., "On the importance of initialization and momentum in deep learning", ICML 2013
+(Nesterov momentum: Nesterov 1983). Reference implementation: ``torch/optim/sgd.py`` (torch 2.13).
+"""
+from typing import Dict, List, Optional
+
+import torch
+from torch import Tensor
+
+from . import _methods, _validation
+from ._state import GroupedState, choose_impl, commit_group, device_dtype_splits, flag, take
+
+__all__ = ["SGD", "sgd"]
+
+
+def _single_tensor_sgd(
+    params: List[Tensor],
+    grads: List[Tensor],
+    momentum_buffer_list: List[Optional[Tensor]],
+    *,
+    weight_decay: float,
+    momentum: float,
+    lr: float,
+    dampening: float,
+    nesterov: bool,
+    maximize: bool,
+    has_sparse_grad: bool,
+) -> None:
+    for i in range(len(params)):
+        param = params[i]
+        grad = grads[i] if not maximize else -grads[i]
+        if weight_decay != 0:
+            grad = grad.add(param, alpha=weight_decay)
+        if momentum != 0:
+            buf = momentum_buffer_list[i]
+            if buf is None:
+                buf = grad.detach().clone()
+                momentum_buffer_list[i] = buf
+            else:
+                buf.mul_(momentum).add_(grad, alpha=1 - dampening)
+            if nesterov:
+                grad = grad.add(buf, alpha=momentum)
+            else:
+                grad = buf
+        param.add_(grad, alpha=-lr)
+
+
+def _multi_tensor_sgd(
+    params: List[Tensor],
+    grads: List[Tensor],
+    momentum_buffer_list: List[Optional[Tensor]],
+    *,
+    weight_decay: float,
+    momentum: float,
+    lr: float,
+    dampening: float,
+    nesterov: bool,
+    maximize: bool,
+    has_sparse_grad: bool,
+) -> None:
+    if len(params) == 0:
+        return
+    if maximize:
+        grads = torch._foreach_neg(grads)
+    if weight_decay != 0:
+        if maximize:
+            torch._foreach_add_(grads, params, alpha=weight_decay)
+        else:
+            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+    if momentum != 0:
+        bufs: List[Tensor] = []
+        all_have_buffers = True
+        for buf in momentum_buffer_list:
+            if buf is None:
+                all_have_buffers = False
+            else:
+                bufs.append(buf)
+        if all_have_buffers:
+            torch._foreach_mul_(bufs, momentum)
+            torch._foreach_add_(bufs, grads, alpha=1 - dampening)
+        else:
+            bufs = []
+            for i in range(len(momentum_buffer_list)):
+                buf = momentum_buffer_list[i]
+                if buf is None:
+                    buf = grads[i].detach().clone()
+                    momentum_buffer_list[i] = buf
+                else:
+                    buf.mul_(momentum).add_(grads[i], alpha=1 - dampening)
+                bufs.append(buf)
+        if nesterov:
+            # torch adds in place here, which can write into the caller's gradients; the values
+            # are the same out of place.
+            grads = torch._foreach_add(grads, bufs, alpha=momentum)
+        else:
+            grads = bufs
+    if not has_sparse_grad:
+        torch._foreach_add_(params, grads, alpha=-lr)
+    else:
+        for i in range(len(params)):
+            params[i].add_(grads[i], alpha=-lr)
+
+
+def _fused_sgd(
+    params: List[Tensor],
+    grads: List[Tensor],
+    momentum_buffer_list: List[Optional[Tensor]],
+    *,
+    weight_decay: float,
+    momentum: float,
+    lr: float,
+    dampening: float,
+    nesterov: bool,
+    maximize: bool,
+    has_sparse_grad: bool,
+) -> None:
+    if len(params) == 0:
+        return
+    if has_sparse_grad:
+        raise RuntimeError("`_fused_sgd` does not support sparse gradients")
+    if momentum == 0:
+        no_buffers: List[Tensor] = []
+        torch._fused_sgd_(
+            params, grads, no_buffers, weight_decay=weight_decay, momentum=momentum, lr=lr,
+            dampening=dampening, nesterov=nesterov, maximize=maximize, is_first_step=False,
+        )
+        return
+    # The kernel starts a buffer (buf = grad) when is_first_step. torch assumes that either all
+    # or none of the buffers exist; a mix (a parameter skipped on earlier steps) is handled here
+    # by one call for the new buffers and one for the others.
+    new_positions: List[int] = []
+    old_positions: List[int] = []
+    old_buffers: List[Tensor] = []
+    for i in range(len(params)):
+        buf = momentum_buffer_list[i]
+        if buf is None:
+            new_positions.append(i)
+        else:
+            old_positions.append(i)
+            old_buffers.append(buf)
+    if len(new_positions) > 0:
+        new_buffers: List[Tensor] = []
+        for i in new_positions:
+            buf = torch.empty_like(grads[i])
+            momentum_buffer_list[i] = buf
+            new_buffers.append(buf)
+        torch._fused_sgd_(
+            take(params, new_positions), take(grads, new_positions), new_buffers,
+            weight_decay=weight_decay, momentum=momentum, lr=lr, dampening=dampening,
+            nesterov=nesterov, maximize=maximize, is_first_step=True,
+        )
+    if len(old_positions) > 0:
+        whole = len(old_positions) == len(params)
+        torch._fused_sgd_(
+            params if whole else take(params, old_positions),
+            grads if whole else take(grads, old_positions),
+            old_buffers,
+            weight_decay=weight_decay, momentum=momentum, lr=lr, dampening=dampening,
+            nesterov=nesterov, maximize=maximize, is_first_step=False,
+        )
+
+
+def sgd(
+    params: List[Tensor],
+    d_p_list: List[Tensor],
+    momentum_buffer_list: List[Optional[Tensor]],
+    foreach: Optional[bool] = None,
+    fused: Optional[bool] = None,
+    *,
+    weight_decay: float,
+    momentum: float,
+    lr: float,
+    dampening: float,
+    nesterov: bool,
+    maximize: bool,
+    has_sparse_grad: bool,
+) -> None:
+    r"""Functional SGD: update ``params`` (and momentum buffers) in place, one step.
+
+    Same arguments and results as ``torch.optim.sgd.sgd`` (``has_sparse_grad`` is keyword-only
+    here and required). Compiles with TorchScript, multi-tensor and fused paths included.
+
+    Args:
+        params: parameters, any shapes, floating dtypes, CPU or CUDA.
+        d_p_list: their gradients, same shapes/dtypes/devices; sparse COO allowed except for
+            ``fused``.
+        momentum_buffer_list: one entry per parameter: its buffer, or None before its first
+            step with momentum; None entries are replaced by new buffers (``buf = grad``, as
+            torch, no dampening on the first step). Ignored (may be empty) when ``momentum == 0``.
+        foreach, fused: the implementation; None/None picks torch's default (multi-tensor on
+            CUDA/XPU/MTIA, else single-tensor). ``fused=True`` needs all tensors on one device.
+        weight_decay, momentum, lr, dampening, nesterov, maximize: as in :class:`SGD`.
+        has_sparse_grad: whether any gradient is sparse.
+
+    Raises:
+        RuntimeError: ``fused`` with a sparse gradient (torch's message).
+    """
+    if fused is None and foreach is None:
+        foreach = choose_impl(params, None, None) == "foreach"
+    if fused is not None and fused:
+        _fused_sgd(
+            params, d_p_list, momentum_buffer_list, weight_decay=weight_decay, momentum=momentum,
+            lr=lr, dampening=dampening, nesterov=nesterov, maximize=maximize,
+            has_sparse_grad=has_sparse_grad,
+        )
+    elif foreach is not None and foreach:
+        _multi_tensor_sgd(
+            params, d_p_list, momentum_buffer_list, weight_decay=weight_decay, momentum=momentum,
+            lr=lr, dampening=dampening, nesterov=nesterov, maximize=maximize,
+            has_sparse_grad=has_sparse_grad,
+        )
+    else:
+        _single_tensor_sgd(
+            params, d_p_list, momentum_buffer_list, weight_decay=weight_decay, momentum=momentum,
+            lr=lr, dampening=dampening, nesterov=nesterov, maximize=maximize,
+            has_sparse_grad=has_sparse_grad,
+        )
+
+
+def _sparse_error() -> str:
+    return ""
+
+
+def check_sgd_hyperparameters(h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
+    """torch's checks for SGD (``"Invalid learning rate: ..."``, Nesterov conditions, ...)."""
+    _validation.check_lr(h["lr"])
+    if h["momentum"] < 0.0:
+        raise ValueError("Invalid momentum value: " + str(h["momentum"]))
+    _validation.check_non_negative(h["weight_decay"], "weight_decay")
+    if flag(o, "nesterov") and (h["momentum"] <= 0 or h["dampening"] != 0):
+        raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+    _validation.check_impl_flags(o["foreach"], o["fused"], False, flag(o, "differentiable"))
+
+
+def sgd_group_step(s: GroupedState, g: int, indices: List[int], grads: List[Tensor], has_sparse_grad: bool) -> None:
+    """Step the parameters ``indices`` (all in group ``g``) of an SGD optimizer."""
+    h = s.hparams[g]
+    o = s.options[g]
+    momentum = h["momentum"]
+    buffers: List[Optional[Tensor]] = []
+    cached = momentum != 0 and not s.needs_init(g, indices)
+    if cached:
+        for buf in s.state_lists(g, indices, ["momentum_buffer"])["momentum_buffer"]:
+            buffers.append(buf)
+    elif momentum != 0:
+        for i in indices:
+            buffers.append(s.state[i].get("momentum_buffer"))
+    params = s.cache_params[g] if s.is_full(g, indices) else s.params_at(indices)
+    impl = s.impl[g]
+    if has_sparse_grad and impl == "fused":
+        impl = "single"
+    for part in device_dtype_splits(s, g, params):
+        whole = len(part) == len(params)
+        part_buffers: List[Optional[Tensor]] = buffers
+        if not whole and momentum != 0:
+            part_buffers = []
+            for k in part:
+                part_buffers.append(buffers[k])
+        sgd(
+            params if whole else take(params, part),
+            grads if whole else take(grads, part),
+            part_buffers,
+            foreach=impl == "foreach",
+            fused=impl == "fused",
+            weight_decay=h["weight_decay"],
+            momentum=momentum,
+            lr=h["lr"],
+            dampening=h["dampening"],
+            nesterov=flag(o, "nesterov"),
+            maximize=flag(o, "maximize"),
+            has_sparse_grad=has_sparse_grad,
+        )
+        if not whole and momentum != 0:
+            for j in range(len(part)):
+                buffers[part[j]] = part_buffers[j]
+    if momentum != 0 and not cached:
+        for k in range(len(indices)):
+            buf = buffers[k]
+            if buf is not None:
+                s.state[indices[k]]["momentum_buffer"] = buf
+        if s.is_full(g, indices):
+            s.state_lists(g, indices, ["momentum_buffer"])
+
+
+class SGD:
+    r"""Stochastic gradient descent, as ``torch.optim.SGD``, with gradients passed in; eager or
+    TorchScript.
+
+    .. math::
+       \begin{aligned}
+       &\textbf{input}: \gamma \text{ (lr)}, \theta_0, \lambda \text{ (weight decay)}, \mu \text{ (momentum)},
+            \tau \text{ (dampening)}, \textit{nesterov}, \textit{maximize}\\
+       &\textbf{for}\ t = 1, 2, \ldots:\\
+       &\quad g_t \leftarrow \pm\nabla_\theta f_t(\theta_{t-1}) \quad (- \text{ if maximize})\\
+       &\quad \textbf{if}\ \lambda \ne 0:\ g_t \leftarrow g_t + \lambda\theta_{t-1}\\
+       &\quad \textbf{if}\ \mu \ne 0:\ b_t \leftarrow g_t \ (t = 1)\ \textbf{else}\ \mu b_{t-1} + (1-\tau) g_t;\quad
+            g_t \leftarrow g_t + \mu b_t \ (\textit{nesterov})\ \textbf{else}\ b_t\\
+       &\quad \theta_t \leftarrow \theta_{t-1} - \gamma g_t
+       \end{aligned}
+
+    Sources: Robbins & Monro 1951; Sutskever et al. 2013 (momentum); reference code
+    ``torch/optim/sgd.py``.
+
+    Args:
+        params: a list of tensors, or (eagerly only) of torch-style param-group dicts.
+            Floating-point, dense, real, leaf tensors on CPU or CUDA; each at most once.
+        lr: learning rate, >= 0 (default 1e-3, as torch 2.13).
+        momentum: momentum factor, >= 0 (default 0).
+        dampening: dampening of the momentum (default 0).
+        weight_decay: L2 penalty, >= 0 (default 0).
+        nesterov: Nesterov momentum; needs momentum > 0 and dampening 0 (default False).
+        maximize: maximise instead of minimising (default False).
+        foreach: True multi-tensor, False single-tensor, None torch's default (default None).
+        differentiable: must be False.
+        fused: True uses ``torch._fused_sgd_`` (CPU/CUDA, float16/bfloat16/float32/float64)
+            (default None = not fused).
+
+    ``maximize`` ... ``fused`` are keyword-only in torch; here they are positional-or-keyword
+    (TorchScript does not compile keyword-only arguments with defaults). Pass them by keyword.
+
+    Sparse (COO) gradients are accepted, as torch accepts them, except with ``fused=True``.
+
+    State per parameter: ``'momentum_buffer'`` (like the parameter) once the parameter has
+    stepped with momentum != 0; no state otherwise (as torch).
+
+    Raises:
+        ValueError: invalid hyperparameters (torch's messages), an empty, non-leaf, sparse,
+            complex or repeated parameter, ``differentiable=True``.
+        RuntimeError: ``fused`` together with ``foreach``, with a non-floating parameter, or
+            (at ``step``) with a sparse gradient.
+        TypeError: (eagerly) a Tensor hyperparameter or a malformed ``params``.
+    """
+
+    def __init__(
+        self,
+        params: List[Tensor],
+        lr: float = 1e-3,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+        maximize: bool = False,
+        foreach: Optional[bool] = None,
+        differentiable: bool = False,
+        fused: Optional[bool] = None,
+    ) -> None:
+        hparams: Dict[str, float] = {
+            "lr": lr, "momentum": momentum, "dampening": dampening, "weight_decay": weight_decay,
+        }
+        options: Dict[str, Optional[bool]] = {
+            "nesterov": nesterov, "maximize": maximize, "foreach": foreach,
+            "differentiable": differentiable, "fused": fused,
+        }
+        if not torch.jit.is_scripting():
+            hparams, options = self._eager_defaults(hparams, options)
+        check_sgd_hyperparameters(hparams, options)
+        groups: List[List[Tensor]] = [params]
+        group_hparams: List[Dict[str, float]] = [hparams]
+        group_options: List[Dict[str, Optional[bool]]] = [options]
+        if not torch.jit.is_scripting():
+            groups, group_hparams, group_options = self._eager_parse(params, hparams, options)
+        self._s = GroupedState(groups, group_hparams, group_options)
+        for g in range(len(groups)):
+            self.set_group(g, group_hparams[g], group_options[g])
+        if not torch.jit.is_scripting():
+            self._eager_attach()
+
+    def step(self, gradients: List[Optional[Tensor]]) -> None:
+        """Update every parameter whose gradient is not None, in place.
+
+        Args:
+            gradients: one entry per parameter in flat order (group after group): a tensor of
+                the parameter's shape, dtype and device (dense or sparse COO), or None to skip it.
+
+        Raises:
+            ValueError: wrong number of gradients, or a gradient whose shape, dtype or device
+                differs from its parameter's (the message names the index).
+            RuntimeError: a sparse gradient in a fused group (torch's message).
+            Nothing is modified when it raises.
+        """
+        indices, grads, sparse = _validation.check_gradients(self._s.params, gradients, self._s.offsets, _sparse_error())
+        for g in range(len(indices)):
+            if sparse[g] and self._s.impl[g] == "fused":
+                raise RuntimeError("`_fused_sgd` does not support sparse gradients")
+        with torch.no_grad():
+            for g in range(len(indices)):
+                if len(indices[g]) > 0:
+                    sgd_group_step(self._s, g, indices[g], grads[g], sparse[g])
+
+    def step_param(self, param: Tensor, grad: Optional[Tensor]) -> None:
+        """Update one parameter (the same tensor object) with its group's hyperparameters;
+        ``grad=None`` does nothing. Raises like :meth:`step`, and ValueError for a tensor that
+        is not a parameter."""
+        i = self._s.find(param)
+        if grad is not None:
+            _validation.check_one_gradient(i, param, grad, _sparse_error())
+            g = self._s.group_of[i]
+            if grad.is_sparse and self._s.impl[g] == "fused":
+                raise RuntimeError("`_fused_sgd` does not support sparse gradients")
+            with torch.no_grad():
+                sgd_group_step(self._s, g, [i], [grad], grad.is_sparse)
+
+    def set_group(self, group: int, hyperparameters: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
+        """Change several values of one group at once; all are validated before any is set."""
+        h = self._s.updated_hparams(group, hyperparameters)
+        o = self._s.updated_options(group, options)
+        check_sgd_hyperparameters(h, o)
+        commit_group(self._s, group, h, o)
+
+    param_group_indices = _methods.param_group_indices
+    hyperparameters = _methods.hyperparameters
+    options = _methods.options
+    set_hyperparameter = _methods.set_hyperparameter
+    set_option = _methods.set_option
+    get_state = _methods.get_state
+    set_state = _methods.set_state
+    state_dict = _methods.state_dict
+    load_state_dict = _methods.load_state_dict
+    _eager_defaults = _methods.eager_defaults
+    _eager_parse = _methods.eager_parse
+    _eager_attach = _methods.eager_attach
+    __repr__ = _methods.eager_repr

@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""Benchmark functional_optim against torch.optim and torch's private functional optimizers.
+
+For each optimizer and each workload it times one ``step``:
+
+* ``torch-single`` / ``torch-foreach`` / ``torch-fused``: ``torch.optim`` with ``foreach=False``,
+  ``foreach=True``, ``fused=True`` (gradients set on ``.grad`` once, outside the timing);
+* ``torch-functional``: ``torch.distributed.optim._Functional<Name>`` (eager; warns on
+  construction), where torch has one;
+* ``ours-eager-<path>`` and ``ours-script-<path>``: this package's class called from Python,
+  eagerly and as a scripted :class:`functional_optim.scripting.OptimizerModule`, for each of its
+  paths (single, foreach, fused where torch has a kernel).
+
+Workloads: (A) one float32 tensor of 16M elements; (B) 400 float32 tensors of 4,096 elements
+(``--quick`` shrinks both and the repeat counts, for a smoke run).
+
+The variants of one optimizer and workload are timed round-robin (a few steps of each in turn,
+many rounds), so that slow drifts of the machine affect them alike; the fused variants (torch's
+and ours, which the targets compare) form their own round-robin with three times the rounds,
+apart from the unfused ones whose large temporaries disturb the memory system. Each
+variant's result is the median of its per-step times, with the 25th/75th percentiles as the
+spread. The effective bandwidth of a step is the minimum traffic of the update (e.g. Adam reads
+param, grad, exp_avg, exp_avg_sq and writes param, exp_avg, exp_avg_sq: 7 x 4 bytes per element)
+divided by its median time, printed beside the machine's bandwidth measured with a large
+in-place ``add_`` (reads two tensors, writes one).
+
+Usage: ``python scripts/bench_optim.py [--quick] [--out results/bench_optim.json] [--only Adam,SGD]``
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import functional_optim as F  # noqa: E402
+from functional_optim.scripting import script_optimizer  # noqa: E402
+
+# name -> (torch class, our class, constructor kwargs, has fused kernel, bytes moved per element / 4)
+OPTIMIZERS: Dict[str, Tuple[type, type, Dict[str, Any], bool, int]] = {
+    "SGD": (torch.optim.SGD, F.SGD, {"lr": 1e-3, "momentum": 0.9}, True, 5),
+    "Adam": (torch.optim.Adam, F.Adam, {"lr": 1e-3}, True, 7),
+    "AdamW": (torch.optim.AdamW, F.AdamW, {"lr": 1e-3}, True, 7),
+    "Adagrad": (torch.optim.Adagrad, F.Adagrad, {"lr": 1e-3}, True, 5),
+    "RMSprop": (torch.optim.RMSprop, F.RMSprop, {"lr": 1e-3}, False, 5),
+    "Adamax": (torch.optim.Adamax, F.Adamax, {"lr": 1e-3}, False, 7),
+    "Adadelta": (torch.optim.Adadelta, F.Adadelta, {"lr": 1e-3}, False, 7),
+    "Rprop": (torch.optim.Rprop, F.Rprop, {"lr": 1e-3}, False, 7),
+    "NAdam": (torch.optim.NAdam, F.NAdam, {"lr": 1e-3}, False, 7),
+    "RAdam": (torch.optim.RAdam, F.RAdam, {"lr": 1e-3}, False, 7),
+}
+
+
+def _functional_class(name: str) -> Optional[type]:
+    import torch.distributed.optim as dist_optim
+
+    return getattr(dist_optim, f"_Functional{name}", None)
+
+
+def measure_bandwidth(numel: int, repeats: int) -> float:
+    """GB/s of ``a.add_(b)`` on float32 tensors of ``numel`` elements (3 x 4 bytes per element)."""
+    a = torch.ones(numel)
+    b = torch.ones(numel)
+    times = []
+    for _ in range(repeats + 2):
+        start = time.perf_counter()
+        a.add_(b)
+        times.append(time.perf_counter() - start)
+    return 3 * 4 * numel / statistics.median(times[2:]) / 1e9
+
+
+def build_variants(name: str, shapes: List[Tuple[int, ...]], fused_phase: bool) -> Dict[str, Callable[[], None]]:
+    """One zero-argument step function per variant, each on its own copy of the tensors.
+
+    ``fused_phase`` selects the fused variants (torch's and ours), else all the others; the two
+    sets are timed separately so that the large temporaries of the unfused paths do not disturb
+    the comparison the (A)/(B) targets rest on.
+    """
+    torch_class, ours, kwargs, has_fused, _ = OPTIMIZERS[name]
+    gen = torch.Generator().manual_seed(0)
+    base = [torch.randn(s, generator=gen) for s in shapes]
+    grads = [torch.randn(s, generator=gen) * 1e-2 for s in shapes]
+    if fused_phase:
+        paths = ["fused"] if has_fused else []
+    else:
+        paths = ["single", "foreach"]
+    flags = {"single": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
+    variants: Dict[str, Callable[[], None]] = {}
+    for path in paths:
+        params = [torch.nn.Parameter(p.clone()) for p in base]
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        opt = torch_class(params, **kwargs, **flags[path])
+        variants[f"torch-{path}"] = opt.step
+    functional = _functional_class(name) if not fused_phase else None
+    if functional is not None:
+        params = [p.clone() for p in base]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "TorchScript support for functional optimizers is deprecated"
+            fopt = functional(params, **kwargs)
+        variants["torch-functional"] = lambda fopt=fopt, grads=list(grads): fopt.step(grads)
+    grads_opt: List[Optional[torch.Tensor]] = list(grads)
+    for path in paths:
+        params = [p.clone() for p in base]
+        eager = ours(params, **kwargs, **flags[path])
+        variants[f"ours-eager-{path}"] = lambda o=eager: o.step(grads_opt)
+        params = [p.clone() for p in base]
+        module = script_optimizer(ours(params, **kwargs, **flags[path]))
+        variants[f"ours-script-{path}"] = lambda m=module: m.step(grads_opt)
+    return variants
+
+
+def time_variants(variants: Dict[str, Callable[[], None]], rounds: int, per_round: int, warmup: int) -> Dict[str, Dict[str, float]]:
+    times: Dict[str, List[float]] = {k: [] for k in variants}
+    for fn in variants.values():
+        for _ in range(warmup):
+            fn()
+    for _ in range(rounds):
+        for key, fn in variants.items():
+            for _ in range(per_round):
+                start = time.perf_counter()
+                fn()
+                times[key].append(time.perf_counter() - start)
+    out = {}
+    for key, values in times.items():
+        q = statistics.quantiles(values, n=4)
+        out[key] = {
+            "median_ms": statistics.median(values) * 1e3,
+            "p25_ms": q[0] * 1e3,
+            "p75_ms": q[2] * 1e3,
+            "min_ms": min(values) * 1e3,
+            "n": len(values),
+        }
+    return out
+
+
+def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes and few repeats (smoke run)")
+    parser.add_argument("--out", default=os.path.join("results", "bench_optim.json"), help="JSON output path")
+    parser.add_argument("--only", default="", help="comma-separated optimizer names (default: all)")
+    args = parser.parse_args(argv)
+
+    if args.quick:
+        workloads = {"A": [(1 << 14,)], "B": [(256,)] * 8}
+        rounds, per_round, warmup, bw_numel = 2, 2, 1, 1 << 16
+    else:
+        workloads = {"A": [(16 * 1024 * 1024,)], "B": [(4096,)] * 400}
+        rounds, per_round, warmup, bw_numel = 6, 3, 3, 64 * 1024 * 1024
+    names = [n for n in OPTIMIZERS if not args.only or n in args.only.split(",")]
+
+    bandwidth = measure_bandwidth(bw_numel, 5 if args.quick else 20)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
+          f"in-place add bandwidth {bandwidth:.1f} GB/s")
+    results: List[Dict[str, Any]] = []
+    ratios: Dict[str, Dict[str, Dict[str, float]]] = {}
+    for workload, shapes in workloads.items():
+        numel = sum(int(torch.Size(s).numel()) for s in shapes)
+        print(f"\n== workload {workload}: {len(shapes)} tensor(s), {numel:,} float32 elements ==")
+        for name in names:
+            words = OPTIMIZERS[name][4]
+            timed = {}
+            for fused_phase in (True, False):
+                variants = build_variants(name, shapes, fused_phase)
+                if variants:
+                    timed.update(time_variants(variants, rounds * (3 if fused_phase else 1), per_round, warmup))
+                del variants
+            for variant, t in timed.items():
+                gbps = words * 4 * numel / (t["median_ms"] / 1e3) / 1e9
+                results.append({"optimizer": name, "workload": workload, "variant": variant, **t, "GBps": gbps})
+            r = ratios.setdefault(workload, {}).setdefault(name, {})
+            best_torch = "torch-fused" if "torch-fused" in timed else "torch-single"
+            for variant in timed:
+                if variant.startswith("ours-"):
+                    path = variant.rsplit("-", 1)[1]
+                    r[f"{variant}/torch-{path}"] = timed[variant]["median_ms"] / timed[f"torch-{path}"]["median_ms"]
+                    r[f"{variant}/{best_torch}"] = timed[variant]["median_ms"] / timed[best_torch]["median_ms"]
+                    if "torch-functional" in timed:
+                        r[f"{variant}/torch-functional"] = timed[variant]["median_ms"] / timed["torch-functional"]["median_ms"]
+            line = ", ".join(
+                f"{v} {t['median_ms']:.3f} ms [{t['p25_ms']:.3f}-{t['p75_ms']:.3f}] "
+                f"{words * 4 * numel / (t['median_ms'] / 1e3) / 1e9:.1f} GB/s"
+                for v, t in timed.items()
+            )
+            print(f"{name}: {line}")
+            interesting = {k: v for k, v in r.items() if k.endswith(best_torch) or k.endswith("torch-functional")}
+            print("   ratios: " + ", ".join(f"{k} {v:.2f}x" for k, v in interesting.items()))
+
+    targets = {}
+    for name in ["SGD", "Adam", "Adagrad"]:
+        if name in names:
+            a = ratios["A"][name]
+            b = ratios["B"][name]
+            targets[name] = {
+                "A_ours-eager-fused/torch-fused": a["ours-eager-fused/torch-fused"],
+                "A_ours-script-fused/torch-fused": a["ours-script-fused/torch-fused"],
+                "A_target": 1.05,
+                "B_ours-script-fused/torch-fused": b["ours-script-fused/torch-fused"],
+                "B_target": 1.0,
+            }
+    print("\n== targets: (A) ours/torch fused <= 1.05; (B) ours scripted / torch fused eager <= 1.0 ==")
+    for name, t in targets.items():
+        print(f"{name}: A eager {t['A_ours-eager-fused/torch-fused']:.3f}x, A script "
+              f"{t['A_ours-script-fused/torch-fused']:.3f}x, B script {t['B_ours-script-fused/torch-fused']:.3f}x")
+
+    report = {
+        "torch_version": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "threads": torch.get_num_threads(),
+        "quick": args.quick,
+        "bandwidth_inplace_add_GBps": bandwidth,
+        "workloads": {k: {"tensors": len(v), "numel_each": int(torch.Size(v[0]).numel())} for k, v in workloads.items()},
+        "timing": {"rounds": rounds, "rounds_fused_phase": rounds * 3, "steps_per_round": per_round, "warmup": warmup},
+        "results": results,
+        "ratios": ratios,
+        "targets": targets,
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=1)
+    print(f"\nwrote {args.out}")
+    return report
+
+
+if __name__ == "__main__":
+    main()

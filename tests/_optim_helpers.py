@@ -1,0 +1,90 @@
+"""Shared helpers for the functional_optim tests: run torch and ours side by side, compare."""
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from functional_optim import state_protocol
+from functional_optim.scripting import script_optimizer
+
+import optim_configs as C
+
+
+def torch_state(opt: torch.optim.Optimizer) -> Dict[str, Any]:
+    return opt.state_dict()
+
+
+def assert_same_state(
+    expected: Dict[str, Any], actual: Dict[str, Any], dtype: torch.dtype, ignore_group_keys=()
+) -> None:
+    """Compare two torch-format state dicts: same indices, keys, dtypes, shapes; values within
+    the dtype's tolerance ('step' exactly); same param groups (every key torch has)."""
+    tol = C.tolerances(dtype)
+    assert sorted(expected["state"]) == sorted(actual["state"]), "state indices differ"
+    for index, entry in expected["state"].items():
+        ours = actual["state"][index]
+        assert sorted(entry) == sorted(ours), f"state[{index}] keys: torch {sorted(entry)}, ours {sorted(ours)}"
+        for key, value in entry.items():
+            got = ours[key]
+            assert got.dtype == value.dtype, f"state[{index}][{key!r}] dtype {got.dtype} != {value.dtype}"
+            assert got.shape == value.shape, f"state[{index}][{key!r}] shape {got.shape} != {value.shape}"
+            assert got.device == value.device
+            if key == "step":
+                assert torch.equal(got, value), f"state[{index}]['step'] {got} != {value}"
+            else:
+                torch.testing.assert_close(got, value, **tol, msg=lambda m: f"state[{index}][{key!r}]: {m}")
+    assert len(expected["param_groups"]) == len(actual["param_groups"])
+    for g, (theirs, ours) in enumerate(zip(expected["param_groups"], actual["param_groups"])):
+        for key, value in theirs.items():
+            if key in ignore_group_keys:
+                continue
+            assert key in ours, f"param_groups[{g}] lacks {key!r}"
+            assert ours[key] == value, f"param_groups[{g}][{key!r}]: torch {value!r}, ours {ours[key]!r}"
+
+
+def assert_same_params(expected: List[torch.Tensor], actual: List[torch.Tensor], dtype: torch.dtype) -> None:
+    tol = C.tolerances(dtype)
+    for i, (e, a) in enumerate(zip(expected, actual)):
+        torch.testing.assert_close(a.detach(), e.detach(), **tol, msg=lambda m: f"param {i}: {m}")
+
+
+def run_parity(
+    info: C.OptimInfo,
+    config: C.Config,
+    impl: Optional[str],
+    dtype: torch.dtype,
+    sparse: bool = False,
+    steps: int = C.STEPS,
+    our_overrides: Optional[Dict[str, Any]] = None,
+) -> None:
+    """Step torch.optim, our eager optimizer and our scripted one on the same gradients and
+    compare parameters and full state at the end (and parameters half-way)."""
+    base = C.make_params(dtype)
+    torch_params = [torch.nn.Parameter(p.clone()) for p in base]
+    eager_params = [p.clone() for p in base]
+    script_params = [p.clone() for p in base]
+    kwargs = dict(config.kwargs)
+    if impl is not None:
+        kwargs.update(C.IMPL_FLAGS[impl])
+    ours_kwargs = {**kwargs, **(our_overrides or {})}
+    reference = info.torch_class(C.build_params_arg(config, torch_params), **kwargs)
+    eager = info.ours(C.build_params_arg(config, eager_params), **ours_kwargs)
+    scripted = script_optimizer(info.ours(C.build_params_arg(config, script_params), **ours_kwargs))
+    order = C.flat_order(config)
+    late_start = info.fused_late_start or impl != "fused"
+    generator = torch.Generator().manual_seed(1)
+    for step in range(steps):
+        grads = C.make_gradients(step, dtype, generator, sparse, late_start)
+        for p, g in zip(torch_params, grads):
+            p.grad = None if g is None else g.clone()  # torch may write into .grad
+        reference.step()
+        flat = [grads[i] for i in order]
+        eager.step(flat)
+        scripted.step(flat)
+        if step == steps // 2:
+            assert_same_params(torch_params, eager_params, dtype)
+            assert_same_params(torch_params, script_params, dtype)
+    assert_same_params(torch_params, eager_params, dtype)
+    assert_same_params(torch_params, script_params, dtype)
+    expected = reference.state_dict()
+    assert_same_state(expected, state_protocol.state_dict(eager), dtype)
+    assert_same_state(expected, state_protocol.state_dict(scripted), dtype)

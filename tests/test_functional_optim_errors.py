@@ -1,0 +1,215 @@
+"""Bad input gives clear errors, raised before anything changes, eagerly and in TorchScript.
+
+Invalid hyperparameters come from the table in optim_configs.py and are checked against
+torch.optim's own behaviour. Bad gradients are checked on every optimizer with a snapshot of
+the parameters, the state and the hyperparameters taken before the call and compared bit by bit
+after it.
+"""
+from typing import Any, Dict, List
+
+import pytest
+import torch
+
+import functional_optim as F
+from functional_optim import _jit
+from functional_optim.scripting import script_optimizer
+
+import optim_configs as C
+import _scripted_optim_fns
+
+INVALID_CASES = [
+    pytest.param(info, bad, id=f"{info.name}-{'-'.join(f'{k}={v}' for k, v in bad.kwargs.items())}")
+    for info in C.INFOS
+    for bad in info.invalid
+]
+
+
+@pytest.mark.parametrize("info, bad", INVALID_CASES)
+def test_invalid_hyperparameters(info, bad):
+    params = C.make_params(torch.float32)
+    if "not supported" not in bad.match:
+        # The expected message is torch's own: check that first.
+        with pytest.raises(bad.error, match=bad.match):
+            info.torch_class([torch.nn.Parameter(p.clone()) for p in params], **bad.kwargs)
+    with pytest.raises(bad.error, match=bad.match):
+        info.ours(params, **bad.kwargs)
+    # The same values through a param group and through the protocol (eager and scripted).
+    hyper = {k: v for k, v in bad.kwargs.items() if not isinstance(v, bool)}
+    if len(hyper) == 1 and len(bad.kwargs) == 1:
+        (name, value), = hyper.items()
+        with pytest.raises(bad.error, match=bad.match):
+            info.ours([{"params": params, name: value}])
+        opt = info.ours([p.clone() for p in params])
+        before = opt.hyperparameters()
+        with pytest.raises(bad.error, match=bad.match):
+            opt.param_groups[0][name] = value
+        assert opt.hyperparameters() == before
+        module = script_optimizer(opt)
+        if isinstance(value, tuple):
+            names = {"betas": ("beta1", "beta2"), "etas": ("etaminus", "etaplus")}[name]
+            updates = dict(zip(names, value))
+        else:
+            updates = {name: value}
+        with pytest.raises(torch.jit.Error, match=bad.match.split(":")[0]):
+            module.set_group(0, updates, {})
+        assert module.hyperparameters() == before
+
+
+@pytest.mark.parametrize("info", C.INFOS, ids=str)
+def test_invalid_lr_raises_inside_torchscript(info):
+    train = _jit.script(_scripted_optim_fns.TRAIN[info.name])
+    with pytest.raises(torch.jit.Error, match="Invalid learning rate"):
+        train(C.make_params(torch.float32), [], -1.0)
+
+
+def test_bad_params():
+    with pytest.raises(ValueError, match="optimizer got an empty parameter list"):
+        F.Adam([])
+    with pytest.raises(TypeError, match="should be an iterable of Tensors or dicts"):
+        F.SGD(torch.zeros(3))
+    p = torch.zeros(3)
+    with pytest.raises(ValueError, match="more than one parameter group"):
+        F.SGD([{"params": [p]}, {"params": [p]}])
+    with pytest.raises(ValueError, match="non-leaf"):
+        F.SGD([torch.zeros(3, requires_grad=True) * 2])
+    with pytest.raises(ValueError, match="complex parameters are not supported"):
+        F.Adam([torch.zeros(3, dtype=torch.complex64)])
+    with pytest.raises(RuntimeError, match="`fused=True` requires all the params to be floating point"):
+        F.Adam([torch.zeros(3, dtype=torch.int64)], fused=True)
+    with pytest.raises(TypeError, match="got a Tensor for 'lr'"):
+        F.Adam([torch.zeros(3)], lr=torch.tensor(0.1))
+    opt = F.Adam([torch.zeros(3)])
+    with pytest.raises(ValueError, match="unknown hyperparameter 'momentum'"):
+        opt.set_hyperparameter(0, "momentum", 0.9)
+    with pytest.raises(ValueError, match="parameter group 1 does not exist"):
+        opt.set_hyperparameter(1, "lr", 0.1)
+    with pytest.raises(ValueError, match="parameters of a functional_optim param group cannot be replaced"):
+        opt.param_groups[0]["params"] = []
+
+
+# ----------------------------------------------------------------------------- bad gradients
+def _snapshot(opt) -> Dict[str, Any]:
+    def clone(t):
+        return t.clone()
+
+    return {
+        "params": [p.clone() for p in opt._params_for_test],
+        "state": {i: {k: clone(v) for k, v in entry.items()} for i, entry in opt.get_state().items()},
+        "hyperparameters": opt.hyperparameters(),
+        "options": opt.options(),
+    }
+
+
+def _assert_unchanged(before: Dict[str, Any], opt) -> None:
+    after = _snapshot(opt)
+    assert after["hyperparameters"] == before["hyperparameters"]
+    assert after["options"] == before["options"]
+    for b, a in zip(before["params"], after["params"]):
+        assert torch.equal(a, b), "a parameter changed"
+    assert sorted(after["state"]) == sorted(before["state"])
+    for i, entry in before["state"].items():
+        assert sorted(entry) == sorted(after["state"][i])
+        for key, value in entry.items():
+            assert torch.equal(after["state"][i][key], value), f"state[{i}][{key!r}] changed"
+
+
+def _stepped(info, scripted: bool, impl: str = "single", **kwargs):
+    params = C.make_params(torch.float32)
+    opt = info.ours(params, **C.IMPL_FLAGS[impl], **kwargs)
+    if scripted:
+        opt = script_optimizer(opt)
+    opt._params_for_test = params if not scripted else params
+    generator = torch.Generator().manual_seed(0)
+    for step in range(3):
+        opt.step(C.make_gradients(step, torch.float32, generator, late_start=False))
+    return opt
+
+
+def _good(generator=None) -> List[torch.Tensor]:
+    generator = generator or torch.Generator().manual_seed(9)
+    return [torch.randn(s, generator=generator) for s in C.SHAPES]
+
+
+def _bad_gradient_cases():
+    good = _good()
+    too_few = good[:2]
+    too_many = good + [torch.zeros(1)]
+    wrong_shape = [good[0], torch.zeros(4), good[2]]
+    wrong_dtype = [good[0], good[1], torch.zeros((), dtype=torch.float64)]
+    wrong_device = [good[0].to("meta"), good[1], good[2]]
+    return [
+        ("too_few", too_few, r"expected 3 gradients .* got 2"),
+        ("too_many", too_many, r"expected 3 gradients .* got 4"),
+        ("wrong_shape", wrong_shape, r"gradients\[1\]: expected shape \[5\], dtype torch.float32, device cpu .*; got shape \[4\]"),
+        ("wrong_dtype", wrong_dtype, r"gradients\[2\]: expected shape \[\], dtype torch.float32.*got shape \[\], dtype torch.float64"),
+        ("wrong_device", wrong_device, r"gradients\[0\]: expected .*device cpu.*got .*device meta"),
+    ]
+
+
+BAD_GRADIENT_CASES = [
+    pytest.param(info, impl, scripted, name, grads, match, id=f"{info.name}-{impl}-{'script' if scripted else 'eager'}-{name}")
+    for info in C.INFOS
+    for impl in info.impls
+    for scripted in (False, True)
+    for name, grads, match in _bad_gradient_cases()
+]
+
+
+@pytest.mark.parametrize("info, impl, scripted, name, grads, match", BAD_GRADIENT_CASES)
+def test_bad_gradients_change_nothing(info, impl, scripted, name, grads, match):
+    opt = _stepped(info, scripted, impl)
+    before = _snapshot(opt)
+    error = torch.jit.Error if scripted else ValueError
+    with pytest.raises(error, match=match):
+        opt.step(grads)
+    _assert_unchanged(before, opt)
+
+
+@pytest.mark.parametrize("scripted", [False, True], ids=["eager", "script"])
+@pytest.mark.parametrize("info", [i for i in C.INFOS if i.sparse_error], ids=str)
+def test_sparse_gradient_rejected_like_torch(info, scripted):
+    params = C.make_params(torch.float32)
+    tp = [torch.nn.Parameter(p.clone()) for p in params]
+    for p in tp:
+        p.grad = torch.ones_like(p).to_sparse()
+    with pytest.raises(RuntimeError, match=info.sparse_error):
+        info.torch_class(tp).step()
+    opt = _stepped(info, scripted)
+    before = _snapshot(opt)
+    grads = [torch.ones(s) for s in C.SHAPES]
+    grads[1] = grads[1].to_sparse()
+    with pytest.raises(torch.jit.Error if scripted else RuntimeError, match=info.sparse_error):
+        opt.step(grads)
+    _assert_unchanged(before, opt)
+
+
+@pytest.mark.parametrize("scripted", [False, True], ids=["eager", "script"])
+@pytest.mark.parametrize(
+    "name, impl, kwargs, match",
+    [
+        ("Adagrad", "single", {"weight_decay": 0.1}, "weight_decay option is not compatible with sparse gradients"),
+        ("Adagrad", "fused", {}, "`fused` does not support sparse grad"),
+        ("SGD", "fused", {"momentum": 0.9}, "`_fused_sgd` does not support sparse gradients"),
+    ],
+)
+def test_sparse_gradient_errors_change_nothing(name, impl, kwargs, match, scripted):
+    opt = _stepped(C.INFO_BY_NAME[name], scripted, impl, **kwargs)
+    before = _snapshot(opt)
+    grads = [torch.ones(s) for s in C.SHAPES]
+    grads[1] = grads[1].to_sparse()
+    with pytest.raises(torch.jit.Error if scripted else RuntimeError, match=match):
+        opt.step(grads)
+    _assert_unchanged(before, opt)
+
+
+@pytest.mark.parametrize("scripted", [False, True], ids=["eager", "script"])
+@pytest.mark.parametrize("info", C.INFOS, ids=str)
+def test_step_param_errors_change_nothing(info, scripted):
+    opt = _stepped(info, scripted)
+    before = _snapshot(opt)
+    error = torch.jit.Error if scripted else ValueError
+    with pytest.raises(error, match="is not a parameter of this optimizer"):
+        opt.step_param(torch.zeros(5), torch.zeros(5))
+    with pytest.raises(error, match=r"gradients\[1\]: expected shape \[5\]"):
+        opt.step_param(opt._params_for_test[1], torch.zeros(6))
+    _assert_unchanged(before, opt)
