@@ -10,7 +10,7 @@ from typing import List
 import torch
 from torch import Tensor
 
-from ._jit import script
+from functional_optim._jit import script
 
 
 def _receive_gradients(

@@ -16,7 +16,7 @@ def cluster():
     """A 4-worker RPC group for the whole session (this process is worker0)."""
     from cluster import Cluster
 
-    c = Cluster(world_size=4, num_worker_threads=4, rpc_timeout=60.0, imports=("graphs",))
+    c = Cluster(world_size=4, num_worker_threads=4, rpc_timeout=60.0, imports=("graphs", "optim_remote"))
     c.start()
     yield c
     c.stop()

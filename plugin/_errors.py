@@ -1,0 +1,37 @@
+"""Short error messages for failures that come back over RPC.
+
+An exception raised by a function run by RPC reaches the caller with the callee's
+traceback folded into its message (and, for TorchScript, the interpreter's). The line
+that says what went wrong is the last ``SomeError: message`` line; this module finds it
+so the caller's message can lead with it, naming the worker, while the full text stays
+available as the exception's ``__cause__``.
+"""
+import re
+
+_ERROR_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt)\b: ")
+
+
+def remote_error_summary(error: BaseException) -> str:
+    """The ``Type: message`` part of an exception that came back over RPC, up to the end
+    of its paragraph; ``str(error)`` when there is no such line."""
+    lines = str(error).splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        if _ERROR_LINE.match(lines[i]):
+            paragraph = []
+            for line in lines[i:]:
+                if not line.strip() or line.startswith("At:"):
+                    break
+                paragraph.append(line.strip())
+            return " ".join(paragraph)
+    return str(error).strip()
+
+
+def raise_on_worker(worker: str, what: str, error: BaseException, prefix: str):
+    """Raises ``error``'s type (RuntimeError if it cannot be rebuilt) with the message
+    ``"{prefix}: {what} failed on {worker!r}: {summary}"``, chained to ``error``."""
+    message = f"{prefix}: {what} failed on owner {worker!r}: {remote_error_summary(error)}"
+    try:
+        rebuilt = type(error)(message)
+    except Exception:  # noqa: BLE001 (an exception type with another constructor)
+        rebuilt = RuntimeError(message)
+    raise rebuilt from error

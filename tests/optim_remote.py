@@ -1,0 +1,68 @@
+"""Worker-side helpers for the distributed optimizer tests: parameters that live on a
+worker, reached through RRefs."""
+import threading
+import time
+from typing import Dict, List
+
+import torch
+from torch import Tensor
+from torch.distributed.rpc import RRef
+
+# name -> parameter, on each worker
+PARAMS: Dict[str, Tensor] = {}
+
+
+def make_param(name: str, shape, seed: int, dtype=torch.float64) -> RRef:
+    gen = torch.Generator().manual_seed(seed)
+    PARAMS[name] = torch.rand(shape, generator=gen, dtype=dtype).requires_grad_()
+    return RRef(PARAMS[name])
+
+
+def param_value(name: str) -> Tensor:
+    return PARAMS[name].detach().clone()
+
+
+def set_param(name: str, value: Tensor) -> None:
+    with torch.no_grad():
+        PARAMS[name].copy_(value)
+
+
+def use_param(x: Tensor, name: str) -> Tensor:
+    """The forward pass on the owner: multiplies by the parameter (broadcast)."""
+    return x * PARAMS[name]
+
+
+def use_param_sparse(indices: Tensor, name: str) -> Tensor:
+    return torch.nn.functional.embedding(indices, PARAMS[name], sparse=True)
+
+
+def not_a_tensor() -> RRef:
+    return RRef("hello")
+
+
+# --- a thread that holds the GIL ----------------------------------------------------------
+
+_HOG: Dict[str, float] = {}
+
+
+def start_gil_hog(seconds_of_work: int) -> None:
+    """Starts a thread that, after 0.3 s, runs one long C call (builtin sum over a range)
+    that never releases the GIL, and records when it ends."""
+
+    def hog():
+        time.sleep(0.3)
+        sum(range(seconds_of_work * 25_000_000))
+        _HOG["done"] = time.time()
+
+    _HOG.clear()
+    threading.Thread(target=hog, daemon=True).start()
+
+
+def gil_hog_done() -> float:
+    return _HOG.get("done", 0.0)
+
+
+def wait_for_gil_hog() -> float:
+    while "done" not in _HOG:
+        time.sleep(0.05)
+    return _HOG["done"]

@@ -1,0 +1,236 @@
+"""plugin.optim.DistributedOptimizer against torch.optim on the same parameters and gradients."""
+import threading
+import time
+
+import pytest
+import torch
+import torch.distributed.autograd as dist_autograd
+import torch.distributed.rpc as rpc
+
+import functional_optim
+import optim_remote
+import plugin
+from optim_configs import INFOS
+from plugin.optim import DistributedOptimizer, ScriptLocalOptimizer
+
+OWNERS = {"p1": ("worker1", (3, 4), 1), "p2": ("worker2", (4,), 2), "p3": ("worker2", (2, 4), 3)}
+
+
+def make_remote_params(dtype=torch.float64):
+    return {
+        name: rpc.rpc_sync(owner, optim_remote.make_param, args=(name, shape, seed, dtype))
+        for name, (owner, shape, seed) in OWNERS.items()
+    }
+
+
+def remote_values():
+    return {name: rpc.rpc_sync(owner, optim_remote.param_value, args=(name,)) for name, (owner, _, _) in OWNERS.items()}
+
+
+def forward_backward(step, engine="plugin", mode="smart"):
+    """loss = sum over params of (x * p)^2 / 2 with an x that changes every step."""
+    with dist_autograd.context() as ctx:
+        loss = 0
+        for name, (owner, shape, _) in OWNERS.items():
+            x = torch.full((shape[-1],), 0.5 + 0.1 * step, dtype=torch.float64)
+            loss = loss + (rpc.rpc_sync(owner, optim_remote.use_param, args=(x, name)) ** 2).sum() / 2
+        if engine == "plugin":
+            plugin.autograd.backward(ctx, [loss], mode=mode)
+        else:
+            dist_autograd.backward(ctx, [loss])
+        yield ctx
+
+
+def local_reference(torch_class, kwargs, steps):
+    """The same training with torch.optim in this process."""
+    params = {}
+    for name, (_, shape, seed) in OWNERS.items():
+        gen = torch.Generator().manual_seed(seed)
+        params[name] = torch.rand(shape, generator=gen, dtype=torch.float64).requires_grad_()
+    opt = torch_class(list(params.values()), **kwargs)
+    for step in range(steps):
+        opt.zero_grad()
+        loss = 0
+        for name, (_, shape, _) in OWNERS.items():
+            x = torch.full((shape[-1],), 0.5 + 0.1 * step, dtype=torch.float64)
+            loss = loss + ((x * params[name]) ** 2).sum() / 2
+        loss.backward()
+        opt.step()
+    return {n: p.detach() for n, p in params.items()}, opt
+
+
+def first_config(info):
+    """The first single-group parity config of an optimizer, with the default implementation."""
+    for config in info.configs:
+        if config.groups is None:
+            return {k: v for k, v in config.kwargs.items() if k not in ("foreach", "fused")}
+    return {}
+
+
+@pytest.mark.parametrize("info", INFOS, ids=lambda i: i.name)
+@pytest.mark.parametrize("given", ["functional", "torch"])
+def test_matches_torch_optim(cluster, info, given):
+    kwargs = first_config(info)
+    rrefs = make_remote_params()
+    opt = DistributedOptimizer(info.ours if given == "functional" else info.torch_class, list(rrefs.values()), **kwargs)
+    assert opt.owners == ["worker1", "worker2"]
+    for step in range(5):
+        for ctx in forward_backward(step):
+            opt.step(ctx)
+    expected, _ = local_reference(info.torch_class, kwargs, 5)
+    got = remote_values()
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=1e-10, atol=1e-12, msg=name)
+
+
+def test_steps_on_gradients_from_torchs_engine(cluster):
+    rrefs = make_remote_params()
+    opt = DistributedOptimizer(torch.optim.Adam, list(rrefs.values()), lr=0.05)
+    for step in range(3):
+        for ctx in forward_backward(step, engine="torch"):
+            opt.step(ctx)
+    expected, _ = local_reference(torch.optim.Adam, {"lr": 0.05}, 3)
+    for name, value in remote_values().items():
+        torch.testing.assert_close(value, expected[name], rtol=1e-10, atol=1e-12)
+
+
+def test_step_async(cluster):
+    rrefs = make_remote_params()
+    opt = DistributedOptimizer(functional_optim.SGD, list(rrefs.values()), lr=0.1, momentum=0.9)
+    for step in range(2):
+        for ctx in forward_backward(step):
+            fut = opt.step_async(ctx)
+            assert fut.wait() is None
+    expected, _ = local_reference(torch.optim.SGD, {"lr": 0.1, "momentum": 0.9}, 2)
+    for name, value in remote_values().items():
+        torch.testing.assert_close(value, expected[name], rtol=1e-10, atol=1e-12)
+
+
+def test_state_dict_round_trip(cluster):
+    """Save, load into a fresh DistributedOptimizer over the same RRefs: the next steps give
+    identical parameters. The saved dict is the one torch.optim would save."""
+    rrefs = make_remote_params()
+    params = list(rrefs.values())
+    opt = DistributedOptimizer(torch.optim.Adam, params, lr=0.05, amsgrad=True)
+    for step in range(3):
+        for ctx in forward_backward(step):
+            opt.step(ctx)
+    saved = opt.state_dict()
+    _, reference = local_reference(torch.optim.Adam, {"lr": 0.05, "amsgrad": True}, 3)
+    torch_sd = reference.state_dict()
+    assert saved["param_groups"] == torch_sd["param_groups"]
+    assert saved["state"].keys() == torch_sd["state"].keys()
+    for i in torch_sd["state"]:
+        for key, value in torch_sd["state"][i].items():
+            torch.testing.assert_close(saved["state"][i][key], value, rtol=1e-10, atol=1e-12, msg=f"{i}/{key}")
+
+    snapshot = remote_values()
+    for step in range(3, 5):
+        for ctx in forward_backward(step):
+            opt.step(ctx)
+    after_original = remote_values()
+
+    for name, (owner, _, _) in OWNERS.items():
+        rpc.rpc_sync(owner, optim_remote.set_param, args=(name, snapshot[name]))
+    fresh = DistributedOptimizer(torch.optim.Adam, params, lr=0.05, amsgrad=True)
+    fresh.load_state_dict(saved)
+    for step in range(3, 5):
+        for ctx in forward_backward(step):
+            fresh.step(ctx)
+    after_fresh = remote_values()
+    for name in after_original:
+        assert torch.equal(after_fresh[name], after_original[name]), name
+
+
+def test_load_state_dict_rejects_wrong_size_before_sending(cluster):
+    rrefs = make_remote_params()
+    opt = DistributedOptimizer(torch.optim.SGD, list(rrefs.values()), lr=0.1)
+    with pytest.raises(ValueError, match="has 2 parameters, this optimizer 3"):
+        opt.load_state_dict({"state": {}, "param_groups": [{"lr": 0.1, "params": [0, 1]}]})
+
+
+def test_constructor_errors_name_the_owner(cluster):
+    rrefs = make_remote_params()
+    with pytest.raises(ValueError, match=r"^DistributedOptimizer: building the local optimizer failed on owner "
+                                         r"'worker1': ValueError: Invalid learning rate: -1.0$"):
+        DistributedOptimizer(torch.optim.Adam, list(rrefs.values()), lr=-1.0)
+    bad = rpc.rpc_sync("worker3", optim_remote.not_a_tensor)
+    with pytest.raises(TypeError, match=r"owner 'worker3': TypeError: params_rref\[0\] refers to a str"):
+        DistributedOptimizer(torch.optim.SGD, [rrefs["p1"], bad], lr=0.1)
+    with pytest.raises(KeyError, match="no functional optimizer registered for 'LBFGS'"):
+        DistributedOptimizer(torch.optim.LBFGS, list(rrefs.values()))
+    with pytest.raises(TypeError, match=r"params_rref\[1\] is a Tensor, not an RRef"):
+        DistributedOptimizer(torch.optim.SGD, [rrefs["p1"], torch.zeros(1)])
+
+
+def test_step_error_names_owner_and_leaves_it_untouched(cluster):
+    """Adam rejects sparse gradients: the owner that gets one raises before changing anything,
+    and the caller's error names it."""
+    dense = rpc.rpc_sync("worker1", optim_remote.make_param, args=("dense", (4,), 1))
+    table = rpc.rpc_sync("worker2", optim_remote.make_param, args=("table", (6, 3), 2))
+    opt = DistributedOptimizer(torch.optim.Adam, [dense, table], lr=0.1)
+    before = rpc.rpc_sync("worker2", optim_remote.param_value, args=("table",))
+    with dist_autograd.context() as ctx:
+        a = rpc.rpc_sync("worker1", optim_remote.use_param, args=(torch.ones(4, dtype=torch.float64), "dense"))
+        b = rpc.rpc_sync("worker2", optim_remote.use_param_sparse, args=(torch.tensor([0, 2]), "table"))
+        plugin.autograd.backward(ctx, [a.sum() + b.sum()])
+        with pytest.raises(RuntimeError, match=r"step\(\d+\) failed on owner 'worker2'.*does not support sparse gradients"):
+            opt.step(ctx)
+    assert torch.equal(rpc.rpc_sync("worker2", optim_remote.param_value, args=("table",)), before)
+
+
+def trainer_steps(param_rref, steps):
+    """Runs on a trainer: its own DistributedOptimizer (SGD, lr=1) over a shared parameter,
+    stepping with a gradient of ones each time."""
+    opt = DistributedOptimizer(torch.optim.SGD, [param_rref], lr=1.0)
+    for _ in range(steps):
+        with dist_autograd.context() as ctx:
+            y = rpc.rpc_sync(param_rref.owner(), optim_remote.use_param, args=(torch.tensor(1.0, dtype=torch.float64), "shared"))
+            plugin.autograd.backward(ctx, [y.sum()])
+            opt.step(ctx)
+    return steps
+
+
+def test_concurrent_trainers_on_shared_parameters(cluster):
+    """Three trainers step the same 1M-element parameter concurrently, 20 times each: every
+    update lands (the owner serializes steps of optimizers over the same parameters)."""
+    shared = rpc.rpc_sync("worker3", optim_remote.make_param, args=("shared", (1 << 20,), 5))
+    start = rpc.rpc_sync("worker3", optim_remote.param_value, args=("shared",))
+    futs = [rpc.rpc_async(w, trainer_steps, args=(shared, 20)) for w in ("worker1", "worker2")]
+    trainer_steps(shared, 20)
+    assert [f.wait() for f in futs] == [20, 20]
+    end = rpc.rpc_sync("worker3", optim_remote.param_value, args=("shared",))
+    torch.testing.assert_close(end, start - 60, rtol=0, atol=1e-9)
+
+
+def test_local_optimizers_over_the_same_parameters_share_a_lock():
+    p = [torch.zeros(3, requires_grad=True), torch.zeros(2, requires_grad=True)]
+    a = ScriptLocalOptimizer.create(torch.optim.SGD, p, lr=0.1)
+    b = ScriptLocalOptimizer.create(torch.optim.Adam, list(reversed(p)))
+    c = ScriptLocalOptimizer.create(torch.optim.SGD, [torch.zeros(3, requires_grad=True)], lr=0.1)
+    a._lock.__enter__()
+    try:
+        # b waits for the lock a holds; c does not
+        done = threading.Event()
+        t = threading.Thread(target=lambda: (b.step_gradients([torch.ones(2), torch.ones(3)]), done.set()))
+        t.start()
+        c.step_gradients([torch.ones(3)])
+        assert not done.wait(0.2)
+    finally:
+        a._lock.__exit__(None, None, None)
+    assert done.wait(10)
+    t.join()
+
+
+def test_owner_steps_while_its_gil_is_held(cluster):
+    """A step completes on an owner whose GIL a Python thread holds (one long C call): the
+    step runs as TorchScript from the RPC to the update, without the GIL."""
+    rrefs = make_remote_params()
+    opt = DistributedOptimizer(torch.optim.NAdam, [rrefs["p1"]], lr=0.01)
+    for ctx in forward_backward(0):
+        rpc.rpc_sync("worker1", optim_remote.start_gil_hog, args=(4,))
+        time.sleep(1.0)  # the hog has started and holds worker1's GIL
+        opt.step(ctx)
+        stepped_at = time.time()
+    hog_done_at = rpc.rpc_sync("worker1", optim_remote.wait_for_gil_hog)
+    assert stepped_at < hog_done_at
