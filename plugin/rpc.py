@@ -1,5 +1,6 @@
 """Starting TensorPipe RPC for the plugin, from arguments or from torchrun's environment."""
 import os
+import warnings
 from typing import Mapping, Optional, Sequence
 
 import torch
@@ -111,5 +112,8 @@ def init_rpc(
 
     from . import _handlers  # noqa: F401  (peers call the engine's handlers by name)
 
-    _rpc.init_rpc(name, rank=rank, world_size=world_size, rpc_backend_options=options)
+    with warnings.catch_warnings():
+        # torch's own rendezvous code warns about its own use of a deprecated API
+        warnings.filterwarnings("ignore", message="You are using a Backend .* as a ProcessGroup", category=UserWarning)
+        _rpc.init_rpc(name, rank=rank, world_size=world_size, rpc_backend_options=options)
     return _rpc.get_worker_info()
