@@ -16,8 +16,9 @@ Workloads: (A) one float32 tensor of 16M elements; (B) 400 float32 tensors of 4,
 
 The variants of one optimizer and workload are timed round-robin (a few steps of each in turn,
 many rounds), so that slow drifts of the machine affect them alike; the fused variants (torch's
-and ours, which the targets compare) form their own round-robin with three times the rounds,
-apart from the unfused ones whose large temporaries disturb the memory system. Each
+and ours, which the targets compare) form their own round-robin, apart from the unfused ones
+whose large temporaries disturb the memory system, and are built and timed twice, in opposite
+orders, because where a tensor lands in memory changes its speed. Each
 variant's result is the median of its per-step times, with the 25th/75th percentiles as the
 spread. The effective bandwidth of a step is the minimum traffic of the update (e.g. Adam reads
 param, grad, exp_avg, exp_avg_sq and writes param, exp_avg, exp_avg_sq: 7 x 4 bytes per element)
@@ -117,17 +118,7 @@ def build_variants(name: str, shapes: List[Tuple[int, ...]], fused_phase: bool) 
     return variants
 
 
-def time_variants(variants: Dict[str, Callable[[], None]], rounds: int, per_round: int, warmup: int) -> Dict[str, Dict[str, float]]:
-    times: Dict[str, List[float]] = {k: [] for k in variants}
-    for fn in variants.values():
-        for _ in range(warmup):
-            fn()
-    for _ in range(rounds):
-        for key, fn in variants.items():
-            for _ in range(per_round):
-                start = time.perf_counter()
-                fn()
-                times[key].append(time.perf_counter() - start)
+def summarize(times: Dict[str, List[float]]) -> Dict[str, Dict[str, float]]:
     out = {}
     for key, values in times.items():
         q = statistics.quantiles(values, n=4)
@@ -139,6 +130,23 @@ def time_variants(variants: Dict[str, Callable[[], None]], rounds: int, per_roun
             "n": len(values),
         }
     return out
+
+
+def time_variants(
+    variants: Dict[str, Callable[[], None]], rounds: int, per_round: int, warmup: int, raw: bool = False
+) -> Any:
+    """Per-step times of each variant, round-robin; summarized unless ``raw``."""
+    times: Dict[str, List[float]] = {k: [] for k in variants}
+    for fn in variants.values():
+        for _ in range(warmup):
+            fn()
+    for _ in range(rounds):
+        for key, fn in variants.items():
+            for _ in range(per_round):
+                start = time.perf_counter()
+                fn()
+                times[key].append(time.perf_counter() - start)
+    return times if raw else summarize(times)
 
 
 def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
@@ -167,11 +175,22 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         for name in names:
             words = OPTIMIZERS[name][4]
             timed = {}
-            for fused_phase in (True, False):
-                variants = build_variants(name, shapes, fused_phase)
-                if variants:
-                    timed.update(time_variants(variants, rounds * (3 if fused_phase else 1), per_round, warmup))
+            # Fused phase: the tensors created first can be markedly faster or slower than
+            # those created later (page placement; seen both ways, up to 1.5x), so the fused
+            # variants are built and timed twice, in one order and in the reverse order, and
+            # their samples pooled.
+            fused_samples: Dict[str, List[float]] = {}
+            for reverse in (False, True):
+                variants = build_variants(name, shapes, True)
+                if reverse:
+                    variants = dict(reversed(list(variants.items())))
+                for key, values in time_variants(variants, rounds * 2, per_round, warmup, raw=True).items():
+                    fused_samples.setdefault(key, []).extend(values)
                 del variants
+            timed.update(summarize(fused_samples))
+            variants = build_variants(name, shapes, False)
+            timed.update(time_variants(variants, rounds, per_round, warmup))
+            del variants
             for variant, t in timed.items():
                 gbps = words * 4 * numel / (t["median_ms"] / 1e3) / 1e9
                 results.append({"optimizer": name, "workload": workload, "variant": variant, **t, "GBps": gbps})
@@ -218,7 +237,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         "quick": args.quick,
         "bandwidth_inplace_add_GBps": bandwidth,
         "workloads": {k: {"tensors": len(v), "numel_each": int(torch.Size(v[0]).numel())} for k, v in workloads.items()},
-        "timing": {"rounds": rounds, "rounds_fused_phase": rounds * 3, "steps_per_round": per_round, "warmup": warmup},
+        "timing": {"rounds": rounds, "rounds_fused_phase": rounds * 2 * 2, "steps_per_round": per_round, "warmup": warmup},
         "results": results,
         "ratios": ratios,
         "targets": targets,
