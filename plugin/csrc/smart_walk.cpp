@@ -8,8 +8,9 @@
 // computed in one visit of its graph) and the caller continues the walk through the
 // tables it has. The walk ends because every message id is expanded once; cycles
 // between workers simply meet ids already reached. Messages: one table request per
-// worker that holds a reached send function, sent in parallel, in as many rounds as
-// workers are discovered one behind another.
+// worker that holds a reached send function (plus, sent up front, one to each worker
+// the caller sent tensors to in the forward pass, whose answer may go unused), in as
+// many rounds as workers are discovered one behind another.
 #include "engine.h"
 #include "graph_walk.h"
 #include "transport.h"
@@ -23,19 +24,33 @@
 namespace dist_engine {
 
 std::vector<int64_t> Engine::findReachedSends(const ContextPtr& ctx, const torch::autograd::edge_list& rootEdges) {
+  using c10::ivalue::Future;
   const int64_t self = selfWorkerId();
   const int64_t contextId = ctx->contextId();
+  const std::string where = "in the backward pass of context " + std::to_string(contextId);
   ReachabilityTable local = computeReachability(ctx, rootEdges);
 
   // worker id -> (send id -> recv ids reachable from it)
   std::unordered_map<int64_t, std::unordered_map<int64_t, std::vector<int64_t>>> tables;
   tables.emplace(self, std::move(local.fromSends));
+  std::unordered_map<int64_t, c10::intrusive_ptr<Future>> requests;
+  auto ask = [&](int64_t worker) {
+    if (tables.count(worker) == 0 && requests.count(worker) == 0) {
+      requests.emplace(worker, requestReachability(worker, contextId));
+    }
+  };
+  // Ask every worker this one sent tensors to right away, in parallel: most graphs
+  // reach them all, and asking up front saves a round trip per level of the walk.
+  // An answer that turns out not to be needed is simply dropped.
+  for (auto worker : ctx->getKnownWorkerIds()) {
+    ask(worker);
+  }
 
   std::unordered_set<int64_t> reached;
   std::vector<int64_t> frontier = std::move(local.fromRoots);
   while (!frontier.empty()) {
     std::vector<int64_t> parked;
-    std::set<int64_t> toAsk;
+    std::set<int64_t> needed;
     while (!frontier.empty()) {
       const int64_t id = frontier.back();
       frontier.pop_back();
@@ -46,38 +61,32 @@ std::vector<int64_t> Engine::findReachedSends(const ContextPtr& ctx, const torch
       auto table = tables.find(owner);
       if (table == tables.end()) {
         parked.push_back(id);
-        toAsk.insert(owner);
+        needed.insert(owner);
         continue;
       }
       auto sendEntry = table->second.find(id);
       TORCH_CHECK(
           sendEntry != table->second.end(),
-          workerError(
-              "in the backward pass of context " + std::to_string(contextId),
-              workerLabel(owner) + " holds no send function with autograd_message_id " + std::to_string(id)));
+          workerError(where, workerLabel(owner) + " holds no send function with autograd_message_id " + std::to_string(id)));
       reached.insert(id);
       frontier.insert(frontier.end(), sendEntry->second.begin(), sendEntry->second.end());
     }
-    if (toAsk.empty()) {
-      break;
-    }
-    std::vector<std::pair<int64_t, c10::intrusive_ptr<c10::ivalue::Future>>> requests;
-    for (int64_t worker : toAsk) {
-      requests.emplace_back(worker, requestReachability(worker, contextId));
+    for (int64_t worker : needed) {
+      ask(worker);
     }
     // This is the calling thread of backward, not an RPC thread: it may wait.
-    for (auto& [worker, request] : requests) {
+    for (int64_t worker : needed) {
+      auto& request = requests.at(worker);
       request->wait();
       if (request->hasError()) {
         TORCH_CHECK(
             false,
             extractWorkerError(
                 request->tryRetrieveErrorMessage(),
-                workerError(
-                    "in the backward pass of context " + std::to_string(contextId),
-                    "asking " + workerLabel(worker) + " for its reachability table failed: ")));
+                workerError(where, "asking " + workerLabel(worker) + " for its reachability table failed: ")));
       }
       tables.emplace(worker, unflattenTable(request->value().toIntVector()));
+      requests.erase(worker);
     }
     frontier = std::move(parked);
   }
