@@ -7,11 +7,14 @@ Graphs (each worker a separate process, TensorPipe on loopback):
         for its RPC timeout (run here with a short timeout, reported beside it).
 
 Only the backward call is timed; every iteration builds its forward pass in a fresh
-context. The engines alternate iteration by iteration so drift hits all of them alike.
-Prints medians with the interquartile range and the ratios, and writes JSON
-(default results/bench_backward.json), which docs/benchmarks.md quotes.
+context. The engines take turns within each iteration, in a rotating order, so drift
+and cache effects hit all of them alike.
+Each graph runs --repeats times, each time in fresh processes; a run's ratios compare
+engines timed in that same run, and the report gives the median of those ratios (and
+each run's). Writes JSON (default results/bench_backward.json), which
+docs/benchmarks.md quotes.
 
-    python scripts/bench_backward.py [--iters N] [--quick] [--out PATH]
+    python scripts/bench_backward.py [--iters N] [--repeats R] [--quick] [--out PATH]
 """
 import argparse
 import json
@@ -95,7 +98,8 @@ def run_backward(engine, ctx, roots):
 def time_engines(forward, engines, iters, warmup):
     state, times = {}, {e: [] for e in engines}
     for i in range(warmup + iters):
-        for engine in engines:
+        # rotate the order, so that no engine always runs right after the same other one
+        for engine in engines[i % len(engines):] + engines[: i % len(engines)]:
             with dist_autograd.context() as ctx:
                 roots = forward(state)
                 start = time.perf_counter()
@@ -188,15 +192,31 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--iters", type=int, default=200, help="timed iterations per engine (the MLP runs a quarter)")
     parser.add_argument("--warmup", type=int, default=20, help="untimed iterations first")
+    parser.add_argument("--repeats", type=int, default=5, help="fresh process groups per graph (medians of their ratios)")
     parser.add_argument("--quick", action="store_true", help="a few iterations, to check the script runs")
     parser.add_argument("--out", default=os.path.join("results", "bench_backward.json"))
     parser.add_argument("--graphs", default="round_trips,mlp,unused_rpc", help="comma-separated subset to run")
     args = parser.parse_args()
     if args.quick:
-        args.iters, args.warmup = 8, 2
+        args.iters, args.warmup, args.repeats = 8, 2, 1
 
     world = {"round_trips": 2, "mlp": 3, "unused_rpc": 2}
-    results = {g: run_graph(g, world[g], args) for g in args.graphs.split(",")}
+    results = {}
+    for graph in args.graphs.split(","):
+        if graph == "unused_rpc":
+            results[graph] = run_graph(graph, world[graph], args)
+            continue
+        # Each repeat is a fresh set of processes: where the scheduler puts them moves
+        # the timings more than anything else on a small machine.
+        runs = [run_graph(graph, world[graph], args) for _ in range(args.repeats)]
+        results[graph] = {"runs": runs}
+        for engine in ("torch", "fast", "smart"):
+            results[graph][engine] = {"median_ms": statistics.median(r[engine]["median_ms"] for r in runs)}
+        results[graph]["ratio_runs"] = {
+            name: [r[a]["median_ms"] / r[b]["median_ms"] for r in runs]
+            for name, (a, b) in {"fast/torch": ("fast", "torch"), "smart/torch": ("smart", "torch"),
+                                 "smart/fast": ("smart", "fast")}.items()
+        }
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}")
     print(f"{'graph':<14}{'torch ms':>12}{'fast ms':>12}{'smart ms':>12}{'fast/torch':>12}{'smart/torch':>13}{'smart/fast':>12}")
     for graph in ("round_trips", "mlp"):
@@ -204,8 +224,12 @@ def main():
             continue
         r = results[graph]
         t, f, s = (r[e]["median_ms"] for e in ("torch", "fast", "smart"))
-        r["ratios"] = {"fast/torch": f / t, "smart/torch": s / t, "smart/fast": s / f}
-        print(f"{graph:<14}{t:>12.3f}{f:>12.3f}{s:>12.3f}{f / t:>12.3f}{s / t:>13.3f}{s / f:>12.3f}")
+        # the median over repeats of each run's ratio (both engines timed in the same run)
+        r["ratios"] = {name: statistics.median(values) for name, values in r["ratio_runs"].items()}
+        q = r["ratios"]
+        print(f"{graph:<14}{t:>12.3f}{f:>12.3f}{s:>12.3f}{q['fast/torch']:>12.3f}{q['smart/torch']:>13.3f}{q['smart/fast']:>12.3f}")
+        for name, values in r["ratio_runs"].items():
+            print(f"{'':<14}{name} per run: " + ", ".join(f"{v:.3f}" for v in values))
     if "unused_rpc" in results:
         u = results["unused_rpc"]
         print(
@@ -216,6 +240,7 @@ def main():
         "torch": torch.__version__,
         "cpus": os.cpu_count(),
         "iters": args.iters,
+        "repeats": args.repeats,
         "quick": args.quick,
         "python": sys.version.split()[0],
     }

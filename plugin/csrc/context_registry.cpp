@@ -1,5 +1,7 @@
 #include "context_registry.h"
 
+#include <ATen/Parallel.h>
+
 namespace dist_engine {
 
 ContextRegistry& ContextRegistry::get() {
@@ -8,26 +10,80 @@ ContextRegistry& ContextRegistry::get() {
   return *registry;
 }
 
-void ContextRegistry::sweepLocked() {
+std::vector<EntryPtr> ContextRegistry::sweepLocked() {
+  std::vector<EntryPtr> released;
   for (auto it = contexts_.begin(); it != contexts_.end();) {
     if (it->second->context.expired()) {
+      released.push_back(std::move(it->second));
       it = contexts_.erase(it);
     } else {
       ++it;
     }
   }
+  return released;
 }
 
-EntryPtr ContextRegistry::entry(const ContextPtr& ctx) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = contexts_.find(ctx->contextId());
-  if (it != contexts_.end() && !it->second->context.expired()) {
-    return it->second;
+void ContextRegistry::freeLater(std::vector<EntryPtr>&& released) {
+  if (released.empty()) {
+    return;
   }
-  sweepLocked();
-  auto fresh = std::make_shared<ContextEntry>(ctx);
-  contexts_[ctx->contextId()] = fresh;
-  return fresh;
+  // Freeing a context's gradients can take milliseconds (large tensors go back to
+  // the system); the sweep runs at the start of a backward pass, so do it elsewhere.
+  at::launch([entries = std::move(released)]() mutable { entries.clear(); });
+}
+
+namespace {
+
+// Lives inside torch's context (see ContextRegistry::entry) and tells the registry
+// when the context is destroyed.
+struct ReleaseGuard : torch::CustomClassHolder {
+  explicit ReleaseGuard(int64_t contextId) : contextId(contextId) {}
+  ~ReleaseGuard() override {
+    ContextRegistry::get().contextDestroyed(contextId);
+  }
+  const int64_t contextId;
+};
+
+}  // namespace
+
+EntryPtr ContextRegistry::entry(const ContextPtr& ctx) {
+  std::vector<EntryPtr> released;
+  EntryPtr result;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = contexts_.find(ctx->contextId());
+    if (it != contexts_.end() && !it->second->context.expired()) {
+      return it->second;
+    }
+    released = sweepLocked();
+    result = std::make_shared<ContextEntry>(ctx);
+    contexts_[ctx->contextId()] = result;
+  }
+  freeLater(std::move(released));
+  // Free the entry when torch destroys the context, as torch frees its own gradients
+  // then. The hook: a completed future handed to DistAutogradContext::addOutstandingRpc
+  // stays in the context until the context is destroyed (only torch's own engine clears
+  // that list earlier, when it runs a backward pass in the same context; the entry is
+  // then kept, and swept once the context is gone). Its value holds a ReleaseGuard.
+  auto hook = c10::make_intrusive<c10::ivalue::Future>(c10::AnyType::get());
+  hook->markCompleted(c10::IValue::make_capsule(c10::make_intrusive<ReleaseGuard>(ctx->contextId())));
+  ctx->addOutstandingRpc(hook);
+  return result;
+}
+
+void ContextRegistry::contextDestroyed(int64_t contextId) {
+  EntryPtr released;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = contexts_.find(contextId);
+    if (it == contexts_.end() || !it->second->context.expired()) {
+      return;  // gone already, or the context lives on (the list was cleared early)
+    }
+    released = std::move(it->second);
+    contexts_.erase(it);
+  }
+  // `released` (and the gradients with it, unless a running pass still holds the
+  // entry) is freed here, outside the registry's lock.
 }
 
 EntryPtr ContextRegistry::find(int64_t contextId) {
@@ -115,14 +171,24 @@ void ContextRegistry::erasePass(int64_t contextId, int64_t passId) {
 }
 
 void ContextRegistry::release(int64_t contextId) {
-  std::lock_guard<std::mutex> lock(mu_);
-  contexts_.erase(contextId);
-  sweepLocked();
+  std::vector<EntryPtr> released;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = contexts_.find(contextId);
+    if (it != contexts_.end()) {
+      released.push_back(std::move(it->second));
+      contexts_.erase(it);
+    }
+    auto expired = sweepLocked();
+    released.insert(released.end(), expired.begin(), expired.end());
+  }
+  freeLater(std::move(released));
 }
 
 std::unordered_map<std::string, int64_t> ContextRegistry::debugInfo() {
+  std::vector<EntryPtr> released;
   std::lock_guard<std::mutex> lock(mu_);
-  sweepLocked();
+  released = sweepLocked();
   int64_t numGrads = 0;
   for (auto& [id, entry] : contexts_) {
     std::lock_guard<std::mutex> entryLock(entry->mu);

@@ -1,10 +1,10 @@
 // What the engine keeps per distributed autograd context and per running pass.
 //
 // Leaf gradients live here, per context and per worker, not in `.grad`. An entry
-// holds only a weak reference to torch's DistAutogradContext: when torch releases
-// the context (the `with context()` block exits on the worker that created it, and
-// torch's cleanup RPCs reach the others) the entry expires and is swept away at the
-// next engine call, so gradients of finished iterations do not pile up.
+// holds only a weak reference to torch's DistAutogradContext and is dropped when
+// torch destroys the context (the `with context()` block exits on the worker that
+// created it, and torch's cleanup RPCs reach the others), so the gradients of a
+// finished iteration are freed when torch frees its own.
 #pragma once
 
 #include "pass_state.h"
@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
+#include <vector>
 
 namespace dist_engine {
 
@@ -73,10 +74,15 @@ class ContextRegistry {
   void erasePass(int64_t contextId, int64_t passId);
 
   void release(int64_t contextId);
+  // Called when torch destroys the context `contextId`: drops its entry.
+  void contextDestroyed(int64_t contextId);
   std::unordered_map<std::string, int64_t> debugInfo();
 
  private:
-  void sweepLocked();
+  // Removes the entries of released contexts and returns them (to be freed without
+  // holding mu_).
+  std::vector<EntryPtr> sweepLocked();
+  static void freeLater(std::vector<EntryPtr>&& released);
 
   std::mutex mu_;
   std::unordered_map<int64_t, EntryPtr> contexts_;

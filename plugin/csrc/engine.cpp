@@ -241,10 +241,12 @@ c10::intrusive_ptr<Future> Engine::receiveGradients(
   }
   auto answer = firstContact ? pass->completion : completedFuture();
   if (deliver(pass, messageId, std::move(grads))) {
-    // On a worker that did not call backward the work runs right here, on the RPC
-    // thread that brought it: no thread hand-over on the latency path, and nothing
-    // in it waits for another worker (gradients for peers go out as asynchronous
-    // RPCs, and their answers are handled in callbacks).
+    // The work runs right here, on the RPC thread that brought it, unless another
+    // thread is running this pass's tasks already (then it picks them up): no thread
+    // hand-over on the latency path, and nothing in it waits for another worker
+    // (gradients for peers go out as asynchronous RPCs, answered in callbacks). The
+    // price: this message is answered after the work, which can delay the end of the
+    // sender's part of the pass by as much.
     drain(pass);
   }
   settle(pass);
@@ -293,17 +295,18 @@ bool Engine::claimDrain(PassState& pass) {
   if (pass.draining) {
     return false;  // the running drainer picks the task up
   }
-  if (pass.ownerWaiting) {
-    // The thread that called backward runs it, so that this RPC is answered at
-    // once: the sender's part of the pass ends only when its messages are answered.
-    pass.cv.notify_one();
-    return false;
-  }
   pass.draining = true;
   return true;
 }
 
 void Engine::drain(const PassPtr& pass) {
+  // Tasks may run on an RPC thread, which torch did not set up: give it the process's
+  // intra-op thread count (torch.set_num_threads), as torch does for its own threads.
+  static thread_local bool threadReady = false;
+  if (!threadReady) {
+    at::init_num_threads();
+    threadReady = true;
+  }
   while (true) {
     std::unique_ptr<ReadyTask> task;
     {
@@ -414,12 +417,19 @@ void Engine::sendToPeer(const PassPtr& pass, int64_t messageId, variable_list&& 
     deliver(pass, messageId, std::move(grads));
     return;
   }
+  // The worker that called backward (its id is in the pass id) always knows the pass,
+  // so a message to it is never its first contact and its answer carries nothing this
+  // worker's part must wait for: only an error, which fails the pass. Other answers are
+  // awaited (see the first-contact rule in engine.h).
+  const bool awaitAnswer = dst != (pass->passId >> 48);
   {
     std::lock_guard<std::mutex> lock(pass->mu);
     if (pass->finished) {
       return;
     }
-    ++pass->pendingRpcs;
+    if (awaitAnswer) {
+      ++pass->pendingRpcs;
+    }
   }
   c10::intrusive_ptr<Future> answer;
   try {
@@ -428,13 +438,17 @@ void Engine::sendToPeer(const PassPtr& pass, int64_t messageId, variable_list&& 
         pass->reached);
   } catch (...) {
     std::lock_guard<std::mutex> lock(pass->mu);
-    --pass->pendingRpcs;
+    if (awaitAnswer) {
+      --pass->pendingRpcs;
+    }
     throw;
   }
-  answer->addCallback([this, pass, dst](Future& done) {
+  answer->addCallback([this, pass, dst, awaitAnswer](Future& done) {
     {
       std::lock_guard<std::mutex> lock(pass->mu);
-      --pass->pendingRpcs;
+      if (awaitAnswer) {
+        --pass->pendingRpcs;
+      }
       if (done.hasError()) {
         std::string error = extractWorkerError(
             done.tryRetrieveErrorMessage(),

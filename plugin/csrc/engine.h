@@ -3,11 +3,17 @@
 // The worker that calls backward (the root) and every worker that receives
 // gradients keep one PassState per pass. A pass on a worker ends when every
 // send function it expects has received its gradients, every task has run and
-// every gradient message it sent has been answered. A worker that hears of a pass
-// for the first time answers that first message only when its own part has ended
-// ("first contact"); later messages are answered as soon as they are queued. The
-// first-contact answers form a tree rooted at the caller, so when the root's part
-// ends, every worker's part has ended.
+// every gradient message it sent has been answered (messages to the root excepted:
+// the root always knows the pass, so their answers only matter if they are errors).
+// A worker that hears of a pass for the first time answers that first message only
+// when its own part has ended ("first contact"); later messages are answered once
+// their work has run. The first-contact answers form a tree rooted at the caller,
+// so when the root's part ends, every worker's part has ended.
+//
+// Threads: a message's work runs on the RPC thread that brought it, unless another
+// thread is running the pass's tasks on that worker already; the root's own work
+// starts on the thread that called backward. No thread ever waits for another
+// worker except the one that called backward.
 //
 // Fast mode expects a gradient for every send function of the context (the
 // design note's FAST mode; a forward RPC whose output is unused never gets one and
@@ -62,7 +68,7 @@ class Engine {
 
   // Runs queued tasks until the queue is empty. Caller has set pass.draining.
   void drain(const PassPtr& pass);
-  // The root's calling thread: runs tasks as they come until the pass ends.
+  // The root's calling thread: runs the first tasks, then waits until the pass ends.
   void runAsOwner(const PassPtr& pass);
   void execute(const PassPtr& pass, ReadyTask& task);
   // Routes a node's outputs to the next nodes' input buffers; queues ready ones.
