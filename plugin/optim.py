@@ -52,6 +52,12 @@ class ScriptLocalOptimizer(torch.nn.Module):
     steps never interleave on a parameter, and waiting for the lock does not hold the GIL.
     Which step goes first is not specified.
 
+    Implementation: as ``torch.optim`` chooses, except that Adam and AdamW use torch's fused
+    kernel (``fused=True``) when neither ``foreach`` nor ``fused`` is given and the parameters
+    are floating point on CPU or CUDA: serialized steps make the step's length the limit on an
+    owner's steps per second, and the fused step is several times shorter on CPU. Its results
+    equal the single-tensor step's up to rounding. Pass ``fused=False`` for torch's choice.
+
     Args:
         optimizer_class (type): a ``functional_optim`` class or a ``torch.optim`` class that
             the registry maps to one (:func:`functional_optim.functional_optimizer_for`).
@@ -68,6 +74,10 @@ class ScriptLocalOptimizer(torch.nn.Module):
         super().__init__()
         functional_class = functional_optim.functional_optimizer_for(optimizer_class)
         self._params = list(params)
+        if functional_class in _FUSED_BY_DEFAULT and "fused" not in kwargs and "foreach" not in kwargs and all(
+            p.dtype in _FUSED_DTYPES and p.device.type in ("cpu", "cuda") for p in self._params
+        ):
+            kwargs = dict(kwargs, fused=True)
         self.optimizer = OptimizerModule(functional_class(self._params, *args, **kwargs))
         self._lock = _shared_lock(self._params)
 
@@ -108,6 +118,12 @@ class ScriptLocalOptimizer(torch.nn.Module):
         self.step(context_id)
 
 
+# Optimizers whose local step uses torch's fused kernel unless the caller chooses an
+# implementation (foreach= or fused=): steps over the same parameters are serialized,
+# so the step's length bounds an owner's steps per second. Adam and AdamW reject sparse
+# gradients anyway; SGD and Adagrad, which take them (but not fused), keep torch's choice.
+_FUSED_BY_DEFAULT = (functional_optim.Adam, functional_optim.AdamW)
+_FUSED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _COMPILE_LOCK = threading.Lock()
 _LOCKS_GUARD = threading.Lock()
 _LOCKS: Dict[Tuple[int, ...], Any] = {}
@@ -253,13 +269,16 @@ class DistributedOptimizer:
         """Names of the workers that hold a local optimizer, in order of first parameter."""
         return list(self._local_optimizers)
 
-    def step_async(self, context_id: int) -> torch.futures.Future:
-        """Starts :meth:`step` and returns a ``torch.futures.Future`` that completes (with
-        ``None``) when every owner has stepped, or with the first owner's error, named."""
-        futures = OrderedDict(
+    def _start_steps(self, context_id: int) -> "OrderedDict[str, torch.futures.Future]":
+        return OrderedDict(
             (owner, rpc.rpc_async(owner, _local_step, args=(rref, context_id)))
             for owner, rref in self._local_optimizers.items()
         )
+
+    def step_async(self, context_id: int) -> torch.futures.Future:
+        """Starts :meth:`step` and returns a ``torch.futures.Future`` that completes (with
+        ``None``) when every owner has stepped, or with the first owner's error, named."""
+        futures = self._start_steps(context_id)
         done = torch.futures.Future()
 
         def finish(_):
@@ -283,7 +302,7 @@ class DistributedOptimizer:
                 rejects, ...), named in the message. Each owner validates before it changes
                 anything, so an owner is either fully stepped or untouched.
         """
-        self.step_async(context_id).wait()
+        _wait_all(self._start_steps(context_id), f"step({context_id})")
 
     def state_dict(self) -> Dict[str, Any]:
         """Every owner's optimizer state in one ``torch.optim``-format dict.

@@ -116,7 +116,8 @@ def test_state_dict_round_trip(cluster):
         for ctx in forward_backward(step):
             opt.step(ctx)
     saved = opt.state_dict()
-    _, reference = local_reference(torch.optim.Adam, {"lr": 0.05, "amsgrad": True}, 3)
+    # the local optimizers run Adam fused unless told otherwise (ScriptLocalOptimizer)
+    _, reference = local_reference(torch.optim.Adam, {"lr": 0.05, "amsgrad": True, "fused": True}, 3)
     torch_sd = reference.state_dict()
     assert saved["param_groups"] == torch_sd["param_groups"]
     assert saved["state"].keys() == torch_sd["state"].keys()
@@ -201,6 +202,14 @@ def test_concurrent_trainers_on_shared_parameters(cluster):
     assert [f.wait() for f in futs] == [20, 20]
     end = rpc.rpc_sync("worker3", optim_remote.param_value, args=("shared",))
     torch.testing.assert_close(end, start - 60, rtol=0, atol=1e-9)
+
+
+def test_adam_runs_fused_unless_told_otherwise():
+    p = [torch.zeros(3, requires_grad=True)]
+    assert ScriptLocalOptimizer.create(torch.optim.Adam, p).optimizer.options()[0]["fused"] is True
+    assert ScriptLocalOptimizer.create(torch.optim.Adam, p, fused=False).optimizer.options()[0]["fused"] is False
+    assert ScriptLocalOptimizer.create(torch.optim.Adam, p, foreach=True).optimizer.options()[0]["fused"] is None
+    assert ScriptLocalOptimizer.create(torch.optim.SGD, p, lr=0.1).optimizer.options()[0]["fused"] is None
 
 
 def test_local_optimizers_over_the_same_parameters_share_a_lock():
