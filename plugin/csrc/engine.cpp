@@ -144,12 +144,14 @@ void Engine::runAsOwner(const PassPtr& pass) {
   std::unique_lock<std::mutex> lock(pass->mu);
   while (!pass->finished) {
     if (!pass->ready.empty() && !pass->draining) {
+      // The root's first tasks (and any left when this thread gets here).
       pass->draining = true;
       lock.unlock();
       drain(pass);
       lock.lock();
       continue;
     }
+    // Later work arrives by RPC and runs on the threads that bring it; wait for the end.
     pass->ownerWaiting = true;
     bool timedOut = false;
     if (hasDeadline) {
@@ -312,10 +314,9 @@ void Engine::drain(const PassPtr& pass) {
     {
       std::lock_guard<std::mutex> lock(pass->mu);
       if (pass->finished || pass->ready.empty()) {
+        // Tasks are queued under this lock by threads that see `draining` set, so none
+        // is left behind: whoever queues the next one drains it.
         pass->draining = false;
-        if (pass->ownerWaiting) {
-          pass->cv.notify_one();
-        }
         break;
       }
       task = pass->popReady();

@@ -59,7 +59,7 @@ struct PassState {
   std::shared_ptr<ContextEntry> entry;
 
   std::mutex mu;
-  // The worker that called backward waits on this for work or for the end.
+  // The thread that called backward waits on this for the end of the pass.
   std::condition_variable cv;
 
   // --- graph bookkeeping, filled by computeDependencies (graph_walk.cpp) ---
@@ -84,7 +84,7 @@ struct PassState {
   int64_t pendingRpcs = 0;
   // A thread is executing this pass's tasks (at most one at a time).
   bool draining = false;
-  // The calling thread of the root is waiting in runAsOwner (it drains itself).
+  // The thread that called backward waits in runAsOwner for the pass to end.
   bool ownerWaiting = false;
 
   // --- outcome ---
