@@ -384,7 +384,8 @@ class Adam:
             ValueError: wrong number of gradients, or a gradient whose shape, dtype or device
                 differs from its parameter's (``"gradients[3]: expected shape [4, 5], ..."``).
             RuntimeError: a sparse gradient (torch's message).
-            Nothing is modified when it raises.
+
+        Nothing is modified when it raises.
         """
         indices, grads, sparse = _validation.check_gradients(self._s.params, gradients, self._s.offsets, _sparse_error())
         with torch.no_grad():

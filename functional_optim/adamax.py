@@ -191,7 +191,7 @@ class Adamax:
             Floating-point, dense, real, leaf tensors on CPU or CUDA; each at most once.
         lr: learning rate, >= 0 (default 2e-3).
         betas: decay rates, each in [0, 1) (default (0.9, 0.999)).
-        eps: added to |g|, >= 0 (default 1e-8).
+        eps: added to ``|g|``, >= 0 (default 1e-8).
         weight_decay: L2 penalty, >= 0 (default 0).
         foreach: True multi-tensor, False single-tensor, None torch's default (default None).
         maximize: maximise instead of minimising (default False).

@@ -382,7 +382,8 @@ class SGD:
             ValueError: wrong number of gradients, or a gradient whose shape, dtype or device
                 differs from its parameter's (the message names the index).
             RuntimeError: a sparse gradient in a fused group (torch's message).
-            Nothing is modified when it raises.
+
+        Nothing is modified when it raises.
         """
         indices, grads, sparse = _validation.check_gradients(self._s.params, gradients, self._s.offsets, _sparse_error())
         for g in range(len(indices)):

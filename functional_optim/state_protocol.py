@@ -97,7 +97,7 @@ def state_dict(optimizer: Any) -> Dict[str, Any]:
             (eager or scripted) or a ScriptModule forwarding them.
 
     Returns:
-        ``{'state': {flat_index: {key: Tensor}}, 'param_groups': [{name: value, ...,
+        Dict[str, Any]: ``{'state': {flat_index: {key: Tensor}}, 'param_groups': [{name: value, ...,
         'params': [flat indices]}]}`` with torch's hyperparameter names and forms (pairs as
         tuples). As with torch, the state tensors are the optimizer's own, not copies: clone
         (or ``copy.deepcopy``) the result before stepping if you need a snapshot.

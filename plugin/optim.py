@@ -69,7 +69,8 @@ class ScriptLocalOptimizer(torch.nn.Module):
             the registry maps to one (:func:`functional_optim.functional_optimizer_for`).
         params (List[Tensor]): the parameters, on this worker: leaf tensors of any shape, and
             any dtype and device the optimizer supports.
-        *args, **kwargs: the optimizer's hyperparameters, as for ``torch.optim``.
+        *args: the optimizer's positional hyperparameters, as for ``torch.optim``.
+        **kwargs: its keyword hyperparameters (``lr=...``, ``betas=...``).
 
     Raises:
         KeyError: ``optimizer_class`` has no functional counterpart.
@@ -95,7 +96,8 @@ class ScriptLocalOptimizer(torch.nn.Module):
             optimizer_class (type): as for the constructor.
             params (List[Tensor]): as for the constructor: this worker's parameters, leaf tensors
                 of any shape, dtype and device the optimizer supports.
-            *args, **kwargs: the optimizer's hyperparameters.
+            *args: the optimizer's positional hyperparameters.
+            **kwargs: its keyword hyperparameters.
 
         Returns:
             torch.jit.ScriptModule: the scripted :class:`ScriptLocalOptimizer`; call its
@@ -265,7 +267,8 @@ class DistributedOptimizer:
             :func:`functional_optim.register_functional_optimizer`.
         params_rref (List[RRef[Tensor]]): the parameters to optimize, local or remote, each an
             RRef to a Tensor (for instance ``module_rref.rpc_sync().parameter_rrefs()``).
-        *args, **kwargs: the optimizer's hyperparameters, as for ``torch.optim``.
+        *args: the optimizer's positional hyperparameters, as for ``torch.optim``.
+        **kwargs: its keyword hyperparameters (``lr=...``, ``betas=...``).
 
     Raises:
         TypeError: ``params_rref`` is empty or holds something that is not an RRef.
@@ -354,7 +357,7 @@ class DistributedOptimizer:
         """Every owner's optimizer state in one ``torch.optim``-format dict.
 
         Returns:
-            ``{'state': {i: {...}}, 'param_groups': [{..., 'params': [0, .., N-1]}]}``, where
+            Dict[str, Any]: ``{'state': {i: {...}}, 'param_groups': [{..., 'params': [0, .., N-1]}]}``, where
             ``i`` is the position of the parameter in ``params_rref``: the dict a
             ``torch.optim`` optimizer over the same parameters, in the same order, would save.
             The tensors are copies, on the owners' devices.

@@ -9,7 +9,8 @@ defined (``functional_optim.adam.Adam``). The rules, each a test below:
    names each of them (``*args``/``**kwargs`` included). A class documents its constructor's
    parameters in the class docstring.
 3. **Returns**: a function or method whose return annotation is not ``None`` has a ``Returns:``
-   section (properties and classes are exempt: their docstring is the description of the value).
+   section that starts with the type (``Dict[str, int]: ...``); properties and classes are exempt
+   (their docstring is the description of the value).
 4. **Raises**: every public callable has a ``Raises:`` section, or says ``Raises nothing``.
 5. **Tensors**: a callable that takes or returns tensors (``Tensor`` in an annotation) says what
    shapes, dtypes and devices it accepts or gives: its docstring (the class docstring for a
@@ -119,8 +120,11 @@ def test_return_values_are_documented(item):
     if returned in (None, type(None), inspect.Signature.empty, "None"):
         return
     doc_sections = sections(own_doc(item))
-    assert "Returns" in doc_sections or "Yields" in doc_sections, (
-        f"{item.qualname} returns {returned} but has no Returns: section"
+    body = doc_sections.get("Returns") or doc_sections.get("Yields")
+    assert body, f"{item.qualname} returns {returned} but has no Returns: section"
+    first = body.strip().splitlines()[0]
+    assert re.match(r"[\w.\[\], ]+: ", first), (
+        f"{item.qualname}: start the Returns: section with the type, as in 'Dict[str, int]: ...' (got {first!r})"
     )
 
 
