@@ -166,8 +166,8 @@ def test_example_prints_its_expect_block(example):
         f"(write its output there, or '{NO_OUTPUT}'; EXPECTTEST_ACCEPT=1 adds it)"
     )
     expecttest.assert_eq(
-        normalize(example.expect),
-        actual,
+        normalize(example.expect) + "\n",
+        actual + "\n",
         msg=f"{example.page}:{example.line} (example {example.index})\n"
         + ACCEPT_HINT.format(where="tests/test_docs_examples.py"),
     )
