@@ -21,46 +21,115 @@ __all__ = [
 
 
 def param_group_indices(self) -> List[List[int]]:
-    """The flat parameter indices of each group (group ``g`` is ``param_groups[g]``)."""
+    """The flat parameter indices of each group (group ``g`` is ``param_groups[g]``).
+
+    Returns:
+        List[List[int]]: for each group, the flat indices of its parameters. Parameters are
+        numbered group after group, in the order they were given: the numbering of
+        ``torch.optim``'s ``state_dict``.
+
+    Raises nothing.
+    """
     return self._s.group_indices()
 
 
 def hyperparameters(self) -> List[Dict[str, float]]:
-    """Copies of each group's numeric hyperparameters, named as in the functional form
-    (``lr``, ``beta1``/``beta2`` for ``betas``, ...)."""
+    """Copies of each group's numeric hyperparameters, named as in the functional form.
+
+    Returns:
+        List[Dict[str, float]]: one new dict per group. Pairs are split: ``betas`` ->
+        ``beta1``, ``beta2``; ``etas`` -> ``etaminus``, ``etaplus``; ``step_sizes`` ->
+        ``step_size_min``, ``step_size_max``. Values are Python floats in the units of the
+        constructor's arguments.
+
+    Raises nothing.
+    """
     return self._s.hyperparameters()
 
 
 def options(self) -> List[Dict[str, Optional[bool]]]:
-    """Copies of each group's flags (``maximize``, ``foreach``, ``fused``, ...; ``foreach`` and
-    ``fused`` may be None)."""
+    """Copies of each group's flags.
+
+    Returns:
+        List[Dict[str, Optional[bool]]]: one new dict per group, with torch's names
+        (``maximize``, ``foreach``, ``fused``, ``amsgrad``, ...). ``foreach`` and ``fused`` may
+        be ``None``: torch's default choice of implementation.
+
+    Raises nothing.
+    """
     return self._s.get_options()
 
 
 def set_hyperparameter(self, group: int, name: str, value: float) -> None:
-    """Set one numeric hyperparameter of one group; validated like the constructor, used from
-    the next step. Raises ValueError (nothing changes) for an invalid value, group or name."""
+    """Set one numeric hyperparameter of one group, used from the next step on.
+
+    The new value is validated like the constructor's argument (torch's conditions and
+    messages); when it is invalid, nothing changes.
+
+    Args:
+        group (int): index of the parameter group, from 0 (as in ``param_groups``).
+        name (str): a name that :meth:`hyperparameters` lists (``"lr"``, ``"beta1"``, ...).
+        value (float): the new value, in the units of the constructor's argument.
+
+    Raises:
+        ValueError: no such group or name, or an invalid value (``torch.jit.Error`` with the
+            same message when called from TorchScript).
+    """
     options: Dict[str, Optional[bool]] = {}
     self.set_group(group, {name: value}, options)
 
 
 def set_option(self, group: int, name: str, value: Optional[bool]) -> None:
-    """Set one flag of one group; validated, used from the next step. Raises ValueError or
-    RuntimeError (nothing changes) for an invalid combination, group or name."""
+    """Set one flag of one group, used from the next step on; nothing changes when it raises.
+
+    Args:
+        group (int): index of the parameter group, from 0.
+        name (str): a name that :meth:`options` lists (``"maximize"``, ``"foreach"``, ...).
+        value (Optional[bool]): the new value; ``None`` is allowed for ``foreach`` and
+            ``fused`` only (torch's default choice).
+
+    Raises:
+        ValueError: no such group or name, ``None`` for another flag, or a value the
+            constructor rejects (``capturable=True``, ``differentiable=True``).
+        RuntimeError: ``fused`` together with ``foreach``, or ``fused`` for a parameter that is
+            not floating point (torch's messages).
+    """
     hparams: Dict[str, float] = {}
     self.set_group(group, hparams, {name: value})
 
 
 def get_state(self) -> Dict[int, Dict[str, Tensor]]:
-    """Per-parameter state keyed by flat index: torch's keys, shapes and dtypes. The dicts are
-    new, the tensors are the optimizer's own (as in ``torch.optim``'s ``state_dict``)."""
+    """Per-parameter state keyed by flat index, as ``torch.optim`` keeps it.
+
+    Returns:
+        Dict[int, Dict[str, Tensor]]: for each parameter that has stepped, a new dict with
+        torch's keys (Adam: ``'step'``, ``'exp_avg'``, ``'exp_avg_sq'``, ...). Each tensor has
+        torch's shape, dtype and device for its key: most are like the parameter (same shape,
+        dtype and device); ``'step'`` is a 0-dim tensor, float32 on the CPU (on the
+        parameter's device for fused groups). The tensors are the optimizer's own, not copies
+        (as in ``torch.optim``'s ``state_dict``).
+
+    Raises nothing.
+    """
     return self._s.get_state()
 
 
 def set_state(self, state: Dict[int, Dict[str, Tensor]]) -> None:
-    """Replace all per-parameter state with copies of ``state``, cast as torch's
-    ``load_state_dict`` casts. Raises ValueError (nothing changes) for an unknown index or a
-    tensor whose shape does not fit its parameter."""
+    """Replace all per-parameter state with copies of ``state``.
+
+    Tensors are cast as ``torch.optim.Optimizer.load_state_dict`` casts them: ``'step'`` keeps
+    its dtype and device (float32 on the parameter's device in a fused group); every other
+    tensor moves to the parameter's device, and takes its dtype when the parameter is floating
+    point. Parameters missing from ``state`` start afresh at their next step.
+
+    Args:
+        state (Dict[int, Dict[str, Tensor]]): flat index -> ``{key: tensor}``, as
+            :meth:`get_state` returns it; each tensor 0-dim or of its parameter's shape.
+
+    Raises:
+        ValueError: an index that is not a parameter, or a tensor that is neither 0-dim nor of
+            its parameter's shape. Nothing changes when it raises.
+    """
     self._s.set_state(state)
 
 
@@ -71,6 +140,13 @@ def state_dict(self) -> Dict[str, Any]:
     Besides what the protocol gives (:func:`functional_optim.state_protocol.state_dict`), each
     group carries the extra keys of ``param_groups`` (e.g. a scheduler's ``'initial_lr'``), as
     torch's does.
+
+    Returns:
+        Dict[str, Any]: ``{'state': {flat index: {key: Tensor}}, 'param_groups': [...]}``; the
+        state tensors are the optimizer's own (shapes, dtypes and devices as
+        :meth:`get_state`), not copies.
+
+    Raises nothing.
     """
     result = state_protocol.state_dict(self)
     for group, packed in zip(self.param_groups, result["param_groups"]):
@@ -86,7 +162,18 @@ def state_dict(self) -> Dict[str, Any]:
 def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
     """Eager only: load a state dict saved from the matching ``torch.optim`` class or from this
     class (see :func:`functional_optim.state_protocol.load_state_dict`); extra group keys such
-    as ``'initial_lr'`` go into ``param_groups``."""
+    as ``'initial_lr'`` go into ``param_groups``.
+
+    Args:
+        state_dict (Dict[str, Any]): ``{'state': ..., 'param_groups': ...}`` in
+            ``torch.optim``'s format; state tensors are copied and cast to each parameter's
+            dtype and device (see :meth:`set_state`).
+
+    Raises:
+        ValueError: a different number of groups or of parameters in a group, invalid
+            hyperparameters, or a state tensor whose shape does not fit its parameter. The
+            optimizer is left as it was.
+    """
     state_protocol.load_state_dict(self, state_dict)
     for group, saved in zip(self.param_groups, state_dict["param_groups"]):
         for key, value in saved.items():

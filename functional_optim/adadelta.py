@@ -107,6 +107,13 @@ def adadelta(
         state_steps: 0-dim step counters, incremented here.
         foreach: True multi-tensor, False single-tensor, None torch's default.
         lr, rho, eps, weight_decay, maximize: as in :class:`Adadelta`.
+
+    Raises:
+        RuntimeError: inputs whose lengths, shapes, dtypes or devices do not match (from the
+            aten ops; the class checks its inputs before calling this).
+
+    Algorithm: Zeiler 2012 (https://arxiv.org/abs/1212.5701); reference code
+    ``torch/optim/adadelta.py`` (torch 2.13).
     """
     if foreach is None:
         foreach = choose_impl(params, None, None) == "foreach"
@@ -248,9 +255,21 @@ class Adadelta:
                     adadelta_group_step(self._s, g, indices[g], grads[g])
 
     def step_param(self, param: Tensor, grad: Optional[Tensor]) -> None:
-        """Update one parameter (the same tensor object) with its group's hyperparameters;
-        ``grad=None`` does nothing. Raises like :meth:`step`, and ValueError for a tensor that
-        is not a parameter."""
+        """Update one parameter with its group's hyperparameters; ``grad=None`` does nothing.
+
+        Args:
+            param (Tensor): one of the optimizer's parameters: the tensor object given at
+                construction (found by identity, not by value).
+            grad (Optional[Tensor]): its gradient, a dense tensor of the parameter's shape, dtype
+                and device; ``None`` leaves the parameter and its state untouched.
+
+        Raises:
+            ValueError: ``param`` is not a parameter of this optimizer, or ``grad``'s shape, dtype
+                or device differs from the parameter's.
+            RuntimeError: ``grad`` is sparse (torch's message).
+
+        Nothing is modified when it raises.
+        """
         i = self._s.find(param)
         if grad is not None:
             _validation.check_one_gradient(i, param, grad, _sparse_error())
@@ -258,7 +277,23 @@ class Adadelta:
                 adadelta_group_step(self._s, self._s.group_of[i], [i], [grad])
 
     def set_group(self, group: int, hyperparameters: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
-        """Change several values of one group at once; all are validated before any is set."""
+        """Change several values of one group at once, used from the next step on.
+
+        All new values are validated together, with the constructor's conditions and torch's
+        messages, before any is set.
+
+        Args:
+            group (int): index of the parameter group, from 0.
+            hyperparameters (Dict[str, float]): new numeric values by the names
+                :meth:`hyperparameters` lists (pairs split: ``beta1``, ``beta2``, ...); may be empty.
+            options (Dict[str, Optional[bool]]): new flags by the names :meth:`options` lists;
+                may be empty.
+
+        Raises:
+            ValueError: no such group or name, or invalid values (as the constructor).
+            RuntimeError: ``fused`` together with ``foreach``, or ``fused`` for a parameter that is
+                not floating point (torch's messages).
+        """
         h = self._s.updated_hparams(group, hyperparameters)
         o = self._s.updated_options(group, options)
         check_adadelta_hyperparameters(h, o)

@@ -161,6 +161,9 @@ def adagrad(
     Raises:
         RuntimeError: sparse gradients with ``weight_decay`` or with ``fused`` (torch's messages;
             the :class:`Adagrad` class checks this before changing anything).
+
+    Algorithm: Duchi, Hazan & Singer, JMLR 2011; reference code ``torch/optim/adagrad.py``
+    (torch 2.13).
     """
     if fused is None and foreach is None:
         foreach = choose_impl(params, None, None) == "foreach"
@@ -351,9 +354,21 @@ class Adagrad:
                     adagrad_group_step(self._s, g, indices[g], grads[g], sparse[g], self._initial_accumulator_value)
 
     def step_param(self, param: Tensor, grad: Optional[Tensor]) -> None:
-        """Update one parameter (the same tensor object) with its group's hyperparameters;
-        ``grad=None`` does nothing. Raises like :meth:`step`, and ValueError for a tensor that
-        is not a parameter."""
+        """Update one parameter with its group's hyperparameters; ``grad=None`` does nothing.
+
+        Args:
+            param (Tensor): one of the optimizer's parameters: the tensor object given at
+                construction (found by identity, not by value).
+            grad (Optional[Tensor]): its gradient, a dense or sparse COO tensor of the parameter's shape, dtype
+                and device; ``None`` leaves the parameter and its state untouched.
+
+        Raises:
+            ValueError: ``param`` is not a parameter of this optimizer, or ``grad``'s shape, dtype
+                or device differs from the parameter's.
+            RuntimeError: ``grad`` is sparse and the group has weight decay or is fused (torch's messages).
+
+        Nothing is modified when it raises.
+        """
         i = self._s.find(param)
         if grad is not None:
             _validation.check_one_gradient(i, param, grad, _sparse_error())
@@ -363,7 +378,23 @@ class Adagrad:
                 adagrad_group_step(self._s, g, [i], [grad], grad.is_sparse, self._initial_accumulator_value)
 
     def set_group(self, group: int, hyperparameters: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
-        """Change several values of one group at once; all are validated before any is set."""
+        """Change several values of one group at once, used from the next step on.
+
+        All new values are validated together, with the constructor's conditions and torch's
+        messages, before any is set.
+
+        Args:
+            group (int): index of the parameter group, from 0.
+            hyperparameters (Dict[str, float]): new numeric values by the names
+                :meth:`hyperparameters` lists (pairs split: ``beta1``, ``beta2``, ...); may be empty.
+            options (Dict[str, Optional[bool]]): new flags by the names :meth:`options` lists;
+                may be empty.
+
+        Raises:
+            ValueError: no such group or name, or invalid values (as the constructor).
+            RuntimeError: ``fused`` together with ``foreach``, or ``fused`` for a parameter that is
+                not floating point (torch's messages).
+        """
         h = self._s.updated_hparams(group, hyperparameters)
         o = self._s.updated_options(group, options)
         check_adagrad_hyperparameters(h, o)

@@ -194,6 +194,13 @@ def adam(
             per unit of normalised gradient).
 
     The checks of :class:`Adam` are not repeated here: mismatched inputs fail inside aten ops.
+
+    Raises:
+        RuntimeError: inputs whose lengths, shapes, dtypes or devices do not match (from the
+            aten ops; the class checks its inputs before calling this).
+
+    Algorithm: Kingma & Ba 2015 (https://arxiv.org/abs/1412.6980); AMSGrad: Reddi et al. 2018;
+    reference code ``torch/optim/adam.py`` (torch 2.13).
     """
     if fused is None and foreach is None:
         foreach = choose_impl(params, None, None) == "foreach"
@@ -377,7 +384,8 @@ class Adam:
             ValueError: wrong number of gradients, or a gradient whose shape, dtype or device
                 differs from its parameter's (``"gradients[3]: expected shape [4, 5], ..."``).
             RuntimeError: a sparse gradient (torch's message).
-            Nothing is modified when it raises.
+
+        Nothing is modified when it raises.
         """
         indices, grads, sparse = _validation.check_gradients(self._s.params, gradients, self._s.offsets, _sparse_error())
         with torch.no_grad():
@@ -386,9 +394,21 @@ class Adam:
                     adam_group_step(self._s, g, indices[g], grads[g])
 
     def step_param(self, param: Tensor, grad: Optional[Tensor]) -> None:
-        """Update one parameter (the same tensor object given at construction) with its group's
-        hyperparameters; ``grad=None`` does nothing. Raises like :meth:`step` (and ValueError
-        for a tensor that is not a parameter)."""
+        """Update one parameter with its group's hyperparameters; ``grad=None`` does nothing.
+
+        Args:
+            param (Tensor): one of the optimizer's parameters: the tensor object given at
+                construction (found by identity, not by value).
+            grad (Optional[Tensor]): its gradient, a dense tensor of the parameter's shape, dtype
+                and device; ``None`` leaves the parameter and its state untouched.
+
+        Raises:
+            ValueError: ``param`` is not a parameter of this optimizer, or ``grad``'s shape, dtype
+                or device differs from the parameter's.
+            RuntimeError: ``grad`` is sparse (torch's message).
+
+        Nothing is modified when it raises.
+        """
         i = self._s.find(param)
         if grad is not None:
             _validation.check_one_gradient(i, param, grad, _sparse_error())
@@ -405,7 +425,23 @@ class Adam:
     set_state = _methods.set_state
 
     def set_group(self, group: int, hyperparameters: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
-        """Change several values of one group at once; all are validated before any is set."""
+        """Change several values of one group at once, used from the next step on.
+
+        All new values are validated together, with the constructor's conditions and torch's
+        messages, before any is set.
+
+        Args:
+            group (int): index of the parameter group, from 0.
+            hyperparameters (Dict[str, float]): new numeric values by the names
+                :meth:`hyperparameters` lists (pairs split: ``beta1``, ``beta2``, ...); may be empty.
+            options (Dict[str, Optional[bool]]): new flags by the names :meth:`options` lists;
+                may be empty.
+
+        Raises:
+            ValueError: no such group or name, or invalid values (as the constructor).
+            RuntimeError: ``fused`` together with ``foreach``, or ``fused`` for a parameter that is
+                not floating point (torch's messages).
+        """
         h = self._s.updated_hparams(group, hyperparameters)
         o = self._s.updated_options(group, options)
         check_adam_hyperparameters(h, o)

@@ -111,6 +111,13 @@ def adamax(
         state_steps: 0-dim step counters, incremented here.
         foreach: True multi-tensor, False single-tensor, None torch's default.
         eps, beta1, beta2, lr, weight_decay, maximize: as in :class:`Adamax`.
+
+    Raises:
+        RuntimeError: inputs whose lengths, shapes, dtypes or devices do not match (from the
+            aten ops; the class checks its inputs before calling this).
+
+    Algorithm: Kingma & Ba 2015, section 7.1; reference code ``torch/optim/adamax.py`` (torch
+    2.13).
     """
     if foreach is None:
         foreach = choose_impl(params, None, None) == "foreach"
@@ -184,7 +191,7 @@ class Adamax:
             Floating-point, dense, real, leaf tensors on CPU or CUDA; each at most once.
         lr: learning rate, >= 0 (default 2e-3).
         betas: decay rates, each in [0, 1) (default (0.9, 0.999)).
-        eps: added to |g|, >= 0 (default 1e-8).
+        eps: added to ``|g|``, >= 0 (default 1e-8).
         weight_decay: L2 penalty, >= 0 (default 0).
         foreach: True multi-tensor, False single-tensor, None torch's default (default None).
         maximize: maximise instead of minimising (default False).
@@ -254,9 +261,21 @@ class Adamax:
                     adamax_group_step(self._s, g, indices[g], grads[g])
 
     def step_param(self, param: Tensor, grad: Optional[Tensor]) -> None:
-        """Update one parameter (the same tensor object) with its group's hyperparameters;
-        ``grad=None`` does nothing. Raises like :meth:`step`, and ValueError for a tensor that
-        is not a parameter."""
+        """Update one parameter with its group's hyperparameters; ``grad=None`` does nothing.
+
+        Args:
+            param (Tensor): one of the optimizer's parameters: the tensor object given at
+                construction (found by identity, not by value).
+            grad (Optional[Tensor]): its gradient, a dense tensor of the parameter's shape, dtype
+                and device; ``None`` leaves the parameter and its state untouched.
+
+        Raises:
+            ValueError: ``param`` is not a parameter of this optimizer, or ``grad``'s shape, dtype
+                or device differs from the parameter's.
+            RuntimeError: ``grad`` is sparse (torch's message).
+
+        Nothing is modified when it raises.
+        """
         i = self._s.find(param)
         if grad is not None:
             _validation.check_one_gradient(i, param, grad, _sparse_error())
@@ -264,7 +283,23 @@ class Adamax:
                 adamax_group_step(self._s, self._s.group_of[i], [i], [grad])
 
     def set_group(self, group: int, hyperparameters: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
-        """Change several values of one group at once; all are validated before any is set."""
+        """Change several values of one group at once, used from the next step on.
+
+        All new values are validated together, with the constructor's conditions and torch's
+        messages, before any is set.
+
+        Args:
+            group (int): index of the parameter group, from 0.
+            hyperparameters (Dict[str, float]): new numeric values by the names
+                :meth:`hyperparameters` lists (pairs split: ``beta1``, ``beta2``, ...); may be empty.
+            options (Dict[str, Optional[bool]]): new flags by the names :meth:`options` lists;
+                may be empty.
+
+        Raises:
+            ValueError: no such group or name, or invalid values (as the constructor).
+            RuntimeError: ``fused`` together with ``foreach``, or ``fused`` for a parameter that is
+                not floating point (torch's messages).
+        """
         h = self._s.updated_hparams(group, hyperparameters)
         o = self._s.updated_options(group, options)
         check_adamax_hyperparameters(h, o)

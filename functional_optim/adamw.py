@@ -44,6 +44,21 @@ def adamw(
 
     Same arguments, shapes, dtypes and devices as :func:`~functional_optim.adam.adam` (and as
     ``torch.optim.adamw.adamw``).
+
+    Args:
+        params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps: as for
+            :func:`~functional_optim.adam.adam`.
+        foreach, fused: the implementation, as for :func:`~functional_optim.adam.adam`
+            (``fused`` calls ``torch._fused_adamw_``).
+        amsgrad, beta1, beta2, lr, weight_decay, eps, maximize: as in :class:`AdamW`
+            (``weight_decay`` is the decoupled decay rate per unit of ``lr``).
+
+    Raises:
+        RuntimeError: inputs whose lengths, shapes, dtypes or devices do not match (from the
+            aten ops; the class checks its inputs before calling this).
+
+    Algorithm: Loshchilov & Hutter 2019 (https://arxiv.org/abs/1711.05101) on Kingma & Ba
+    2015; reference code ``torch/optim/adamw.py`` (torch 2.13).
     """
     adam(
         params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, foreach, fused,
@@ -71,7 +86,7 @@ class AdamW:
 
     Args:
         params: a list of tensors, or (eagerly only) of torch-style param-group dicts.
-            Floating-point, dense, real, leaf tensors on CPU or CUDA; each at most once.
+            Floating-point, dense, real, leaf tensors of any shape on CPU or CUDA; each at most once.
         lr: learning rate, >= 0 (default 1e-3).
         betas: moment decay rates, each in [0, 1) (default (0.9, 0.999)).
         eps: denominator term, >= 0 (default 1e-8).
@@ -147,9 +162,21 @@ class AdamW:
                     adam_group_step(self._s, g, indices[g], grads[g])
 
     def step_param(self, param: Tensor, grad: Optional[Tensor]) -> None:
-        """Update one parameter (the same tensor object) with its group's hyperparameters;
-        ``grad=None`` does nothing. Raises like :meth:`step`, and ValueError for a tensor that
-        is not a parameter."""
+        """Update one parameter with its group's hyperparameters; ``grad=None`` does nothing.
+
+        Args:
+            param (Tensor): one of the optimizer's parameters: the tensor object given at
+                construction (found by identity, not by value).
+            grad (Optional[Tensor]): its gradient, a dense tensor of the parameter's shape, dtype
+                and device; ``None`` leaves the parameter and its state untouched.
+
+        Raises:
+            ValueError: ``param`` is not a parameter of this optimizer, or ``grad``'s shape, dtype
+                or device differs from the parameter's.
+            RuntimeError: ``grad`` is sparse (torch's message).
+
+        Nothing is modified when it raises.
+        """
         i = self._s.find(param)
         if grad is not None:
             _validation.check_one_gradient(i, param, grad, _sparse_error())
@@ -157,7 +184,23 @@ class AdamW:
                 adam_group_step(self._s, self._s.group_of[i], [i], [grad])
 
     def set_group(self, group: int, hyperparameters: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
-        """Change several values of one group at once; all are validated before any is set."""
+        """Change several values of one group at once, used from the next step on.
+
+        All new values are validated together, with the constructor's conditions and torch's
+        messages, before any is set.
+
+        Args:
+            group (int): index of the parameter group, from 0.
+            hyperparameters (Dict[str, float]): new numeric values by the names
+                :meth:`hyperparameters` lists (pairs split: ``beta1``, ``beta2``, ...); may be empty.
+            options (Dict[str, Optional[bool]]): new flags by the names :meth:`options` lists;
+                may be empty.
+
+        Raises:
+            ValueError: no such group or name, or invalid values (as the constructor).
+            RuntimeError: ``fused`` together with ``foreach``, or ``fused`` for a parameter that is
+                not floating point (torch's messages).
+        """
         h = self._s.updated_hparams(group, hyperparameters)
         o = self._s.updated_options(group, options)
         check_adam_hyperparameters(h, o)

@@ -59,6 +59,9 @@ def functional_optimizer_for(optim_class: type) -> type:
         optim_class: a registered ``torch.optim`` class (``torch.optim.Adam``) or one of the
             registered functional classes itself (returned unchanged).
 
+    Returns:
+        type: the functional class, which runs eagerly and as TorchScript.
+
     Raises:
         KeyError: the class is neither registered nor a registered functional class; the
             message lists the registered classes.
@@ -75,7 +78,14 @@ def functional_optimizer_for(optim_class: type) -> type:
 
 
 def registered_optimizers() -> Dict[type, type]:
-    """A copy of the current mapping."""
+    """A copy of the current mapping.
+
+    Returns:
+        Dict[type, type]: user-facing class -> functional class, for every registered pair (the
+        ten ``torch.optim`` classes, and any added with :func:`register_functional_optimizer`).
+
+    Raises nothing.
+    """
     return dict(_REGISTRY)
 
 

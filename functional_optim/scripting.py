@@ -41,6 +41,8 @@ class OptimizerModule(torch.nn.Module):
     ``forward(gradients)`` is ``step(gradients)``. All methods have the signatures listed in
     :mod:`functional_optim.state_protocol` and raise what the optimizer raises (as
     ``torch.jit.Error`` once scripted).
+
+    Raises nothing itself; its methods raise what the optimizer's raise (``torch.jit.Error``, a ``RuntimeError``, with the same message once scripted).
     """
 
     def __init__(self, optimizer: Any) -> None:
@@ -48,51 +50,175 @@ class OptimizerModule(torch.nn.Module):
         self.optim = optimizer
 
     def forward(self, gradients: List[Optional[Tensor]]) -> None:
+        """One optimizer step, as :meth:`step`: calling the module steps the optimizer.
+
+        Args:
+            gradients (List[Optional[Tensor]]): one entry per parameter in flat order (group
+                after group): a tensor of the parameter's shape, dtype and device, or ``None`` to
+                skip that parameter.
+
+        Raises:
+            ValueError: wrong number of gradients, or a gradient whose shape, dtype or device
+                differs from its parameter's (``torch.jit.Error``, a ``RuntimeError``, with the same message once scripted).
+            RuntimeError: a gradient the optimizer does not take (sparse, ...).
+
+        Nothing is modified when it raises.
+        """
         self.optim.step(gradients)
 
     @torch.jit.export
     def step(self, gradients: List[Optional[Tensor]]) -> None:
+        """One optimizer step: the held optimizer's ``step(gradients)``.
+
+        Args:
+            gradients (List[Optional[Tensor]]): one entry per parameter in flat order (group
+                after group): a tensor of the parameter's shape, dtype and device, or ``None`` to
+                skip that parameter.
+
+        Raises:
+            ValueError: wrong number of gradients, or a gradient whose shape, dtype or device
+                differs from its parameter's (``torch.jit.Error``, a ``RuntimeError``, with the same message once scripted).
+            RuntimeError: a gradient the optimizer does not take (sparse, ...).
+
+        Nothing is modified when it raises.
+        """
         self.optim.step(gradients)
 
     @torch.jit.export
     def step_param(self, param: Tensor, grad: Optional[Tensor]) -> None:
+        """One step of one parameter: the held optimizer's ``step_param(param, grad)``.
+
+        Args:
+            param (Tensor): one of the optimizer's parameters (the same tensor object).
+            grad (Optional[Tensor]): its gradient, of the parameter's shape, dtype and device;
+                ``None`` does nothing.
+
+        Raises:
+            ValueError: ``param`` is not a parameter, or ``grad`` does not match it (``torch.jit.Error``, a ``RuntimeError``, with the same message once scripted).
+            RuntimeError: a gradient the optimizer does not take (sparse, ...).
+        """
         self.optim.step_param(param, grad)
 
     @torch.jit.export
     def param_group_indices(self) -> List[List[int]]:
+        """The flat parameter indices of each group (the optimizer's ``param_group_indices()``).
+
+        Returns:
+            List[List[int]]: per group, the flat indices of its parameters.
+
+        Raises nothing.
+        """
         return self.optim.param_group_indices()
 
     @torch.jit.export
     def hyperparameters(self) -> List[Dict[str, float]]:
+        """Copies of each group's numeric hyperparameters (the optimizer's ``hyperparameters()``).
+
+        Returns:
+            List[Dict[str, float]]: one new dict per group, pairs split (``beta1``, ``beta2``, ...).
+
+        Raises nothing.
+        """
         return self.optim.hyperparameters()
 
     @torch.jit.export
     def options(self) -> List[Dict[str, Optional[bool]]]:
+        """Copies of each group's flags (the optimizer's ``options()``).
+
+        Returns:
+            List[Dict[str, Optional[bool]]]: one new dict per group (``maximize``, ``foreach``,
+            ``fused``, ...; ``foreach`` and ``fused`` may be ``None``).
+
+        Raises nothing.
+        """
         return self.optim.options()
 
     @torch.jit.export
     def set_hyperparameter(self, group: int, name: str, value: float) -> None:
+        """Set one numeric hyperparameter of one group from the next step on (validated).
+
+        Args:
+            group (int): index of the parameter group, from 0.
+            name (str): a name that :meth:`hyperparameters` lists (``"lr"``, ``"beta1"``, ...).
+            value (float): the new value, in the units of the constructor's argument.
+
+        Raises:
+            ValueError: no such group or name, or an invalid value; nothing changes (``torch.jit.Error``, a ``RuntimeError``, with the same message once scripted).
+        """
         self.optim.set_hyperparameter(group, name, value)
 
     @torch.jit.export
     def set_option(self, group: int, name: str, value: Optional[bool]) -> None:
+        """Set one flag of one group from the next step on (validated).
+
+        Args:
+            group (int): index of the parameter group, from 0.
+            name (str): a name that :meth:`options` lists (``"maximize"``, ``"foreach"``, ...).
+            value (Optional[bool]): the new value (``None`` only for ``foreach`` and ``fused``).
+
+        Raises:
+            ValueError: no such group or name, or an invalid value; nothing changes (``torch.jit.Error``, a ``RuntimeError``, with the same message once scripted).
+            RuntimeError: an invalid combination of ``fused`` and ``foreach`` (torch's message).
+        """
         self.optim.set_option(group, name, value)
 
     @torch.jit.export
     def set_group(self, group: int, hyperparameters: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
+        """Change several values of one group at once, validated together, from the next step on.
+
+        Args:
+            group (int): index of the parameter group, from 0.
+            hyperparameters (Dict[str, float]): new numeric values by name (may be empty).
+            options (Dict[str, Optional[bool]]): new flags by name (may be empty).
+
+        Raises:
+            ValueError: no such group or name, or invalid values; nothing changes (``torch.jit.Error``, a ``RuntimeError``, with the same message once scripted).
+            RuntimeError: an invalid combination of ``fused`` and ``foreach`` (torch's message).
+        """
         self.optim.set_group(group, hyperparameters, options)
 
     @torch.jit.export
     def get_state(self) -> Dict[int, Dict[str, Tensor]]:
+        """Per-parameter state keyed by flat index (the optimizer's ``get_state()``).
+
+        Returns:
+            Dict[int, Dict[str, Tensor]]: torch's keys, shapes, dtypes and devices (most tensors
+            like their parameter; ``'step'`` a 0-dim float32 tensor). The dicts are new, the
+            tensors are the optimizer's own.
+
+        Raises nothing.
+        """
         return self.optim.get_state()
 
     @torch.jit.export
     def set_state(self, state: Dict[int, Dict[str, Tensor]]) -> None:
+        """Replace all per-parameter state with copies of ``state`` (the optimizer's ``set_state``).
+
+        Args:
+            state (Dict[int, Dict[str, Tensor]]): flat index -> ``{key: tensor}``; each tensor
+                0-dim or of its parameter's shape; cast to the parameter's dtype and device as
+                ``torch.optim`` casts loaded state.
+
+        Raises:
+            ValueError: an unknown index or a tensor of the wrong shape; nothing changes
+                (``torch.jit.Error``, a ``RuntimeError``, with the same message once scripted).
+        """
         self.optim.set_state(state)
 
 
 def script_class(cls: type) -> type:
-    """Compile an optimizer class for TorchScript (idempotent; no deprecation warning)."""
+    """Compile an optimizer class for TorchScript (idempotent; no deprecation warning).
+
+    Args:
+        cls (type): a class written for TorchScript, such as :class:`functional_optim.Adam`.
+
+    Returns:
+        type: ``cls`` itself, now known to TorchScript.
+
+    Raises:
+        RuntimeError: TorchScript cannot compile the class (``torch.jit.frontend`` errors are
+            ``RuntimeError`` subclasses).
+    """
     return _jit.script(cls)
 
 
@@ -101,6 +227,14 @@ def script_optimizer(optimizer: Any) -> torch.jit.ScriptModule:
 
     The first call for a class compiles it (a fraction of a second); later calls reuse the
     compiled class and module type.
+
+    Args:
+        optimizer: an instance of one of this package's optimizer classes (or of a class with
+            the same protocol), built eagerly.
+
+    Returns:
+        torch.jit.ScriptModule: the module; its methods (``step``, the state protocol) run as
+        TorchScript. It shares the parameters and state tensors with ``optimizer``.
 
     Raises:
         RuntimeError: if the class cannot be compiled by TorchScript.

@@ -197,6 +197,9 @@ def sgd(
 
     Raises:
         RuntimeError: ``fused`` with a sparse gradient (torch's message).
+
+    Algorithm: Robbins & Monro 1951; momentum: Sutskever et al. 2013; reference code
+    ``torch/optim/sgd.py`` (torch 2.13).
     """
     if fused is None and foreach is None:
         foreach = choose_impl(params, None, None) == "foreach"
@@ -306,7 +309,7 @@ class SGD:
 
     Args:
         params: a list of tensors, or (eagerly only) of torch-style param-group dicts.
-            Floating-point, dense, real, leaf tensors on CPU or CUDA; each at most once.
+            Floating-point, dense, real, leaf tensors of any shape on CPU or CUDA; each at most once.
         lr: learning rate, >= 0 (default 1e-3, as torch 2.13).
         momentum: momentum factor, >= 0 (default 0).
         dampening: dampening of the momentum (default 0).
@@ -379,7 +382,8 @@ class SGD:
             ValueError: wrong number of gradients, or a gradient whose shape, dtype or device
                 differs from its parameter's (the message names the index).
             RuntimeError: a sparse gradient in a fused group (torch's message).
-            Nothing is modified when it raises.
+
+        Nothing is modified when it raises.
         """
         indices, grads, sparse = _validation.check_gradients(self._s.params, gradients, self._s.offsets, _sparse_error())
         for g in range(len(indices)):
@@ -391,9 +395,21 @@ class SGD:
                     sgd_group_step(self._s, g, indices[g], grads[g], sparse[g])
 
     def step_param(self, param: Tensor, grad: Optional[Tensor]) -> None:
-        """Update one parameter (the same tensor object) with its group's hyperparameters;
-        ``grad=None`` does nothing. Raises like :meth:`step`, and ValueError for a tensor that
-        is not a parameter."""
+        """Update one parameter with its group's hyperparameters; ``grad=None`` does nothing.
+
+        Args:
+            param (Tensor): one of the optimizer's parameters: the tensor object given at
+                construction (found by identity, not by value).
+            grad (Optional[Tensor]): its gradient, a dense or sparse COO tensor of the parameter's shape, dtype
+                and device; ``None`` leaves the parameter and its state untouched.
+
+        Raises:
+            ValueError: ``param`` is not a parameter of this optimizer, or ``grad``'s shape, dtype
+                or device differs from the parameter's.
+            RuntimeError: ``grad`` is sparse and the group is fused (torch's message).
+
+        Nothing is modified when it raises.
+        """
         i = self._s.find(param)
         if grad is not None:
             _validation.check_one_gradient(i, param, grad, _sparse_error())
@@ -404,7 +420,23 @@ class SGD:
                 sgd_group_step(self._s, g, [i], [grad], grad.is_sparse)
 
     def set_group(self, group: int, hyperparameters: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
-        """Change several values of one group at once; all are validated before any is set."""
+        """Change several values of one group at once, used from the next step on.
+
+        All new values are validated together, with the constructor's conditions and torch's
+        messages, before any is set.
+
+        Args:
+            group (int): index of the parameter group, from 0.
+            hyperparameters (Dict[str, float]): new numeric values by the names
+                :meth:`hyperparameters` lists (pairs split: ``beta1``, ``beta2``, ...); may be empty.
+            options (Dict[str, Optional[bool]]): new flags by the names :meth:`options` lists;
+                may be empty.
+
+        Raises:
+            ValueError: no such group or name, or invalid values (as the constructor).
+            RuntimeError: ``fused`` together with ``foreach``, or ``fused`` for a parameter that is
+                not floating point (torch's messages).
+        """
         h = self._s.updated_hparams(group, hyperparameters)
         o = self._s.updated_options(group, options)
         check_sgd_hyperparameters(h, o)

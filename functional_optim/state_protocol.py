@@ -97,10 +97,13 @@ def state_dict(optimizer: Any) -> Dict[str, Any]:
             (eager or scripted) or a ScriptModule forwarding them.
 
     Returns:
-        ``{'state': {flat_index: {key: Tensor}}, 'param_groups': [{name: value, ...,
+        Dict[str, Any]: ``{'state': {flat_index: {key: Tensor}}, 'param_groups': [{name: value, ...,
         'params': [flat indices]}]}`` with torch's hyperparameter names and forms (pairs as
         tuples). As with torch, the state tensors are the optimizer's own, not copies: clone
         (or ``copy.deepcopy``) the result before stepping if you need a snapshot.
+
+    Raises nothing for this package's optimizers and :class:`~functional_optim.OptimizerModule`;
+    another object raises what its protocol methods raise.
     """
     hparams = optimizer.hyperparameters()
     options = optimizer.options()
@@ -121,6 +124,11 @@ def load_state_dict(optimizer: Any, state_dict: Dict[str, Any]) -> None:
     group, and each group's saved hyperparameters replace the current ones (keys this optimizer
     does not know, such as a scheduler's ``'initial_lr'``, are ignored). State tensors are copied
     and cast as torch casts them; an old-style number ``'step'`` becomes a tensor.
+
+    Args:
+        optimizer: any object with the protocol methods (see :func:`state_dict`).
+        state_dict (Dict[str, Any]): ``{'state': {index: {key: Tensor}}, 'param_groups':
+            [...]}``; state tensors are copied to each parameter's device and dtype.
 
     Raises:
         ValueError: a different number of groups or of parameters in a group (torch's messages),

@@ -70,7 +70,7 @@ def resolve_device_maps(
         cuda_device_count: CUDA devices on this machine, to check this worker's devices.
 
     Returns:
-        ``{peer: {local device: device on peer}}`` for every peer this worker shares a row
+        Dict[str, Dict[torch.device, torch.device]]: ``{peer: {local device: device on peer}}`` for every peer this worker shares a row
         with, in either direction.
 
     Raises:

@@ -90,6 +90,11 @@ class context:
     On exit torch releases the context on every worker it reached; this worker's engine
     state (its accumulated gradients) is dropped at once, and the other workers' at their
     engine's next call. The context id is an ``int``.
+
+    Raises:
+        RuntimeError: on entry, when distributed autograd is not initialized (start RPC first,
+            e.g. with :func:`plugin.rpc.init_rpc`) or this thread is inside a context already
+            (torch's messages).
     """
 
     def __enter__(self) -> int:
@@ -111,5 +116,7 @@ def debug_info() -> Dict[str, int]:
         Dict[str, int]: ``num_live_contexts`` (contexts whose gradients the engine holds;
         released contexts are dropped before counting), ``num_running_passes`` (backward
         passes under way on this worker) and ``num_stored_gradients`` (leaf gradients held).
+
+    Raises nothing.
     """
     return dict(torch.ops.dist_engine._debug_info())

@@ -28,9 +28,21 @@ __all__ = ["DistributedOptimizer", "ScriptLocalOptimizer", "LocalOptimizerInterf
 
 
 class LocalOptimizerInterface(torch.nn.Module):
-    """The TorchScript type of a scripted :class:`ScriptLocalOptimizer` (for ``RRef[...]``)."""
+    """The TorchScript type of a scripted :class:`ScriptLocalOptimizer` (for ``RRef[...]``).
+
+    Raises nothing: it is a type, never instantiated.
+    """
 
     def step(self, context_id: int) -> None:
+        """Applies the gradients of distributed autograd context ``context_id`` (see
+        :meth:`ScriptLocalOptimizer.step`).
+
+        Args:
+            context_id (int): a distributed autograd context known on this worker.
+
+        Raises:
+            RuntimeError: as :meth:`ScriptLocalOptimizer.step`.
+        """
         pass
 
 
@@ -61,13 +73,18 @@ class ScriptLocalOptimizer(torch.nn.Module):
     Args:
         optimizer_class (type): a ``functional_optim`` class or a ``torch.optim`` class that
             the registry maps to one (:func:`functional_optim.functional_optimizer_for`).
-        params (List[Tensor]): the parameters, on this worker, any dtype and device the
-            optimizer supports.
-        *args, **kwargs: the optimizer's hyperparameters, as for ``torch.optim``.
+        params (List[Tensor]): the parameters, on this worker: leaf tensors of any shape, and
+            any dtype and device the optimizer supports.
+        *args: the optimizer's positional hyperparameters, as for ``torch.optim``.
+        **kwargs: its keyword hyperparameters (``lr=...``, ``betas=...``).
 
     Raises:
         KeyError: ``optimizer_class`` has no functional counterpart.
         ValueError: empty ``params`` or invalid hyperparameters (the optimizer's messages).
+
+    Algorithm: torch's ``_ScriptLocalOptimizer`` (``torch/distributed/optim/optimizer.py``),
+    here for every ``functional_optim`` optimizer, with the gradients read on the C++ side
+    (``torch.ops.dist_engine.gradients_for``) and steps serialized by a ``StepLock``.
     """
 
     def __init__(self, optimizer_class: type, params: List[Tensor], *args: Any, **kwargs: Any) -> None:
@@ -85,8 +102,21 @@ class ScriptLocalOptimizer(torch.nn.Module):
     def create(cls, optimizer_class: type, params: List[Tensor], *args: Any, **kwargs: Any) -> torch.jit.ScriptModule:
         """Builds and scripts a local optimizer; returns the ScriptModule.
 
-        Raises what the constructor raises, and ``RuntimeError`` if TorchScript cannot compile
-        the optimizer class.
+        Args:
+            optimizer_class (type): as for the constructor.
+            params (List[Tensor]): as for the constructor: this worker's parameters, leaf tensors
+                of any shape, dtype and device the optimizer supports.
+            *args: the optimizer's positional hyperparameters.
+            **kwargs: its keyword hyperparameters.
+
+        Returns:
+            torch.jit.ScriptModule: the scripted :class:`ScriptLocalOptimizer`; call its
+            ``step(context_id)`` from Python or TorchScript.
+
+        Raises:
+            KeyError: ``optimizer_class`` has no functional counterpart.
+            ValueError: empty ``params`` or invalid hyperparameters.
+            RuntimeError: TorchScript cannot compile the optimizer class.
         """
         module = cls(optimizer_class, params, *args, **kwargs)
         with _COMPILE_LOCK:  # TorchScript does not compile from several threads at once
@@ -101,6 +131,10 @@ class ScriptLocalOptimizer(torch.nn.Module):
         ``.grad``. The optimizer validates the gradients first (shape, dtype, device, sparse
         support) and raises before changing any parameter or state.
 
+        Args:
+            context_id (int): a distributed autograd context known on this worker, whose backward
+                pass (the plugin's or torch's) has ended.
+
         Raises:
             RuntimeError: the context id is unknown here, or the optimizer rejects a gradient.
         """
@@ -110,11 +144,30 @@ class ScriptLocalOptimizer(torch.nn.Module):
 
     @torch.jit.export
     def step_gradients(self, gradients: List[Optional[Tensor]]) -> None:
-        """Applies ``gradients`` (one per parameter, ``None`` to skip) under the same lock."""
+        """Applies ``gradients`` under the same lock as :meth:`step`.
+
+        Args:
+            gradients (List[Optional[Tensor]]): one per parameter, in the order given at
+                construction: a tensor of the parameter's shape, dtype and device, or ``None`` to
+                skip that parameter.
+
+        Raises:
+            ValueError: wrong number of gradients, or one whose shape, dtype or device differs
+                from its parameter's (``torch.jit.Error`` once scripted). Nothing changes then.
+            RuntimeError: a gradient the optimizer does not take (sparse, ...).
+        """
         with self._lock:
             self.optimizer.step(gradients)
 
     def forward(self, context_id: int) -> None:
+        """The same as :meth:`step`: calling the module steps it.
+
+        Args:
+            context_id (int): a distributed autograd context known on this worker.
+
+        Raises:
+            RuntimeError: as :meth:`step`.
+        """
         self.step(context_id)
 
 
@@ -230,7 +283,8 @@ class DistributedOptimizer:
             :func:`functional_optim.register_functional_optimizer`.
         params_rref (List[RRef[Tensor]]): the parameters to optimize, local or remote, each an
             RRef to a Tensor (for instance ``module_rref.rpc_sync().parameter_rrefs()``).
-        *args, **kwargs: the optimizer's hyperparameters, as for ``torch.optim``.
+        *args: the optimizer's positional hyperparameters, as for ``torch.optim``.
+        **kwargs: its keyword hyperparameters (``lr=...``, ``betas=...``).
 
     Raises:
         TypeError: ``params_rref`` is empty or holds something that is not an RRef.
@@ -276,8 +330,18 @@ class DistributedOptimizer:
         )
 
     def step_async(self, context_id: int) -> torch.futures.Future:
-        """Starts :meth:`step` and returns a ``torch.futures.Future`` that completes (with
-        ``None``) when every owner has stepped, or with the first owner's error, named."""
+        """Starts :meth:`step` and returns at once.
+
+        Args:
+            context_id (int): the distributed autograd context whose gradients to apply.
+
+        Returns:
+            torch.futures.Future: completes with ``None`` when every owner has stepped, or with
+            the first owner's error, named as :meth:`step` names it (raised by ``wait()``).
+
+        Raises:
+            RuntimeError: RPC is not running (raised at once; owners' errors go to the future).
+        """
         futures = self._start_steps(context_id)
         done = torch.futures.Future()
 
@@ -297,6 +361,10 @@ class DistributedOptimizer:
         Each owner reads its parameters' gradients in that context on its own side and steps
         its local optimizer as TorchScript. Waits for every owner.
 
+        Args:
+            context_id (int): the distributed autograd context whose gradients to apply (its
+                backward pass must have ended).
+
         Raises:
             RuntimeError: a step failed on an owner (unknown context, a gradient the optimizer
                 rejects, ...), named in the message. Each owner validates before it changes
@@ -308,10 +376,13 @@ class DistributedOptimizer:
         """Every owner's optimizer state in one ``torch.optim``-format dict.
 
         Returns:
-            ``{'state': {i: {...}}, 'param_groups': [{..., 'params': [0, .., N-1]}]}``, where
+            Dict[str, Any]: ``{'state': {i: {...}}, 'param_groups': [{..., 'params': [0, .., N-1]}]}``, where
             ``i`` is the position of the parameter in ``params_rref``: the dict a
             ``torch.optim`` optimizer over the same parameters, in the same order, would save.
             The tensors are copies, on the owners' devices.
+
+        Raises:
+            RuntimeError: an owner failed to answer, or the owners' hyperparameters differ.
         """
         futures = OrderedDict(
             (owner, rpc.rpc_async(owner, _local_state_dict, args=(rref,)))
@@ -337,6 +408,11 @@ class DistributedOptimizer:
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Restores a state saved by :meth:`state_dict` (or by a ``torch.optim`` optimizer over
         the same parameters in the same order) on every owner.
+
+        Args:
+            state_dict (Dict[str, Any]): ``{'state': {i: {key: Tensor}}, 'param_groups': [one group]}``
+                with ``i`` the position in ``params_rref``; tensors are copied to each owner and
+                cast to its parameter's dtype and device.
 
         Raises:
             ValueError: the dict does not have one parameter group of ``len(params_rref)``
@@ -367,6 +443,10 @@ class DistributedOptimizer:
     def set_hyperparameter(self, name: str, value: float) -> None:
         """Sets a numeric hyperparameter (``"lr"``, ``"weight_decay"``, ...) on every owner,
         from the next step on; for learning-rate schedules.
+
+        Args:
+            name (str): a hyperparameter name of the optimizer (as its ``hyperparameters()`` lists).
+            value (float): the new value, in the units of the constructor's argument.
 
         Raises:
             RuntimeError: an owner rejected the name or value (named in the message).

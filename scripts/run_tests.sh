@@ -6,3 +6,4 @@ cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 bash scripts/setup_env.sh
 "$PYTHON" -m pytest -q "$@"
+"$PYTHON" -m sphinx -W --keep-going -b html docs docs/_build/html
