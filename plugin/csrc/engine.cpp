@@ -6,6 +6,7 @@
 #include "worker_error.h"
 
 #include <ATen/Parallel.h>
+#include <c10/util/Type.h>
 #include <c10/core/StreamGuard.h>
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
@@ -38,7 +39,16 @@ std::string exceptionText(const std::exception& e) {
   if (const auto* error = dynamic_cast<const c10::Error*>(&e)) {
     return error->what_without_backtrace();
   }
-  return e.what();
+  std::string text = e.what();
+  if (text.empty()) {
+    // torch's python_error (a Python hook raised) builds its message only when torch's
+    // own autograd threads ask for it with the GIL held; on other threads the message
+    // is gone by the time the exception gets here. Say at least what kind it was.
+    text = "an exception of type " + c10::demangle(typeid(e).name()) +
+        " without a message (a Python hook or function raised; run the same graph with "
+        "torch.autograd to see its message)";
+  }
+  return text;
 }
 
 // Torch's context for `contextId`; an unknown id raises torch's message, naming
