@@ -35,6 +35,7 @@ def init_rpc(
     rpc_timeout: float = 60.0,
     device_maps: Optional[Mapping] = None,
     worker_names: Optional[Sequence[str]] = None,
+    transports: Optional[Sequence[str]] = None,
 ) -> _rpc.WorkerInfo:
     """Starts TensorPipe RPC on this process and returns its ``WorkerInfo``.
 
@@ -61,6 +62,11 @@ def init_rpc(
         device_maps (dict, optional): the world-wide device-map table (devices as
             ``torch.device``, ``"cuda:0"``-style strings or CUDA indices).
         worker_names (Sequence[str], optional): names of all workers in rank order.
+        transports (Sequence[str], optional): the TensorPipe transports to use, e.g.
+            ``["uv"]`` (TCP through libuv). Default: TensorPipe's choice, which on one machine
+            includes shared memory, whose reactor thread busy-polls a CPU core in every
+            process even when idle (fastest messages, but on a machine with fewer cores than
+            processes the polling competes with the work).
 
     Returns:
         torch.distributed.rpc.WorkerInfo: this worker's name and id.
@@ -98,10 +104,16 @@ def init_rpc(
     if cuda_count and local_rank is not None:
         torch.cuda.set_device(int(local_rank) % cuda_count)
 
+    extra = {}
+    if transports is not None:
+        # TensorPipe's transport list is an underscore-prefixed option of
+        # TensorPipeRpcBackendOptions (torch documents no other way to choose it).
+        extra["_transports"] = list(transports)
     options = _rpc.TensorPipeRpcBackendOptions(
         num_worker_threads=num_worker_threads,
         rpc_timeout=rpc_timeout,
         init_method=f"tcp://{master_addr}:{master_port}",
+        **extra,
     )
     devices = set()
     for peer, mapping in maps.items():

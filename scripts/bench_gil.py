@@ -281,7 +281,10 @@ def local_step_benchmark(args):
         s.bind(("localhost", 0))
         port = s.getsockname()[1]
     torch.set_num_threads(1)
-    plugin.rpc.init_rpc(rank=0, world_size=1, master_port=port)
+    # The group exists only for distributed autograd contexts. TensorPipe's default
+    # shared-memory transport busy-polls a core even when idle; on a small machine that
+    # would measure CPU contention rather than the GIL, so this group uses uv.
+    plugin.rpc.init_rpc(rank=0, world_size=1, master_port=port, transports=["uv"])
     torch.manual_seed(0)
     params = [torch.rand(PARAM_SIZE, requires_grad=True) for _ in range(NUM_PARAMS)]
     ours = ScriptLocalOptimizer.create(torch.optim.Adam, params, lr=1e-4)

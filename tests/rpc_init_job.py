@@ -23,9 +23,11 @@ def main():
     parser.add_argument("--rank", type=int)
     parser.add_argument("--world-size", type=int)
     parser.add_argument("--port", type=int)
+    parser.add_argument("--transports", default=None, help="comma-separated TensorPipe transports")
     args = parser.parse_args()
     info = plugin.rpc.init_rpc(
-        rank=args.rank, world_size=args.world_size, master_port=args.port, num_worker_threads=4, rpc_timeout=30
+        rank=args.rank, world_size=args.world_size, master_port=args.port, num_worker_threads=4, rpc_timeout=30,
+        transports=args.transports.split(",") if args.transports else None,
     )
     if info.id == 0:
         x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)

@@ -73,10 +73,13 @@ def run(cmd, env=None):
     return subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_explicit_arguments():
+@pytest.mark.parametrize("transports", [None, "uv"])
+def test_explicit_arguments(transports):
     port = free_port()
+    extra = ["--transports", transports] if transports else []
     procs = [
-        run([sys.executable, os.path.join(HERE, "rpc_init_job.py"), "--rank", str(r), "--world-size", "2", "--port", str(port)])
+        run([sys.executable, os.path.join(HERE, "rpc_init_job.py"), "--rank", str(r), "--world-size", "2",
+             "--port", str(port)] + extra)
         for r in range(2)
     ]
     outs = [p.communicate(timeout=120) for p in procs]
