@@ -43,6 +43,12 @@ if REPO not in sys.path:
 
 warnings.filterwarnings("ignore")
 
+# TensorPipe's default transports include shared memory, whose reactor thread busy-polls
+# a CPU core in every process even when idle. With up to 10 processes on a small machine
+# that polling, not the GIL, would decide the numbers (an RPC to a process next to a
+# spinning *process*, which takes no GIL, slows from 0.13 ms to 4 ms), so every process here
+# uses the uv (TCP) transport, for torch's optimizer and ours alike.
+TRANSPORTS = ["uv"]
 NUM_PARAMS = 400
 PARAM_SIZE = 4096
 ENGINES = ["plugin-adam", "torch-adam-torchscript", "plugin-nadam", "torch-nadam-python"]
@@ -213,7 +219,7 @@ def server_worker(rank, world_size, port, args, queue):
 
     names = ["coordinator", "server"] + [f"trainer{i}" for i in range(world_size - 2)]
     plugin.rpc.init_rpc(rank=rank, world_size=world_size, master_port=port, worker_names=names,
-                        num_worker_threads=16, rpc_timeout=120)
+                        num_worker_threads=16, rpc_timeout=120, transports=TRANSPORTS)
     if rank == 0:
         queue.put(coordinate_server(world_size - 2, args))
     rpc.shutdown()
@@ -281,10 +287,7 @@ def local_step_benchmark(args):
         s.bind(("localhost", 0))
         port = s.getsockname()[1]
     torch.set_num_threads(1)
-    # The group exists only for distributed autograd contexts. TensorPipe's default
-    # shared-memory transport busy-polls a core even when idle; on a small machine that
-    # would measure CPU contention rather than the GIL, so this group uses uv.
-    plugin.rpc.init_rpc(rank=0, world_size=1, master_port=port, transports=["uv"])
+    plugin.rpc.init_rpc(rank=0, world_size=1, master_port=port, transports=TRANSPORTS)
     torch.manual_seed(0)
     params = [torch.rand(PARAM_SIZE, requires_grad=True) for _ in range(NUM_PARAMS)]
     ours = ScriptLocalOptimizer.create(torch.optim.Adam, params, lr=1e-4)

@@ -86,3 +86,22 @@ def test_failed_load_reports_the_torch_the_file_was_built_for(tmp_path):
     assert out.returncode != 0
     version = torch.__version__.split("+")[0]
     assert f"built against torch {version}, running torch {torch.__version__}" in out.stderr
+
+
+def test_importing_and_scripting_emit_no_deprecation_warning():
+    """The plugin scripts its own functions and local optimizers; torch's TorchScript
+    deprecation warnings are filtered around those calls, so users see none."""
+    code = textwrap.dedent(
+        """
+        import torch, plugin, plugin.autograd, plugin.optim, plugin.rpc, functional_optim
+        from plugin.optim import ScriptLocalOptimizer
+        module = ScriptLocalOptimizer.create(torch.optim.NAdam, [torch.zeros(2, requires_grad=True)])
+        module.step_gradients([torch.ones(2)])
+        print("ok")
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-W", "error::DeprecationWarning", "-c", code], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
