@@ -209,7 +209,7 @@ def render_bench_gil(data: Any) -> str:
     out.append(
         f"Measured with torch {meta.get('torch', '?')}, Python {meta.get('python', '?')}, {meta.get('cpus', '?')} CPUs"
         + (" (a `--quick` smoke run)" if meta.get("quick") else "")
-        + f". Parameter server: {meta.get('num_params', '?')} parameters of {meta.get('param_size', '?'):,} elements, "
+        + f". Parameter server: {meta.get('num_params', '?')} parameters of {meta.get('param_size', 0):,} elements, "
         f"every trainer stepping the same context for {meta.get('seconds', '?')} s per configuration; "
         "server steps per second, all trainers together."
     )

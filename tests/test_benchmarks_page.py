@@ -56,11 +56,30 @@ def test_a_missing_file_renders_a_note(results_copy):
     assert "`results/bench_backward.json` is not in the repository yet" in text
 
 
-def test_a_new_file_is_quoted_as_soon_as_it_exists(results_copy):
-    (results_copy / "bench_gil.json").write_text(json.dumps({"T8_spinner": {"ours_steps_per_s": 123.456, "torch": 7}}))
-    text = R.render_page(page(), str(results_copy))
+def test_a_file_without_its_own_table_is_listed_value_by_value():
+    text = R.render_generic({"T8_spinner": {"ours_steps_per_s": 123.456, "torch": 7}})
     assert "| `T8_spinner.ours_steps_per_s` | 123.5 |" in text
+    assert "| `T8_spinner.torch` | `7` |" in text
+
+
+def test_missing_file_is_reported_and_then_quoted_as_soon_as_it_exists(results_copy):
+    (results_copy / "bench_gil.json").unlink()
+    assert "`results/bench_gil.json` is not in the repository yet" in R.render_page(page(), str(results_copy))
+    gil = {
+        "local_step": {"plugin": {"torchscript": {"alone_ms": 2.0, "spinner_ms": 2.1, "slowdown": 1.05},
+                                  "python": {"alone_ms": 2.0, "spinner_ms": 7.0, "slowdown": 3.5}}},
+        "server": {"8": {e + s: 100.0 for e in ("plugin-adam", "torch-adam-torchscript", "plugin-nadam",
+                                                "torch-nadam-python") for s in ("", "+spinner")}},
+        "server_ratios": {"8": {"adam: plugin/torch-torchscript": 1.0, "adam: plugin/torch-torchscript+spinner": 0.9,
+                                "nadam: plugin/torch-python": 1.0, "nadam: plugin/torch-python+spinner": 2.5}},
+        "meta": {"torch": "x", "cpus": 2, "seconds": 1.0, "num_params": 1, "param_size": 4096},
+    }
+    (results_copy / "bench_gil.json").write_text(json.dumps(gil))
+    text = R.render_page(page(), str(results_copy))
     assert "*Source: `results/bench_gil.json`" in text
+    assert "| Adam, T = 8, spinner: plugin / torch TorchScript path | >= 1.0x | 0.90x | **missed** |" in text
+    assert "| NAdam, T = 8, spinner: plugin / torch Python path | >= 2x | 2.50x | met |" in text
+    assert "called from TorchScript | <= 1.2x | 1.05x | met |" in text
 
 
 def test_verdicts_follow_the_numbers(results_copy):
