@@ -112,8 +112,10 @@ def check_gradients(
         RuntimeError: a sparse gradient for an optimizer that does not take them.
 
     Every step pays for this loop, and TorchScript pays per interpreted instruction, so the
-    common case is kept lean: a gradient that is dense and has its parameter's dtype, device and
-    size costs a few comparisons and no call; anything else goes to :func:`check_one_gradient`,
+    common case is kept lean: a gradient that is not sparse (COO) and has its parameter's dtype,
+    device and size costs a few comparisons and no call (``is_same_size`` compares the sizes
+    without building lists; nested tensors, whose sizes it cannot compare, take the slow way, so
+    they fail as before); anything else goes to :func:`check_one_gradient`,
     which raises (for the first bad index, as it would have alone) or lets an accepted sparse
     gradient through. A group with a gradient for every parameter gets ``group_indices[g]``.
     The loops carry no variables (no ``break``, no flags) because the interpreter pays for
@@ -140,7 +142,7 @@ def check_gradients(
                 param = group[k]
                 if not (
                     not grad.is_nested and grad.is_same_size(param) and grad.dtype == param.dtype
-                    and grad.device == param.device and grad.layout == torch.strided
+                    and grad.device == param.device and not grad.is_sparse
                 ):
                     check_one_gradient(start + k, param, grad, sparse_error)
                     if grad.is_sparse:
