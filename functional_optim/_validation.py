@@ -115,11 +115,11 @@ def check_gradients(
     common case is kept lean: a gradient that is not sparse (COO) and has its parameter's dtype,
     device and size costs a few comparisons and no call (``is_same_size`` compares the sizes
     without building lists; nested tensors, whose sizes it cannot compare, take the slow way, so
-    they fail as before); anything else goes to :func:`check_one_gradient`,
-    which raises (for the first bad index, as it would have alone) or lets an accepted sparse
-    gradient through. A group with a gradient for every parameter gets ``group_indices[g]``.
-    The loops carry no variables (no ``break``, no flags) because the interpreter pays for
-    those on every iteration.
+    they fail as before); anything else goes to :func:`check_one_gradient`, which raises (for
+    the first bad index, as it would have alone) or lets an accepted sparse gradient through.
+    A group with a gradient for every parameter gets ``group_indices[g]``. The loops carry no
+    variables (no ``break``, no flags) and the test is written as "bad if any" (fewer ``not``
+    instructions) because the interpreter pays for each on every iteration.
     """
     if len(gradients) != len(params):
         raise ValueError(
@@ -140,9 +140,9 @@ def check_gradients(
             grad = group_gradients[k]
             if grad is not None:
                 param = group[k]
-                if not (
-                    not grad.is_nested and grad.is_same_size(param) and grad.dtype == param.dtype
-                    and grad.device == param.device and not grad.is_sparse
+                if (
+                    grad.is_nested or grad.is_sparse or not grad.is_same_size(param)
+                    or grad.dtype != param.dtype or grad.device != param.device
                 ):
                     check_one_gradient(start + k, param, grad, sparse_error)
                     if grad.is_sparse:
