@@ -17,6 +17,8 @@ Layout (all TorchScript-typed):
   keeps them (empty until the parameter's first step, like torch's lazy initialisation).
 * Per-group caches of the parameter and state tensor lists, so that a step over a whole group
   (the common case) does not rebuild them: ``cache_state[g]`` is valid while ``cache_valid[g]``.
+* ``full_indices[g]`` (group ``g``'s flat indices) and ``whole_parts[g]`` (``[[0, ..., n - 1]]``):
+  made once, handed out on every whole-group step instead of new lists; never modified.
 """
 from typing import Dict, List, Optional, Tuple, Union
 

@@ -283,10 +283,13 @@ def sgd_group_step(s: GroupedState, g: int, indices: List[int], grads: List[Tens
     o = s.options[g]
     momentum = h["momentum"]
     impl = s.impl[g]
-    if momentum != 0 and impl != "single" and not s.needs_init(g, indices) and (impl == "foreach" or s.homogeneous[g]):
-        # Every step after the first: the whole group, every buffer exists and the cached
-        # lists hold them (typed, as the kernels take them), one call for the group. What
-        # _fused_sgd / _multi_tensor_sgd do when every buffer exists, without rebuilding lists.
+    if momentum != 0 and not s.needs_init(g, indices) and (
+        impl == "foreach" or (impl == "fused" and s.homogeneous[g] and not has_sparse_grad)
+    ):
+        # Every whole-group step after the first: every buffer exists and the cached lists hold
+        # them, typed as the kernels take them. One call for the group: what _fused_sgd and
+        # _multi_tensor_sgd do when every buffer exists, without copying the buffers into a
+        # List[Optional[Tensor]] and back (the interpreter pays per element for that).
         params = s.cache_params[g]
         buffers_now = s.cache_state[g]["momentum_buffer"]
         if impl == "fused":
