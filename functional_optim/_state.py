@@ -17,6 +17,8 @@ Layout (all TorchScript-typed):
   keeps them (empty until the parameter's first step, like torch's lazy initialisation).
 * Per-group caches of the parameter and state tensor lists, so that a step over a whole group
   (the common case) does not rebuild them: ``cache_state[g]`` is valid while ``cache_valid[g]``.
+* ``full_indices[g]`` (group ``g``'s flat indices) and ``whole_parts[g]`` (``[[0, ..., n - 1]]``):
+  made once, handed out on every whole-group step instead of new lists; never modified.
 """
 from typing import Dict, List, Optional, Tuple, Union
 
@@ -122,6 +124,10 @@ class GroupedState:
         self.cache_valid: List[bool] = []
         self.cache_params: List[List[Tensor]] = []
         self.cache_state: List[Dict[str, List[Tensor]]] = []
+        # Made once, read on every step, never modified: each group's flat indices, and its
+        # positions 0..n-1 as the one part of a step that needs no split by device and dtype.
+        self.full_indices: List[List[int]] = []
+        self.whole_parts: List[List[List[int]]] = []
         for g in range(len(groups)):
             group = groups[g]
             _validation.check_params(group)
@@ -138,6 +144,8 @@ class GroupedState:
             self.cache_valid.append(False)
             self.cache_params.append(group)
             self.cache_state.append(_no_lists())
+            self.full_indices.append(list(range(self.offsets[g], self.offsets[g + 1])))
+            self.whole_parts.append([list(range(len(group)))])
         if len(self.params) == 0:
             raise ValueError("optimizer got an empty parameter list")
 
@@ -170,6 +178,18 @@ class GroupedState:
                 + ") is not a parameter of this optimizer"
             )
         return self.index[param]
+
+    def check_gradients(
+        self, gradients: List[Optional[Tensor]], sparse_error: str
+    ) -> Tuple[List[List[int]], List[List[Tensor]], List[bool]]:
+        """:func:`functional_optim._validation.check_gradients` for these parameters.
+
+        A group whose gradients are all present gets ``full_indices[g]`` itself (not a copy) as
+        its indices: read it, never modify it.
+        """
+        return _validation.check_gradients(
+            self.params, gradients, self.offsets, sparse_error, self.cache_params, self.full_indices
+        )
 
     def params_at(self, indices: List[int]) -> List[Tensor]:
         out: List[Tensor] = []
@@ -346,9 +366,14 @@ def commit_group(
 
 
 def device_dtype_splits(s: GroupedState, g: int, params: List[Tensor]) -> List[List[int]]:
-    """Positions in ``params`` to pass to one fused call each (one device and dtype per call)."""
+    """Positions in ``params`` to pass to one fused call each (one device and dtype per call).
+
+    The result is read only (a whole group gets its cached ``s.whole_parts[g]``).
+    """
     if s.impl[g] == "fused" and not s.homogeneous[g]:
         return split_by_device_dtype(params)
+    if len(params) == s.group_size(g):
+        return s.whole_parts[g]
     return [list(range(len(params)))]
 
 

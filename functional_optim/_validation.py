@@ -87,6 +87,8 @@ def check_gradients(
     gradients: List[Optional[Tensor]],
     offsets: List[int],
     sparse_error: str,
+    groups: List[List[Tensor]],
+    group_indices: List[List[int]],
 ) -> Tuple[List[List[int]], List[List[Tensor]], List[bool]]:
     """Validate a ``step`` call's gradients and sort the present ones by parameter group.
 
@@ -95,6 +97,10 @@ def check_gradients(
         gradients: one entry per parameter; ``None`` skips that parameter.
         offsets: group ``g`` holds the flat indices ``offsets[g] <= i < offsets[g + 1]``.
         sparse_error: see :func:`check_one_gradient`.
+        groups: the parameters of each group (``params[offsets[g]:offsets[g + 1]]``).
+        group_indices: ``list(range(offsets[g], offsets[g + 1]))`` for each group, made once by
+            the caller; returned (not copied) for a group whose gradients are all present, so
+            neither the caller nor the receiver may modify these lists.
 
     Returns:
         For each group: the flat indices of the parameters that have a gradient, those
@@ -104,6 +110,16 @@ def check_gradients(
         ValueError: ``len(gradients) != len(params)``, or a gradient whose shape, dtype or
             device differs from its parameter (the message names the index).
         RuntimeError: a sparse gradient for an optimizer that does not take them.
+
+    Every step pays for this loop, and TorchScript pays per interpreted instruction, so the
+    common case is kept lean: a gradient that is not sparse (COO) and has its parameter's dtype,
+    device and size costs a few comparisons and no call (``is_same_size`` compares the sizes
+    without building lists; nested tensors, whose sizes it cannot compare, take the slow way, so
+    they fail as before); anything else goes to :func:`check_one_gradient`, which raises (for
+    the first bad index, as it would have alone) or lets an accepted sparse gradient through.
+    A group with a gradient for every parameter gets ``group_indices[g]``. The loops carry no
+    variables (no ``break``, no flags) and the test is written as "bad if any" (fewer ``not``
+    instructions) because the interpreter pays for each on every iteration.
     """
     if len(gradients) != len(params):
         raise ValueError(
@@ -114,19 +130,34 @@ def check_gradients(
     grads: List[List[Tensor]] = []
     sparse: List[bool] = []
     for g in range(len(offsets) - 1):
-        group_indices: List[int] = []
+        start = offsets[g]
+        end = offsets[g + 1]
+        group = groups[g]
+        group_gradients = gradients if start == 0 else gradients[start:end]
         group_grads: List[Tensor] = []
-        group_sparse = False
-        for i in range(offsets[g], offsets[g + 1]):
-            grad = gradients[i]
+        sparse_seen: List[bool] = []
+        for k in range(end - start):
+            grad = group_gradients[k]
             if grad is not None:
-                check_one_gradient(i, params[i], grad, sparse_error)
-                group_sparse = group_sparse or grad.is_sparse
-                group_indices.append(i)
+                param = group[k]
+                if (
+                    grad.is_nested or grad.is_sparse or not grad.is_same_size(param)
+                    or grad.dtype != param.dtype or grad.device != param.device
+                ):
+                    check_one_gradient(start + k, param, grad, sparse_error)
+                    if grad.is_sparse:
+                        sparse_seen.append(True)
                 group_grads.append(grad)
-        indices.append(group_indices)
+        if len(group_grads) == end - start:
+            indices.append(group_indices[g])
+        else:
+            present: List[int] = []
+            for k in range(end - start):
+                if group_gradients[k] is not None:
+                    present.append(start + k)
+            indices.append(present)
         grads.append(group_grads)
-        sparse.append(group_sparse)
+        sparse.append(len(sparse_seen) > 0)
     return indices, grads, sparse
 
 

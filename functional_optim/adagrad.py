@@ -345,7 +345,7 @@ class Adagrad:
             RuntimeError: a sparse gradient with weight decay or in a fused group (torch's
                 messages). Nothing is modified when it raises.
         """
-        indices, grads, sparse = _validation.check_gradients(self._s.params, gradients, self._s.offsets, _sparse_error())
+        indices, grads, sparse = self._s.check_gradients(gradients, _sparse_error())
         for g in range(len(indices)):
             self._check_sparse(g, sparse[g])
         with torch.no_grad():

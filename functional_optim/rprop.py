@@ -258,7 +258,7 @@ class Rprop:
                 differs from its parameter's (the message names the index).
             RuntimeError: a sparse gradient (torch's message). Nothing is modified when it raises.
         """
-        indices, grads, sparse = _validation.check_gradients(self._s.params, gradients, self._s.offsets, _sparse_error())
+        indices, grads, sparse = self._s.check_gradients(gradients, _sparse_error())
         with torch.no_grad():
             for g in range(len(indices)):
                 if len(indices[g]) > 0:

@@ -63,6 +63,68 @@ def _multi_tensor_sgd(
 ) -> None:
     if len(params) == 0:
         return
+    if momentum != 0:
+        bufs: List[Tensor] = []
+        for buf in momentum_buffer_list:
+            if buf is not None:
+                bufs.append(buf)
+        if len(bufs) == len(params):
+            _multi_tensor_sgd_buffers(
+                params, grads, bufs, weight_decay=weight_decay, momentum=momentum, lr=lr,
+                dampening=dampening, nesterov=nesterov, maximize=maximize,
+                has_sparse_grad=has_sparse_grad,
+            )
+            return
+    grads = _multi_tensor_sgd_gradients(params, grads, weight_decay=weight_decay, maximize=maximize)
+    if momentum != 0:
+        bufs = []
+        for i in range(len(momentum_buffer_list)):
+            buf = momentum_buffer_list[i]
+            if buf is None:
+                buf = grads[i].detach().clone()
+                momentum_buffer_list[i] = buf
+            else:
+                buf.mul_(momentum).add_(grads[i], alpha=1 - dampening)
+            bufs.append(buf)
+        if nesterov:
+            # torch adds in place here, which can write into the caller's gradients; the values
+            # are the same out of place.
+            grads = torch._foreach_add(grads, bufs, alpha=momentum)
+        else:
+            grads = bufs
+    _multi_tensor_sgd_update(params, grads, lr=lr, has_sparse_grad=has_sparse_grad)
+
+
+def _multi_tensor_sgd_buffers(
+    params: List[Tensor],
+    grads: List[Tensor],
+    bufs: List[Tensor],
+    *,
+    weight_decay: float,
+    momentum: float,
+    lr: float,
+    dampening: float,
+    nesterov: bool,
+    maximize: bool,
+    has_sparse_grad: bool,
+) -> None:
+    """:func:`_multi_tensor_sgd` with ``momentum != 0`` once every parameter has its buffer."""
+    grads = _multi_tensor_sgd_gradients(params, grads, weight_decay=weight_decay, maximize=maximize)
+    torch._foreach_mul_(bufs, momentum)
+    torch._foreach_add_(bufs, grads, alpha=1 - dampening)
+    if nesterov:
+        # torch adds in place here, which can write into the caller's gradients; the values
+        # are the same out of place.
+        grads = torch._foreach_add(grads, bufs, alpha=momentum)
+    else:
+        grads = bufs
+    _multi_tensor_sgd_update(params, grads, lr=lr, has_sparse_grad=has_sparse_grad)
+
+
+def _multi_tensor_sgd_gradients(
+    params: List[Tensor], grads: List[Tensor], *, weight_decay: float, maximize: bool
+) -> List[Tensor]:
+    """The multi-tensor step's gradients after ``maximize`` and ``weight_decay`` (new lists)."""
     if maximize:
         grads = torch._foreach_neg(grads)
     if weight_decay != 0:
@@ -70,33 +132,10 @@ def _multi_tensor_sgd(
             torch._foreach_add_(grads, params, alpha=weight_decay)
         else:
             grads = torch._foreach_add(grads, params, alpha=weight_decay)
-    if momentum != 0:
-        bufs: List[Tensor] = []
-        all_have_buffers = True
-        for buf in momentum_buffer_list:
-            if buf is None:
-                all_have_buffers = False
-            else:
-                bufs.append(buf)
-        if all_have_buffers:
-            torch._foreach_mul_(bufs, momentum)
-            torch._foreach_add_(bufs, grads, alpha=1 - dampening)
-        else:
-            bufs = []
-            for i in range(len(momentum_buffer_list)):
-                buf = momentum_buffer_list[i]
-                if buf is None:
-                    buf = grads[i].detach().clone()
-                    momentum_buffer_list[i] = buf
-                else:
-                    buf.mul_(momentum).add_(grads[i], alpha=1 - dampening)
-                bufs.append(buf)
-        if nesterov:
-            # torch adds in place here, which can write into the caller's gradients; the values
-            # are the same out of place.
-            grads = torch._foreach_add(grads, bufs, alpha=momentum)
-        else:
-            grads = bufs
+    return grads
+
+
+def _multi_tensor_sgd_update(params: List[Tensor], grads: List[Tensor], *, lr: float, has_sparse_grad: bool) -> None:
     if not has_sparse_grad:
         torch._foreach_add_(params, grads, alpha=-lr)
     else:
@@ -243,6 +282,29 @@ def sgd_group_step(s: GroupedState, g: int, indices: List[int], grads: List[Tens
     h = s.hparams[g]
     o = s.options[g]
     momentum = h["momentum"]
+    impl = s.impl[g]
+    if momentum != 0 and not s.needs_init(g, indices) and (
+        impl == "foreach" or (impl == "fused" and s.homogeneous[g] and not has_sparse_grad)
+    ):
+        # Every whole-group step after the first: every buffer exists and the cached lists hold
+        # them, typed as the kernels take them. One call for the group: what _fused_sgd and
+        # _multi_tensor_sgd do when every buffer exists, without copying the buffers into a
+        # List[Optional[Tensor]] and back (the interpreter pays per element for that).
+        params = s.cache_params[g]
+        buffers_now = s.cache_state[g]["momentum_buffer"]
+        if impl == "fused":
+            torch._fused_sgd_(
+                params, grads, buffers_now, weight_decay=h["weight_decay"], momentum=momentum,
+                lr=h["lr"], dampening=h["dampening"], nesterov=flag(o, "nesterov"),
+                maximize=flag(o, "maximize"), is_first_step=False,
+            )
+        else:
+            _multi_tensor_sgd_buffers(
+                params, grads, buffers_now, weight_decay=h["weight_decay"], momentum=momentum,
+                lr=h["lr"], dampening=h["dampening"], nesterov=flag(o, "nesterov"),
+                maximize=flag(o, "maximize"), has_sparse_grad=has_sparse_grad,
+            )
+        return
     buffers: List[Optional[Tensor]] = []
     cached = momentum != 0 and not s.needs_init(g, indices)
     if cached:
@@ -252,7 +314,6 @@ def sgd_group_step(s: GroupedState, g: int, indices: List[int], grads: List[Tens
         for i in indices:
             buffers.append(s.state[i].get("momentum_buffer"))
     params = s.cache_params[g] if s.is_full(g, indices) else s.params_at(indices)
-    impl = s.impl[g]
     if has_sparse_grad and impl == "fused":
         impl = "single"
     for part in device_dtype_splits(s, g, params):
@@ -385,7 +446,7 @@ class SGD:
 
         Nothing is modified when it raises.
         """
-        indices, grads, sparse = _validation.check_gradients(self._s.params, gradients, self._s.offsets, _sparse_error())
+        indices, grads, sparse = self._s.check_gradients(gradients, _sparse_error())
         for g in range(len(indices)):
             if sparse[g] and self._s.impl[g] == "fused":
                 raise RuntimeError("`_fused_sgd` does not support sparse gradients")

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import functional_optim as F
-from functional_optim import _jit
+from functional_optim import _jit, _validation
 from functional_optim.scripting import script_optimizer
 
 import optim_configs as C
@@ -213,3 +213,111 @@ def test_step_param_errors_change_nothing(info, scripted):
     with pytest.raises(error, match=r"gradients\[1\]: expected shape \[5\]"):
         opt.step_param(opt._params_for_test[1], torch.zeros(6))
     _assert_unchanged(before, opt)
+
+
+# ----------------------------------------------------------------------------- gradient check
+def _reference_check_gradients(params, gradients, offsets, sparse_error):
+    """The straightforward gradient check (one full check per gradient, in index order) that
+    ``_validation.check_gradients`` must agree with, result for result and error for error."""
+    if len(gradients) != len(params):
+        raise ValueError(
+            "step: expected " + str(len(params)) + " gradients (one per parameter, None to skip one); got "
+            + str(len(gradients))
+        )
+    indices, grads, sparse = [], [], []
+    for g in range(len(offsets) - 1):
+        group_indices, group_grads, group_sparse = [], [], False
+        for i in range(offsets[g], offsets[g + 1]):
+            grad = gradients[i]
+            if grad is not None:
+                param = params[i]
+                if grad.dtype != param.dtype or grad.device != param.device or grad.shape != param.shape:
+                    raise ValueError(
+                        "gradients[" + str(i) + "]: expected " + _validation.describe(param)
+                        + " (like its parameter); got " + _validation.describe(grad)
+                    )
+                if grad.is_sparse and sparse_error != "":
+                    raise RuntimeError(sparse_error)
+                group_sparse = group_sparse or grad.is_sparse
+                group_indices.append(i)
+                group_grads.append(grad)
+        indices.append(group_indices)
+        grads.append(group_grads)
+        sparse.append(group_sparse)
+    return indices, grads, sparse
+
+
+def _gradient_kinds(param):
+    return {
+        "good": lambda: torch.randn_like(param),
+        "none": lambda: None,
+        "sparse": lambda: torch.randn_like(param).to_sparse(),
+        "shape": lambda: torch.zeros(param.numel() + 1, dtype=param.dtype),
+        "scalar": lambda: torch.zeros((1,) if param.dim() == 0 else (), dtype=param.dtype),
+        "dtype": lambda: torch.zeros(param.shape, dtype=torch.float16),
+        "device": lambda: torch.zeros(param.shape, dtype=param.dtype, device="meta"),
+        "sparse_shape": lambda: torch.zeros(param.numel() + 1, dtype=param.dtype).to_sparse(),
+        "strided": lambda: torch.randn(tuple(reversed(param.shape)), dtype=param.dtype).t() if param.dim() == 2 else torch.randn_like(param),
+        "nested": lambda: torch.nested.nested_tensor([torch.randn_like(param)]),
+        "csr": lambda: torch.randn_like(param).to_sparse_csr() if param.dim() == 2 else torch.randn_like(param),
+    }
+
+
+def _gradient_cases(n_cases: int = 400):
+    rng = torch.Generator().manual_seed(1)
+    kinds = list(_gradient_kinds(torch.zeros(1)))
+    weights = torch.tensor([30.0, 8, 4, 1, 1, 1, 1, 1, 2, 0.5, 1])
+    for case in range(n_cases):
+        sizes = [[3], [2, 4], [1, 1, 3], [5]][case % 4]
+        offsets = [0]
+        for n in sizes:
+            offsets.append(offsets[-1] + n)
+        shapes = [(4, 3), (5,), (), (2, 2, 1)]
+        params = [
+            torch.randn(shapes[int(torch.randint(4, (1,), generator=rng))],
+                        dtype=torch.float64 if torch.rand(1, generator=rng) < 0.2 else torch.float32)
+            for _ in range(offsets[-1])
+        ]
+        picks = torch.multinomial(weights, offsets[-1], replacement=True, generator=rng).tolist()
+        if case % 5 == 0:  # mostly clean
+            picks = [0 if k > 2 else k for k in picks]
+        gradients = [_gradient_kinds(p)[kinds[k]]() for p, k in zip(params, picks)]
+        if case % 37 == 0:
+            gradients = gradients[:-1]
+        groups = [params[offsets[g]:offsets[g + 1]] for g in range(len(sizes))]
+        full = [list(range(offsets[g], offsets[g + 1])) for g in range(len(sizes))]
+        sparse_error = "" if case % 2 == 0 else "Foo does not support sparse gradients"
+        yield params, gradients, offsets, sparse_error, groups, full
+
+
+def _outcome(fn, *args):
+    try:
+        indices, grads, sparse = fn(*args)
+    except (ValueError, RuntimeError, torch.jit.Error) as e:
+        message = str(e)
+        for kind in ("ValueError", "RuntimeError"):
+            marker = "builtins." + kind + ": "
+            if marker in message:  # from TorchScript: "... builtins.ValueError: <message>"
+                return ("raised", kind, message.split(marker, 1)[1].strip())
+        if "failed in the TorchScript interpreter" in message:  # an op's own error is the last line
+            kind, _, message = message.strip().splitlines()[-1].partition(": ")
+            return ("raised", kind, message)
+        return ("raised", type(e).__name__, message)
+    return ("ok", indices, [[id(t) for t in group] for group in grads], sparse)
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors:UserWarning")
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta state:UserWarning")
+@pytest.mark.parametrize("scripted", [False, True], ids=["eager", "script"])
+def test_check_gradients_agrees_with_reference(scripted):
+    check = _jit.script(_validation.check_gradients) if scripted else _validation.check_gradients
+    outcomes = set()
+    nested_seen = False
+    for params, gradients, offsets, sparse_error, groups, full in _gradient_cases():
+        expected = _outcome(_reference_check_gradients, params, gradients, offsets, sparse_error)
+        # The same tensors come back (ids compared): TorchScript keeps a tensor's Python object.
+        assert _outcome(check, params, gradients, offsets, sparse_error, groups, full) == expected
+        outcomes.add(expected[0] if expected[0] == "ok" else expected[1])
+        nested_seen = nested_seen or (expected[0] == "raised" and "Nested" in expected[2])
+    assert outcomes == {"ok", "ValueError", "RuntimeError"}
+    assert nested_seen
