@@ -115,7 +115,9 @@ def debug_info() -> Dict[str, int]:
     Returns:
         Dict[str, int]: ``num_live_contexts`` (contexts whose gradients the engine holds;
         released contexts are dropped before counting), ``num_running_passes`` (backward
-        passes under way on this worker) and ``num_stored_gradients`` (leaf gradients held).
+        passes under way on this worker), ``num_stored_gradients`` (leaf gradients held)
+        and ``num_split_nodes`` (backward functions this worker has run in two halves since
+        it started, the outputs bound for other workers first; see the engine guide).
 
     Raises nothing.
     """

@@ -104,6 +104,26 @@ def custom_function_udf(x: Tensor) -> Tensor:
     return Cube.apply(x) * 2
 
 
+class ScaleBy(torch.autograd.Function):
+    """x * w with a hand-written backward: a custom function with two differentiable inputs."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x * w
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        return grad * w, grad * x
+
+
+def custom_function_two_inputs_udf(x: Tensor, name: str, seed: int) -> Tensor:
+    """A custom function of a tensor that came by RPC and of a local leaf."""
+    w = make_leaf(name, x.shape, seed)
+    return torch.sin(ScaleBy.apply(x, w))
+
+
 def mixed_dtype_udf(a: Tensor, b: Tensor) -> Tensor:
     return a.double() * b
 
@@ -208,6 +228,12 @@ def case_custom_function(ctx: int) -> List[Tensor]:
     return [Cube.apply(y).sum()]
 
 
+def case_custom_function_two_inputs(ctx: int) -> List[Tensor]:
+    x = make_leaf("x", (6,), 1)
+    y = rpc.rpc_sync("worker1", custom_function_two_inputs_udf, args=(x, "w_custom", 41))
+    return [y.sum()]
+
+
 def case_mlp_shards(ctx: int) -> List[Tensor]:
     x = make_leaf("x", (4, 6), 1)
     h = rpc.rpc_sync("worker1", remote_weight_matmul, args=(x, "w1", 31))
@@ -230,6 +256,7 @@ CASES = {
     "mixed_dtypes": case_mixed_dtypes,
     "sparse_embedding": case_sparse_embedding,
     "custom_autograd_function": case_custom_function,
+    "custom_function_two_inputs": case_custom_function_two_inputs,
     "mlp_shards": case_mlp_shards,
 }
 

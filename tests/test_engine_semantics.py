@@ -91,6 +91,54 @@ def test_hooks_behave_as_in_torch(cluster, mode):
             torch.testing.assert_close(our_grads[w][name], g, rtol=1e-12, atol=0)
 
 
+def split_counts():
+    return {w: rpc.rpc_sync(w, graphs.engine_debug_info)["num_split_nodes"] for w in worker_names()}
+
+
+def split_delta(run):
+    before = split_counts()
+    result = run()
+    after = split_counts()
+    return result, {w: after[w] - before[w] for w in after}
+
+
+@pytest.mark.parametrize("mode", ["fast", "smart"])
+def test_outputs_for_other_workers_run_first(cluster, mode):
+    """A matmul whose input came by RPC and whose weight is a local leaf runs in two halves,
+    the input's gradient (bound for the sender) first: one split on each shard of mlp_shards
+    per pass, none on the root, and the gradients equal torch's exactly. Not split: a custom
+    autograd.Function, and any node of a pass with retain_graph=True."""
+    theirs = graphs.run_case("mlp_shards", "torch")
+    ours, splits = split_delta(lambda: graphs.run_case("mlp_shards", "plugin", mode))
+    assert splits == {"worker0": 0, "worker1": 1, "worker2": 1, "worker3": 0}
+    for w in theirs:
+        assert ours[w].keys() == theirs[w].keys()
+        for name, g in theirs[w].items():
+            assert torch.equal(ours[w][name], g), (w, name)
+
+    theirs = graphs.run_case("custom_function_two_inputs", "torch")
+    ours, splits = split_delta(lambda: graphs.run_case("custom_function_two_inputs", "plugin", mode))
+    assert set(splits.values()) == {0}
+    assert ours["worker1"].keys() == theirs["worker1"].keys() == {"w_custom"}
+    for w in theirs:
+        for name, g in theirs[w].items():
+            torch.testing.assert_close(ours[w][name], g, rtol=1e-12, atol=0)
+
+    def retained():
+        clear_everywhere()
+        with dist_autograd.context() as ctx:
+            roots = graphs.case_mlp_shards(ctx)
+            plugin.autograd.backward(ctx, roots, retain_graph=True, mode=mode)
+            return gather(ctx, "plugin")
+
+    retained_grads, splits = split_delta(retained)
+    assert set(splits.values()) == {0}
+    theirs = graphs.run_case("mlp_shards", "torch")
+    for w in theirs:
+        for name, g in theirs[w].items():
+            assert torch.equal(retained_grads[w][name], g), (w, name)
+
+
 def _one_iteration(mode, seed):
     """A forward/backward over worker1 and worker2 in its own context; returns the gradients
     of the local leaf and what they must be."""

@@ -16,6 +16,7 @@
 #include <torch/csrc/distributed/rpc/utils.h>
 
 #include <chrono>
+#include <thread>
 #include <sstream>
 
 namespace dist_engine {
@@ -362,6 +363,13 @@ void Engine::execute(const PassPtr& pass, ReadyTask& task) {
     return;
   }
 
+  if (task.restHalf) {
+    c10::OptionalStreamGuard streamGuard{fn.stream()};
+    variable_list outputs = callFunctionMasked(fn, std::move(task.arrived), task.outputMask, !pass->keepGraph);
+    forwardOutputs(pass, fn, std::move(outputs), &task.outputMask);
+    return;
+  }
+
   auto recv = pass->recvMessageIds.find(&fn);
   if (recv != pass->recvMessageIds.end()) {
     // The gradients of tensors that came in by RPC go back to their sender. Torch's
@@ -384,12 +392,60 @@ void Engine::execute(const PassPtr& pass, ReadyTask& task) {
     return;
   }
 
+  if (runPeerOutputsFirst(pass, task)) {
+    return;
+  }
   c10::OptionalStreamGuard streamGuard{fn.stream()};
   variable_list outputs = callFunction(fn, std::move(task.inputs), pass->keepGraph);
   forwardOutputs(pass, fn, std::move(outputs));
 }
 
-void Engine::forwardOutputs(const PassPtr& pass, Node& fn, variable_list&& outputs) {
+bool Engine::runPeerOutputsFirst(const PassPtr& pass, ReadyTask& task) {
+  // A worker downstream waits for the gradients that go towards a recv function;
+  // the outputs that only end in this worker's leaves can wait. For a node with
+  // both (a Linear whose input came by RPC: the input's gradient goes back, the
+  // weight's stays), computing the first, sending it, and only then the rest lets
+  // the next worker start while this one finishes. Only when the graph is not kept:
+  // hiding edges during a call (callFunctionMasked) must not race with another pass
+  // walking the same graph, which needs retain_graph=True.
+  Node& fn = *task.fn;
+  if (pass->keepGraph || pass->leadsToPeer.count(&fn) == 0 || !canComputeOutputsSeparately(fn)) {
+    return false;
+  }
+  const auto& edges = fn.next_edges();
+  std::vector<bool> toPeers(edges.size(), false), rest(edges.size(), false);
+  bool anyToPeers = false, anyRest = false;
+  for (size_t i = 0; i < edges.size(); ++i) {
+    if (!edges[i].is_valid()) {
+      continue;
+    }
+    if (pass->leadsToPeer.count(edges[i].function.get()) != 0) {
+      toPeers[i] = anyToPeers = true;
+    } else {
+      rest[i] = anyRest = true;
+    }
+  }
+  if (!anyToPeers || !anyRest) {
+    return false;
+  }
+  splitNodes_.fetch_add(1);
+  variable_list inputs = callPreHooks(fn, takeInputs(std::move(task.inputs)));
+  {
+    c10::OptionalStreamGuard streamGuard{fn.stream()};
+    variable_list outputs = callFunctionMasked(fn, inputs, toPeers, /*releaseVariables=*/false);
+    forwardOutputs(pass, fn, std::move(outputs), &toPeers);
+  }
+  auto restTask = std::make_unique<ReadyTask>(ReadyTask{task.fn, InputBuffer(0), std::move(inputs), false});
+  restTask->restHalf = true;
+  restTask->outputMask = std::move(rest);
+  std::lock_guard<std::mutex> lock(pass->mu);
+  if (!pass->finished) {
+    pass->pushReady(std::move(restTask));
+  }
+  return true;
+}
+
+void Engine::forwardOutputs(const PassPtr& pass, Node& fn, variable_list&& outputs, const std::vector<bool>* only) {
   const auto producerStream = fn.stream();
   std::lock_guard<std::mutex> lock(pass->mu);
   if (pass->finished) {
@@ -397,7 +453,7 @@ void Engine::forwardOutputs(const PassPtr& pass, Node& fn, variable_list&& outpu
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
     const auto& next = fn.next_edge(i);
-    if (!next.is_valid()) {
+    if (!next.is_valid() || (only != nullptr && !(*only)[i])) {
       continue;
     }
     Node* nextFn = next.function.get();
@@ -454,6 +510,11 @@ void Engine::sendToPeer(const PassPtr& pass, int64_t messageId, variable_list&& 
     }
     throw;
   }
+  // The agent writes the message from its own I/O thread, which the kernel tends to
+  // wake on this core; this thread may go on computing (the rest of a split node,
+  // see runPeerOutputsFirst) and would hold the message back for milliseconds.
+  // Give the core up once, so that the message leaves now.
+  std::this_thread::yield();
   answer->addCallback([this, pass, dst, awaitAnswer](Future& done) {
     {
       std::lock_guard<std::mutex> lock(pass->mu);

@@ -59,6 +59,11 @@ class Engine {
   // This worker's accumulated gradients for the context (a new dict, same tensors).
   c10::Dict<at::Tensor, at::Tensor> getGradients(int64_t contextId);
 
+  // Nodes this worker ran in two halves, outputs for peers first (runPeerOutputsFirst).
+  int64_t numSplitNodes() const {
+    return splitNodes_.load();
+  }
+
  private:
   Engine() = default;
 
@@ -72,7 +77,11 @@ class Engine {
   void runAsOwner(const PassPtr& pass);
   void execute(const PassPtr& pass, ReadyTask& task);
   // Routes a node's outputs to the next nodes' input buffers; queues ready ones.
-  void forwardOutputs(const PassPtr& pass, Node& fn, variable_list&& outputs);
+  // With `only`, just the outputs marked there (the others go with the node's other half).
+  void forwardOutputs(const PassPtr& pass, Node& fn, variable_list&& outputs, const std::vector<bool>* only = nullptr);
+  // Splits a node whose outputs go both towards other workers and to local-only
+  // work: computes the first now and queues the rest. False if it does not apply.
+  bool runPeerOutputsFirst(const PassPtr& pass, ReadyTask& task);
   // Gradients computed by a recv function go to the worker holding its send function.
   void sendToPeer(const PassPtr& pass, int64_t messageId, variable_list&& grads);
   // Queues gradients that arrived for send function `messageId` of `pass`. Returns
@@ -91,6 +100,7 @@ class Engine {
   void abortEverywhere(int64_t contextId, int64_t passId);
 
   std::atomic<int64_t> nextPassNumber_{0};
+  std::atomic<int64_t> splitNodes_{0};
 };
 
 }  // namespace dist_engine

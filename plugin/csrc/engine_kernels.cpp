@@ -65,6 +65,7 @@ c10::Dict<std::string, int64_t> debugInfoKernel() {
   for (const auto& [key, value] : ContextRegistry::get().debugInfo()) {
     info.insert(key, value);
   }
+  info.insert("num_split_nodes", Engine::get().numSplitNodes());
   return info;
 }
 

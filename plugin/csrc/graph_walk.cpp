@@ -40,6 +40,8 @@ void computeDependencies(PassState& pass, Node* graphRoot) {
   }
 
   std::unordered_set<Node*> seen(queue.begin(), queue.end());
+  // next node -> the nodes with an edge to it, for the walk back from the recv functions
+  std::unordered_map<Node*, std::vector<Node*>> producers;
   while (!queue.empty()) {
     Node* fn = queue.front();
     queue.pop_front();
@@ -49,8 +51,29 @@ void computeDependencies(PassState& pass, Node* graphRoot) {
         continue;
       }
       pass.dependencies[next] += 1;
+      producers[next].push_back(fn);
       if (seen.insert(next).second) {
         queue.push_back(next);
+      }
+    }
+  }
+
+  // pass.leadsToPeer: every node of the pass from which a recv function is reachable.
+  for (const auto& [recv, messageId] : pass.recvMessageIds) {
+    if (seen.count(recv) != 0 && pass.leadsToPeer.insert(recv).second) {
+      queue.push_back(recv);
+    }
+  }
+  while (!queue.empty()) {
+    Node* fn = queue.front();
+    queue.pop_front();
+    auto found = producers.find(fn);
+    if (found == producers.end()) {
+      continue;
+    }
+    for (Node* producer : found->second) {
+      if (pass.leadsToPeer.insert(producer).second) {
+        queue.push_back(producer);
       }
     }
   }

@@ -18,7 +18,8 @@ namespace dist_engine {
 // Recv function node -> its autograd_message_id, for every recv of the context.
 std::unordered_map<Node*, int64_t> recvMessageIds(const ContextPtr& ctx);
 
-// Fills `pass.dependencies`, `pass.recvMessageIds` and `pass.pendingSends`.
+// Fills `pass.dependencies`, `pass.recvMessageIds`, `pass.pendingSends` and
+// `pass.leadsToPeer`.
 // Starts at `graphRoot` (may be null on a worker that did not call backward) and at
 // the send functions the pass expects gradients for: every send function of the
 // context in fast mode, the reached ones in smart mode. Must hold `pass.mu`.

@@ -2,6 +2,9 @@
 
 #include <torch/csrc/autograd/engine.h>
 
+#include <cstring>
+#include <typeinfo>
+
 namespace dist_engine {
 
 namespace {
@@ -45,6 +48,54 @@ variable_list callFunction(Node& fn, InputBuffer&& buffer, bool keepGraph) {
     outputs = hasPostHooks ? (*hook)(outputs, inputs) : (*hook)(outputs, {});
   }
   if (!keepGraph) {
+    fn.release_variables();
+  }
+  return outputs;
+}
+
+bool canComputeOutputsSeparately(const Node& fn) {
+  // torch's generated backward functions live in torch::autograd::generated; the
+  // mangled name of their type is the only public way to tell them apart from
+  // custom functions (PyNode, CppNode), which ignore invalid edges when computing.
+  const char* type = typeid(fn).name();
+  return std::strstr(type, "5torch8autograd9generated") != nullptr && fn.post_hooks().empty();
+}
+
+variable_list callFunctionMasked(Node& fn, variable_list inputs, const std::vector<bool>& compute, bool releaseVariables) {
+  auto& edges = fn.next_edges();
+  TORCH_INTERNAL_ASSERT(compute.size() == edges.size());
+  // Hide the edges whose outputs are not wanted now; put them back whatever happens.
+  struct HiddenEdges {
+    torch::autograd::edge_list& edges;
+    std::vector<std::pair<size_t, torch::autograd::Edge>> hidden;
+    void restore() {
+      for (auto& [index, edge] : hidden) {
+        edges[index] = std::move(edge);
+      }
+      hidden.clear();
+    }
+    ~HiddenEdges() {
+      restore();
+    }
+  } guard{edges, {}};
+  for (size_t i = 0; i < edges.size(); ++i) {
+    if (!compute[i] && edges[i].is_valid()) {
+      guard.hidden.emplace_back(i, std::move(edges[i]));
+      edges[i] = torch::autograd::Edge();
+    }
+  }
+  if (releaseVariables) {
+    fn.will_release_variables();
+  }
+  variable_list outputs = fn(std::move(inputs));
+  guard.restore();
+  for (size_t i = 0; i < outputs.size() && i < compute.size(); ++i) {
+    if (!compute[i]) {
+      outputs[i] = at::Tensor();
+    }
+  }
+  torch::autograd::validate_outputs(edges, outputs, [&](const std::string& msg) { return describe(fn, msg); });
+  if (releaseVariables) {
     fn.release_variables();
   }
   return outputs;

@@ -31,14 +31,22 @@ using ContextPtr = torch::distributed::autograd::ContextPtr;
 
 enum class Mode { kFast, kSmart };
 
-// A node ready to run with its accumulated inputs. Higher sequence numbers run
-// first, as in torch's CPU ready queue (later forward ops are backpropagated first).
+// A node ready to run with its accumulated inputs. Tasks on the way to another
+// worker run first (see PassState::leadsToPeer); among the others, higher sequence
+// numbers run first, as in torch's CPU ready queue (later forward ops first).
 struct ReadyTask {
   NodePtr fn;
   InputBuffer inputs;
   // For a send function: the gradients that arrived over RPC (its outputs).
+  // For the second half of a split node: its inputs, after its pre-hooks ran.
   variable_list arrived;
   bool isSend = false;
+  // The second half of a node whose outputs for peers were computed first
+  // (Engine::execute): compute the outputs marked here.
+  bool restHalf = false;
+  std::vector<bool> outputMask;
+  // Set by pushReady.
+  bool urgent = false;
 };
 
 struct ContextEntry;  // context_registry.h
@@ -69,6 +77,10 @@ struct PassState {
   std::unordered_map<Node*, InputBuffer> notReady;
   // Recv functions of the context on this worker -> their autograd_message_id.
   std::unordered_map<Node*, int64_t> recvMessageIds;
+  // Nodes of the pass from which one of this worker's recv functions is reachable
+  // (recv functions included): their work is on the way to another worker, which
+  // waits for it, so they run before work that only ends in local leaves.
+  std::unordered_set<Node*> leadsToPeer;
   // Send functions of this worker that still wait for their gradients.
   std::unordered_map<int64_t, NodePtr> pendingSends;
   // Smart mode: every reached send function of the pass (all workers), forwarded
@@ -102,6 +114,7 @@ struct PassState {
   }
 
   void pushReady(std::unique_ptr<ReadyTask> task) {
+    task->urgent = !task->restHalf && leadsToPeer.count(task->fn.get()) > 0;
     ready.push_back(std::move(task));
     std::push_heap(ready.begin(), ready.end(), laterFirst);
     ++outstandingTasks;
@@ -115,7 +128,11 @@ struct PassState {
   }
 
  private:
+  // The heap's "less": true when `b` runs before `a`.
   static bool laterFirst(const std::unique_ptr<ReadyTask>& a, const std::unique_ptr<ReadyTask>& b) {
+    if (a->urgent != b->urgent) {
+      return b->urgent;
+    }
     return a->fn->sequence_nr() < b->fn->sequence_nr();
   }
 };
