@@ -33,6 +33,10 @@ struct ContextEntry {
 
   std::weak_ptr<torch::distributed::autograd::DistAutogradContext> context;
   std::mutex mu;
+  // Held while walking the context's graph (graph_walk.cpp) and while a node runs
+  // with some of its next edges hidden (Engine::runPeerOutputsFirst), so that no
+  // walk sees a hidden edge. Taken after a pass's `mu` when both are held.
+  std::mutex graphMu;
   // Gradients of passes known to have ended everywhere, summed.
   GradientDict grads;
   // pass id -> gradients of a pass that may still be aborted.

@@ -365,7 +365,11 @@ void Engine::execute(const PassPtr& pass, ReadyTask& task) {
 
   if (task.restHalf) {
     c10::OptionalStreamGuard streamGuard{fn.stream()};
-    variable_list outputs = callFunctionMasked(fn, std::move(task.arrived), task.outputMask, !pass->keepGraph);
+    variable_list outputs;
+    {
+      std::lock_guard<std::mutex> graphLock(pass->entry->graphMu);
+      outputs = callFunctionMasked(fn, std::move(task.arrived), task.outputMask, !pass->keepGraph);
+    }
     forwardOutputs(pass, fn, std::move(outputs), &task.outputMask);
     return;
   }
@@ -405,9 +409,10 @@ bool Engine::runPeerOutputsFirst(const PassPtr& pass, ReadyTask& task) {
   // the outputs that only end in this worker's leaves can wait. For a node with
   // both (a Linear whose input came by RPC: the input's gradient goes back, the
   // weight's stays), computing the first, sending it, and only then the rest lets
-  // the next worker start while this one finishes. Only when the graph is not kept:
-  // hiding edges during a call (callFunctionMasked) must not race with another pass
-  // walking the same graph, which needs retain_graph=True.
+  // the next worker start while this one finishes. Walks of the graph wait while
+  // edges are hidden (ContextEntry::graphMu). Running the node itself is not locked:
+  // only when the graph is not kept, so that no other pass can run it meanwhile (a
+  // second pass through its saved tensors needs retain_graph=True on this one).
   Node& fn = *task.fn;
   if (pass->keepGraph || pass->leadsToPeer.count(&fn) == 0 || !canComputeOutputsSeparately(fn)) {
     return false;
@@ -432,7 +437,11 @@ bool Engine::runPeerOutputsFirst(const PassPtr& pass, ReadyTask& task) {
   variable_list inputs = callPreHooks(fn, takeInputs(std::move(task.inputs)));
   {
     c10::OptionalStreamGuard streamGuard{fn.stream()};
-    variable_list outputs = callFunctionMasked(fn, inputs, toPeers, /*releaseVariables=*/false);
+    variable_list outputs;
+    {
+      std::lock_guard<std::mutex> graphLock(pass->entry->graphMu);
+      outputs = callFunctionMasked(fn, inputs, toPeers, /*releaseVariables=*/false);
+    }
     forwardOutputs(pass, fn, std::move(outputs), &toPeers);
   }
   auto restTask = std::make_unique<ReadyTask>(ReadyTask{task.fn, InputBuffer(0), std::move(inputs), false});

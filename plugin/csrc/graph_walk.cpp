@@ -1,5 +1,7 @@
 #include "graph_walk.h"
 
+#include "context_registry.h"
+
 #include <torch/csrc/distributed/autograd/context/container.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@ std::unordered_map<Node*, int64_t> recvMessageIds(const ContextPtr& ctx) {
 }
 
 void computeDependencies(PassState& pass, Node* graphRoot) {
+  std::lock_guard<std::mutex> graphLock(pass.entry->graphMu);
   const int64_t self = torch::distributed::autograd::DistAutogradContainer::getInstance().getWorkerId();
   pass.recvMessageIds = recvMessageIds(pass.context);
 
@@ -80,6 +83,8 @@ void computeDependencies(PassState& pass, Node* graphRoot) {
 }
 
 ReachabilityTable computeReachability(const ContextPtr& ctx, const torch::autograd::edge_list& roots) {
+  EntryPtr entry = ContextRegistry::get().entry(ctx);
+  std::lock_guard<std::mutex> graphLock(entry->graphMu);
   const auto recvIds = recvMessageIds(ctx);
   // Each node's set of reachable recv ids, computed once (post-order, iterative).
   std::unordered_map<Node*, std::vector<int64_t>> memo;
