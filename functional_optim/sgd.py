@@ -86,12 +86,10 @@ def _multi_tensor_sgd(
             else:
                 buf.mul_(momentum).add_(grads[i], alpha=1 - dampening)
             bufs.append(buf)
-        if nesterov:
-            # torch adds in place here, which can write into the caller's gradients; the values
-            # are the same out of place.
-            grads = torch._foreach_add(grads, bufs, alpha=momentum)
-        else:
-            grads = bufs
+        _multi_tensor_sgd_momentum_update(
+            params, grads, bufs, momentum=momentum, nesterov=nesterov, lr=lr, has_sparse_grad=has_sparse_grad
+        )
+        return
     _multi_tensor_sgd_update(params, grads, lr=lr, has_sparse_grad=has_sparse_grad)
 
 
@@ -112,6 +110,22 @@ def _multi_tensor_sgd_buffers(
     grads = _multi_tensor_sgd_gradients(params, grads, weight_decay=weight_decay, maximize=maximize)
     torch._foreach_mul_(bufs, momentum)
     torch._foreach_add_(bufs, grads, alpha=1 - dampening)
+    _multi_tensor_sgd_momentum_update(
+        params, grads, bufs, momentum=momentum, nesterov=nesterov, lr=lr, has_sparse_grad=has_sparse_grad
+    )
+
+
+def _multi_tensor_sgd_momentum_update(
+    params: List[Tensor],
+    grads: List[Tensor],
+    bufs: List[Tensor],
+    *,
+    momentum: float,
+    nesterov: bool,
+    lr: float,
+    has_sparse_grad: bool,
+) -> None:
+    """The multi-tensor step's update once the momentum buffers hold this step's values."""
     if nesterov:
         # torch adds in place here, which can write into the caller's gradients; the values
         # are the same out of place.
