@@ -44,6 +44,8 @@ void computeDependencies(PassState& pass, Node* graphRoot) {
 
   std::unordered_set<Node*> seen(queue.begin(), queue.end());
   // next node -> the nodes with an edge to it, for the walk back from the recv functions
+  // (not needed on a worker without recv functions: nothing leads to a peer there)
+  const bool findPeerPaths = !pass.recvMessageIds.empty();
   std::unordered_map<Node*, std::vector<Node*>> producers;
   while (!queue.empty()) {
     Node* fn = queue.front();
@@ -54,7 +56,9 @@ void computeDependencies(PassState& pass, Node* graphRoot) {
         continue;
       }
       pass.dependencies[next] += 1;
-      producers[next].push_back(fn);
+      if (findPeerPaths) {
+        producers[next].push_back(fn);
+      }
       if (seen.insert(next).second) {
         queue.push_back(next);
       }
