@@ -8,7 +8,7 @@ Each result file has a part of the page between ``<!-- BEGIN <name> -->`` and
 ``<!-- END <name> -->`` (``bench_optim``, ``bench_backward``, ``bench_gil``); the text around
 the markers is written by hand. A file that does not exist yet renders as a note saying so, and
 a file without a dedicated renderer below renders as a generic listing of its numbers, so the
-page always quotes exactly what is committed. ``tests/test_benchmarks_page.py`` fails when the
+page always quotes exactly what is committed. ``tests/docs/test_benchmarks_page.py`` fails when the
 page and the files disagree. The targets come from the issues that asked for each benchmark;
 whether a measured number meets its target is computed here, not written by hand.
 """

@@ -1,12 +1,5 @@
-import os
-import sys
-
 import pytest
 import torch
-
-# Tests import their helpers (cluster.py, graphs.py) as top-level modules, and so do
-# the worker processes they spawn.
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -14,9 +7,9 @@ requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs 
 @pytest.fixture(scope="session")
 def cluster():
     """A 4-worker RPC group for the whole session (this process is worker0)."""
-    from cluster import Cluster
+    from tests.support.cluster import Cluster
 
-    c = Cluster(world_size=4, num_worker_threads=4, rpc_timeout=60.0, imports=("graphs", "optim_remote"))
+    c = Cluster(world_size=4, num_worker_threads=4, rpc_timeout=60.0, imports=("tests.support.graphs", "tests.support.optim_remote"))
     c.start()
     yield c
     c.stop()

@@ -9,8 +9,8 @@ import functional_optim as F
 from functional_optim import state_protocol
 from functional_optim.scripting import script_optimizer
 
-import optim_configs as C
-from _optim_helpers import assert_same_params, assert_same_state
+from tests.support import optim_configs as C
+from tests.support.optim_helpers import assert_same_params, assert_same_state
 
 DTYPE = torch.float64
 

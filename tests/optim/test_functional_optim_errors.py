@@ -14,8 +14,8 @@ import functional_optim as F
 from functional_optim import _jit, _validation
 from functional_optim.scripting import script_optimizer
 
-import optim_configs as C
-import _scripted_optim_fns
+from tests.support import optim_configs as C
+from tests.support import scripted_optim_fns
 
 INVALID_CASES = [
     pytest.param(info, bad, id=f"{info.name}-{'-'.join(f'{k}={v}' for k, v in bad.kwargs.items())}")
@@ -57,7 +57,7 @@ def test_invalid_hyperparameters(info, bad):
 
 @pytest.mark.parametrize("info", C.INFOS, ids=str)
 def test_invalid_lr_raises_inside_torchscript(info):
-    train = _jit.script(_scripted_optim_fns.TRAIN[info.name])
+    train = _jit.script(scripted_optim_fns.TRAIN[info.name])
     with pytest.raises(torch.jit.Error, match="Invalid learning rate"):
         train(C.make_params(torch.float32), [], -1.0)
 

@@ -7,11 +7,11 @@ import textwrap
 import pytest
 import torch
 
-from cluster import free_port
+from tests.support.cluster import free_port
 from plugin.rpc import resolve_device_maps
+from tests.support import REPO
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+SUPPORT = os.path.join(REPO, "tests", "support")
 NAMES = ["worker0", "worker1", "worker2"]
 cuda = torch.device
 
@@ -78,7 +78,7 @@ def test_explicit_arguments(transports):
     port = free_port()
     extra = ["--transports", transports] if transports else []
     procs = [
-        run([sys.executable, os.path.join(HERE, "rpc_init_job.py"), "--rank", str(r), "--world-size", "2",
+        run([sys.executable, os.path.join(SUPPORT, "rpc_init_job.py"), "--rank", str(r), "--world-size", "2",
              "--port", str(port)] + extra)
         for r in range(2)
     ]
@@ -91,7 +91,7 @@ def test_torchrun_environment():
     port = free_port()
     proc = run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", f"--master-port={port}",
-         os.path.join(HERE, "rpc_init_job.py")],
+         os.path.join(SUPPORT, "rpc_init_job.py")],
         env={"OMP_NUM_THREADS": "1"},
     )
     out, err = proc.communicate(timeout=180)

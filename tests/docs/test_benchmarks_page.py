@@ -5,8 +5,8 @@ import os
 import shutil
 
 import pytest
+from tests.support import REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def load_renderer():

@@ -7,7 +7,7 @@ import torch
 import torch.distributed.autograd as dist_autograd
 import torch.distributed.rpc as rpc
 
-import graphs
+from tests.support import graphs
 import plugin
 
 

@@ -6,7 +6,7 @@ import torch
 from functional_optim import state_protocol
 from functional_optim.scripting import script_optimizer
 
-import optim_configs as C
+from tests.support import optim_configs as C
 
 
 def torch_state(opt: torch.optim.Optimizer) -> Dict[str, Any]:

@@ -8,9 +8,9 @@ import torch.distributed.autograd as dist_autograd
 import torch.distributed.rpc as rpc
 
 import functional_optim
-import optim_remote
+from tests.support import optim_remote
 import plugin
-from optim_configs import INFOS
+from tests.support.optim_configs import INFOS
 from plugin.optim import DistributedOptimizer, ScriptLocalOptimizer
 
 OWNERS = {"p1": ("worker1", (3, 4), 1), "p2": ("worker2", (4,), 2), "p3": ("worker2", (2, 4), 3)}

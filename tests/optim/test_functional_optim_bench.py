@@ -3,8 +3,9 @@ import json
 import os
 import subprocess
 import sys
+from tests.support import REPO
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = REPO
 
 
 def test_bench_optim_quick(tmp_path):

@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 import torch
+from tests.support import REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Loads the library named by GILFREE_RPC_LIBRARY through `import plugin` and runs one
 # local backward pass through the engine (a one-worker RPC group).

@@ -6,7 +6,7 @@ runs with backward called from a scripted function.
 import pytest
 import torch
 
-import graphs
+from tests.support import graphs
 
 
 def assert_same_gradients(ours, theirs):

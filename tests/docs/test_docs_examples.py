@@ -10,7 +10,7 @@ fails its test. There is no way to skip an example.
 
 When an example's output changes on purpose, rewrite the expect blocks in the pages with
 
-    EXPECTTEST_ACCEPT=1 python -m pytest tests/test_docs_examples.py
+    EXPECTTEST_ACCEPT=1 python -m pytest tests/docs/test_docs_examples.py
 
 and review the change with ``git diff`` (expecttest's convention, applied to the pages).
 """
@@ -26,9 +26,9 @@ from typing import List
 import expecttest
 import pytest
 
-from _expect import ACCEPT_HINT, accepting
+from tests.support.expect import ACCEPT_HINT, accepting
+from tests.support import REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NO_OUTPUT = "(no output)"
 TIMEOUT_S = 120
 _OPEN = re.compile(r"^(`{3,}|~{3,})(.*)$")
@@ -169,7 +169,7 @@ def test_example_prints_its_expect_block(example):
         normalize(example.expect) + "\n",
         actual + "\n",
         msg=f"{example.page}:{example.line} (example {example.index})\n"
-        + ACCEPT_HINT.format(where="tests/test_docs_examples.py"),
+        + ACCEPT_HINT.format(where="tests/docs/test_docs_examples.py"),
     )
 
 

@@ -1,7 +1,7 @@
 """A two-worker job started with plugin.rpc.init_rpc, by torchrun or by the test itself.
 
-    torchrun --nproc-per-node=2 tests/rpc_init_job.py
-    python tests/rpc_init_job.py --rank R --world-size 2 --port P   (explicit arguments)
+    torchrun --nproc-per-node=2 tests/support/rpc_init_job.py
+    python tests/support/rpc_init_job.py --rank R --world-size 2 --port P   (explicit arguments)
 
 Rank 0 runs one distributed backward pass through worker1 and prints the result.
 """

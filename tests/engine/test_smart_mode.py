@@ -6,10 +6,10 @@ import torch
 import torch.distributed.autograd as dist_autograd
 import torch.distributed.rpc as rpc
 
-import graphs
+from tests.support import graphs
 import plugin
-import smart_graphs
-from smart_graphs import RpcNet
+from tests.support import smart_graphs
+from tests.support.smart_graphs import RpcNet
 
 
 def workers():

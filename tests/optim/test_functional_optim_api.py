@@ -10,9 +10,9 @@ import functional_optim as F
 from functional_optim import _jit, state_protocol
 from functional_optim.scripting import script_optimizer
 
-import optim_configs as C
-import _scripted_optim_fns
-from _optim_helpers import assert_same_params, assert_same_state
+from tests.support import optim_configs as C
+from tests.support import scripted_optim_fns
+from tests.support.optim_helpers import assert_same_params, assert_same_state
 
 DTYPE = torch.float64
 
@@ -116,13 +116,13 @@ def test_created_and_stepped_inside_torchscript(info):
         reference.step()
 
     ours = [p.clone() for p in base]
-    state = _jit.script(_scripted_optim_fns.TRAIN[info.name])(ours, grads, 0.01)
+    state = _jit.script(scripted_optim_fns.TRAIN[info.name])(ours, grads, 0.01)
     assert_same_params(torch_params, ours, DTYPE)
     assert sorted(state) == sorted(reference.state_dict()["state"])
 
     passed_in = [p.clone() for p in base]
     opt = info.ours(passed_in, lr=0.01)
-    _jit.script(_scripted_optim_fns.STEP[info.name])(opt, grads)
+    _jit.script(scripted_optim_fns.STEP[info.name])(opt, grads)
     assert_same_params(torch_params, passed_in, DTYPE)
 
 
@@ -195,7 +195,7 @@ def test_registry():
 def test_no_deprecation_warning_from_our_scripting():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        torch.jit.script(_scripted_optim_fns.step_sgd)  # raw torch.jit.script, for comparison
+        torch.jit.script(scripted_optim_fns.step_sgd)  # raw torch.jit.script, for comparison
     raw_warns = any(issubclass(w.category, DeprecationWarning) for w in caught)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -204,7 +204,7 @@ def test_no_deprecation_warning_from_our_scripting():
             opt.step([torch.ones(s) for s in C.SHAPES])
             module = script_optimizer(opt)
             module.step([torch.ones(s) for s in C.SHAPES])
-            _jit.script(_scripted_optim_fns.TRAIN[info.name])
+            _jit.script(scripted_optim_fns.TRAIN[info.name])
     ours = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
     assert ours == []
     if not raw_warns:

@@ -1,6 +1,6 @@
 """Every public name has a docstring that says what a user needs (issue 5, item 4).
 
-Public names are those of ``tests/_public_api.py`` (modules, the names in ``__all__`` and the
+Public names are those of ``tests/support/public_api.py`` (modules, the names in ``__all__`` and the
 public members of public classes); a re-export (``functional_optim.Adam``) is checked where it is
 defined (``functional_optim.adam.Adam``). The rules, each a test below:
 
@@ -27,7 +27,7 @@ import typing
 
 import pytest
 
-import _public_api as api
+from tests.support import public_api as api
 
 OPTIMIZER_MODULES = {
     "functional_optim." + m

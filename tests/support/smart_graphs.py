@@ -12,7 +12,7 @@ import torch
 import torch.distributed.rpc as rpc
 from torch import Tensor
 
-from graphs import LEAVES, make_leaf
+from tests.support.graphs import LEAVES, make_leaf
 
 
 class RpcNet:

@@ -8,11 +8,12 @@ import sys
 import pytest
 import torch
 
-from cluster import free_port
+from tests.support.cluster import free_port
+from tests.support import REPO
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+SUPPORT = os.path.join(REPO, "tests", "support")
 
 
 def test_cuda_gradients_under_device_map_match_torch():
@@ -20,7 +21,7 @@ def test_cuda_gradients_under_device_map_match_torch():
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     procs = [
         subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "cuda_job.py"), "--rank", str(r), "--port", str(port)],
+            [sys.executable, os.path.join(SUPPORT, "cuda_job.py"), "--rank", str(r), "--port", str(port)],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         for r in range(2)

@@ -8,8 +8,8 @@ parameters on some steps (None gradients).
 import pytest
 import torch
 
-import optim_configs as C
-from _optim_helpers import assert_same_params, run_parity
+from tests.support import optim_configs as C
+from tests.support.optim_helpers import assert_same_params, run_parity
 
 DTYPES = [torch.float32, torch.float64]
 

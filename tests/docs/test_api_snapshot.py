@@ -1,8 +1,8 @@
 """The public surface, as text: every public name with its signature, every op schema.
 
-``tests/expect/api_snapshot.txt`` holds the accepted listing. Any change to a public name, a
+``tests/docs/expect/api_snapshot.txt`` holds the accepted listing. Any change to a public name, a
 signature, a default, an ``__all__`` or an op schema shows up as a diff of that file; when the
-change is intended, accept it with ``EXPECTTEST_ACCEPT=1 python -m pytest tests/test_api_snapshot.py``
+change is intended, accept it with ``EXPECTTEST_ACCEPT=1 python -m pytest tests/docs/test_api_snapshot.py``
 and commit the new file with the change. The API reference (``docs/api.md``) must name every
 entry too (test below).
 """
@@ -10,12 +10,13 @@ import inspect
 import os
 import re
 
-import _public_api as api
-from _expect import assert_expected_file
+from tests.support import public_api as api
+from tests.support.expect import assert_expected_file
+from tests.support import REPO
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXPECT = os.path.join(HERE, "expect", "api_snapshot.txt")
-API_PAGE = os.path.join(os.path.dirname(HERE), "docs", "api.md")
+API_PAGE = os.path.join(REPO, "docs", "api.md")
 
 _ADDRESS = re.compile(r" at 0x[0-9a-f]+")
 
@@ -55,7 +56,7 @@ def render_python_api() -> str:
 
 def render_snapshot() -> str:
     return (
-        "# Public Python API: tests/_public_api.py lists it; signatures from inspect.signature\n\n"
+        "# Public Python API: tests/support/public_api.py lists it; signatures from inspect.signature\n\n"
         + render_python_api()
         + "\n# torch.ops.dist_engine op schemas\n\n"
         + "\n".join(api.op_schemas())
@@ -66,7 +67,7 @@ def render_snapshot() -> str:
 
 
 def test_api_snapshot():
-    assert_expected_file(render_snapshot(), EXPECT, "tests/test_api_snapshot.py")
+    assert_expected_file(render_snapshot(), EXPECT, "tests/docs/test_api_snapshot.py")
 
 
 def test_snapshot_is_deterministic():
