@@ -11,7 +11,6 @@
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/distributed/autograd/context/container.h>
 #include <torch/csrc/distributed/rpc/rpc_agent.h>
-#include <torch/csrc/distributed/rpc/utils.h>
 
 #include <chrono>
 #include <thread>

@@ -3,10 +3,7 @@
 #include "compat.h"
 
 #include <torch/csrc/distributed/autograd/context/container.h>
-#include <torch/csrc/distributed/rpc/message.h>
 #include <torch/csrc/distributed/rpc/rpc_agent.h>
-#include <torch/csrc/distributed/rpc/script_call.h>
-#include <torch/csrc/distributed/rpc/utils.h>
 
 #include <mutex>
 #include <optional>
