@@ -1,14 +1,20 @@
-"""Starting TensorPipe RPC for the plugin, from arguments or from torchrun's environment."""
+"""Starting and stopping TensorPipe RPC for the plugin: start-up from arguments or from
+torchrun's environment, checked across the group before torch's rendezvous, and a shutdown
+that returns when a worker has died."""
 import os
+import threading
+import time
 import warnings
-from typing import Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 import torch
 import torch.distributed.rpc as _rpc
 
 from ._device_maps import resolve_device_maps
+from ._errors import remote_error_summary
+from ._rendezvous import RendezvousError, check_group, init_method_for
 
-__all__ = ["init_rpc", "resolve_device_maps"]
+__all__ = ["RendezvousError", "init_rpc", "resolve_device_maps", "shutdown"]
 
 
 def _setting(value, env: str, what: str, convert=str, default=None):
@@ -36,6 +42,7 @@ def init_rpc(
     device_maps: Optional[Mapping] = None,
     worker_names: Optional[Sequence[str]] = None,
     transports: Optional[Sequence[str]] = None,
+    init_timeout: float = 120.0,
 ) -> _rpc.WorkerInfo:
     """Starts TensorPipe RPC on this process and returns its ``WorkerInfo``.
 
@@ -43,6 +50,17 @@ def init_rpc(
     ``MASTER_ADDR`` (default ``localhost``), ``MASTER_PORT`` and ``LOCAL_RANK`` (the CUDA
     device made current, when CUDA is available). Workers are named ``worker0`` ..
     ``worker{world_size-1}`` unless ``worker_names`` says otherwise.
+
+    Before torch's rendezvous starts, the processes compare what each was given, through
+    the rendezvous store: the world size, the ``worker_names`` list, and their ranks (each
+    rank exactly once, none outside the world). Rank 0 decides and every process that
+    arrived raises the same :class:`RendezvousError`, naming the ranks, workers, hosts and
+    process ids that disagreed, when they disagree, or when not all ranks arrived within
+    ``init_timeout`` seconds. A process that arrives after a complete, consistent group has
+    started gets the error alone (the group cannot tell it from another job's process).
+    Rank 0 hosts the store at ``master_addr:master_port``; under torchrun, torchrun's agent
+    does. After the check, torch's own start-up (its process group, the exchange of
+    addresses) waits at most ``rpc_timeout`` per store operation.
 
     Device maps are one world-wide table given identically to every rank,
     ``{worker: {peer: {device: device}}}``; row ``device_maps[a][b]`` says where a tensor
@@ -67,6 +85,8 @@ def init_rpc(
             includes shared memory, whose reactor thread busy-polls a CPU core in every
             process even when idle (fastest messages, but on a machine with fewer cores than
             processes the polling competes with the work).
+        init_timeout (float): seconds to wait for every rank to arrive at the start-up
+            check (rank 0's store first, then the others). Default: 120.
 
     Returns:
         torch.distributed.rpc.WorkerInfo: this worker's name and id.
@@ -78,6 +98,10 @@ def init_rpc(
             itself, a map that cannot be inverted, two rows that disagree, or a device that
             does not exist on this worker. Nothing has started when it raises.
         TypeError: ``device_maps`` is not nested dicts.
+        RendezvousError: the start-up check failed: ranks that disagree on the world size
+            or on ``worker_names``, a rank started twice, a rank outside the world, a rank
+            (or rank 0's store) that did not arrive within ``init_timeout``, or this
+            process arrived after its group had started. RPC has not started.
     """
     rank = _setting(rank, "RANK", "rank", int)
     world_size = _setting(world_size, "WORLD_SIZE", "world size", int)
@@ -96,6 +120,8 @@ def init_rpc(
         raise ValueError(f"init_rpc(): num_worker_threads must be >= 1, got {num_worker_threads}")
     if rpc_timeout < 0:
         raise ValueError(f"init_rpc(): rpc_timeout must be >= 0 seconds, got {rpc_timeout}")
+    if not init_timeout > 0:
+        raise ValueError(f"init_rpc(): init_timeout must be > 0 seconds, got {init_timeout}")
 
     cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     maps = resolve_device_maps(device_maps or {}, name, names, cuda_count)
@@ -110,10 +136,7 @@ def init_rpc(
         # TensorPipeRpcBackendOptions (torch documents no other way to choose it).
         extra["_transports"] = list(transports)
     options = _rpc.TensorPipeRpcBackendOptions(
-        num_worker_threads=num_worker_threads,
-        rpc_timeout=rpc_timeout,
-        init_method=f"tcp://{master_addr}:{master_port}",
-        **extra,
+        num_worker_threads=num_worker_threads, rpc_timeout=rpc_timeout, init_method="env://", **extra
     )
     devices = set()
     for peer, mapping in maps.items():
@@ -124,8 +147,164 @@ def init_rpc(
 
     from . import _handlers  # noqa: F401  (peers call the engine's handlers by name)
 
+    store = check_group(master_addr, master_port, rank, world_size, name, names, init_timeout)
+    options.init_method = init_method_for(store, rank, world_size)
+    with _arrivals:
+        _arrived.clear()
     with warnings.catch_warnings():
         # torch's own rendezvous code warns about its own use of a deprecated API
         warnings.filterwarnings("ignore", message="You are using a Backend .* as a ProcessGroup", category=UserWarning)
         _rpc.init_rpc(name, rank=rank, world_size=world_size, rpc_backend_options=options)
     return _rpc.get_worker_info()
+
+
+# Shutdown. Each worker tells every peer that it has reached shutdown(); the peers' RPC
+# threads record it here.
+_arrivals = threading.Condition()
+_arrived = set()
+
+
+def _note_arrival(worker: str) -> bool:
+    """Called by RPC from a peer that has reached :func:`shutdown`."""
+    with _arrivals:
+        _arrived.add(worker)
+        _arrivals.notify_all()
+    return True
+
+
+def _worker_names() -> List[str]:
+    # torch has no public list of an RPC group's workers: the current agent's
+    # get_worker_infos() is what torch's own _all_gather uses (torch 2.4 .. 2.13).
+    infos = _rpc.api._get_current_rpc_agent().get_worker_infos()
+    return [info.name for info in sorted(infos, key=lambda info: info.id)]
+
+
+def _remaining(deadline: Optional[float]) -> float:
+    """Seconds left before ``deadline`` (None: no bound, which torch spells 0)."""
+    return 0.0 if deadline is None else max(0.001, deadline - time.monotonic())
+
+
+def shutdown(graceful: bool = True, timeout: Optional[float] = None) -> List[str]:
+    """Stops RPC on this worker; returns the workers a graceful shutdown could not wait for.
+
+    A graceful shutdown (torch's ``rpc.shutdown()``) waits until every worker has called it,
+    then for outstanding work, so that no worker stops while a peer still needs it. When a
+    worker has died, torch's waits on it without bound. This one first tells every peer that
+    this worker has arrived and waits, until ``timeout`` seconds from the call, for each
+    peer to arrive too or to prove unreachable (a message to it fails, as it does at once
+    for a process that has exited). When all have arrived it runs torch's graceful
+    shutdown, bounded by the time left. Otherwise it warns, naming each worker that could
+    not be reached (and why) or did not arrive in time, shuts down without waiting
+    (``graceful=False``, what torch's own shutdown does when a peer is gone), and returns
+    their names.
+
+    Every worker of the group must shut down with this function (a peer that calls torch's
+    ``rpc.shutdown()`` instead never announces its arrival here). It does not raise for an
+    unreachable peer, so it is safe in a ``finally`` block; a caller that must fail checks
+    the returned list. Each worker sends one small message to each peer: ``N * (N - 1)``
+    in all.
+
+    Args:
+        graceful (bool): wait for the other workers (True), or stop this worker at once
+            (False, torch's ``rpc.shutdown(graceful=False)``). Default: True.
+        timeout (float, optional): seconds to wait for the other workers, in all.
+            Default: ``None``, the RPC timeout (``rpc_timeout`` of :func:`init_rpc`); if
+            that is 0 (no timeout), unreachable workers are still detected, but a worker
+            that is alive and never calls shutdown is waited for without bound.
+
+    Returns:
+        List[str]: the names of the workers that could not be reached or did not arrive
+        within ``timeout``, in rank order; empty after a graceful shutdown or when ``graceful``
+        is False.
+
+    Raises:
+        ValueError: ``timeout`` is negative.
+        RuntimeError: RPC is not running on this process (from torch).
+
+    Warns:
+        RuntimeWarning: the graceful shutdown fell back to a shutdown without waiting; the
+        message names the workers and the reasons. Also when torch's graceful shutdown
+        failed after every worker had arrived (a worker died in between).
+    """
+    if timeout is not None and timeout < 0:
+        raise ValueError(f"shutdown(): timeout must be >= 0 seconds, got {timeout}")
+    try:
+        if not graceful:
+            _rpc.shutdown(graceful=False)
+            return []
+        return _shutdown_gracefully(timeout)
+    finally:
+        with _arrivals:
+            _arrived.clear()
+
+
+def _shutdown_gracefully(timeout: Optional[float]) -> List[str]:
+    bound = _rpc.get_rpc_timeout() if timeout is None else timeout
+    deadline = time.monotonic() + bound if bound > 0 else None
+    me = _rpc.get_worker_info().name
+    peers = [name for name in _worker_names() if name != me]
+    answered = set()
+    failed: Dict[str, str] = {}
+
+    def settle(peer):
+        def callback(future):
+            try:
+                future.wait()
+                error = None
+            except Exception as e:  # noqa: BLE001 (any failure means: not reachable)
+                error = remote_error_summary(e)
+            with _arrivals:
+                if error is None:
+                    answered.add(peer)
+                else:
+                    failed[peer] = error
+                _arrivals.notify_all()
+
+        return callback
+
+    for peer in peers:
+        try:
+            future = _rpc.rpc_async(peer, _note_arrival, args=(me,), timeout=_remaining(deadline))
+        except Exception as e:  # noqa: BLE001
+            with _arrivals:
+                failed[peer] = remote_error_summary(e)
+            continue
+        future.add_done_callback(settle(peer))
+
+    def settled(peer):
+        # Our message got an answer or failed, and the peer arrived or cannot be reached.
+        return (peer in answered or peer in failed) and (peer in _arrived or peer in failed)
+
+    with _arrivals:
+        while not all(settled(p) for p in peers):
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            _arrivals.wait(timeout=0.1 if deadline is None else min(0.1, _remaining(deadline)))
+        unreachable = {p: failed[p] for p in peers if p in failed and p not in _arrived}
+        late = [p for p in peers if p not in _arrived and p not in failed]
+
+    if not unreachable and not late:
+        try:
+            _rpc.shutdown(graceful=True, timeout=_remaining(deadline))
+        except Exception as e:  # noqa: BLE001 (torch has shut the agent down in any case)
+            warnings.warn(
+                f"plugin.rpc.shutdown(): every worker had arrived, but torch's graceful shutdown of {me!r} "
+                f"failed (a worker died meanwhile?): {remote_error_summary(e)}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return []
+
+    reasons = [f"{p!r} is unreachable ({why})" for p, why in unreachable.items()]
+    if late:
+        reasons.append(
+            f"{', '.join(repr(p) for p in late)} did not reach shutdown() within {bound:g} s"
+        )
+    warnings.warn(
+        f"plugin.rpc.shutdown(): {me!r} shut down without waiting for the other workers: "
+        + "; ".join(reasons),
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    _rpc.shutdown(graceful=False)
+    return [p for p in peers if p in unreachable or p in late]
