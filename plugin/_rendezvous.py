@@ -170,9 +170,9 @@ def _prefix() -> str:
     return f"gilfree_init/{restart}/{count}/"
 
 
-def _read_records(store: dist.Store, prefix: str, upto: int, records: Dict[int, dict]) -> None:
-    """Reads the records numbered 1..upto not read yet (those already written)."""
-    for i in range(1, upto + 1):
+def _read_records(store: dist.Store, prefix: str, upto: int, records: Dict[int, dict], first: int = 1) -> None:
+    """Reads the records numbered first..upto not read yet (those already written)."""
+    for i in range(first, upto + 1):
         if i not in records and store.check([f"{prefix}record/{i}"]):
             records[i] = json.loads(store.get(f"{prefix}record/{i}"))
 
@@ -231,6 +231,8 @@ def _late(store, prefix, mine, deadline) -> None:
     while verdict is None and time.monotonic() < deadline + _ACK_WAIT:
         verdict = _verdict(store, prefix)
         time.sleep(0 if verdict else _POLL)
+    if verdict is not None and not verdict["ok"]:
+        store.add(prefix + "acks", 1)
     if verdict is None:
         what = "its verdict was not written"
     elif verdict["ok"]:
@@ -278,12 +280,25 @@ def _judge(store, prefix, mine, timeout, deadline, where) -> None:
             return
         message = f"init_rpc(): {problem}"
         store.set(prefix + "verdict", json.dumps({"ok": False, "message": message}))
-        # This process may host the store: keep it up until the others have read the
-        # verdict (bounded), or they would see the store vanish instead of the reason.
-        ack_deadline = time.monotonic() + _ACK_WAIT
-        while store.add(prefix + "acks", 0) < sealed - 1 and time.monotonic() < ack_deadline:
-            time.sleep(_POLL)
+        _await_readers(store, prefix, records, sealed, deadline)
         raise RendezvousError(message)
+
+
+def _await_readers(store, prefix, records: Dict[int, dict], sealed: int, deadline: float) -> None:
+    """After an error verdict, keeps this process (which may host the store) in the check
+    until every process that arrived has read the verdict and every rank that any of them
+    expects has arrived (those still importing read it as late arrivals), until the
+    deadline or ``_ACK_WAIT`` from now, whichever is later. Leaving at once would make the
+    store vanish before the others learn why."""
+    until = max(deadline, time.monotonic() + _ACK_WAIT)
+    while time.monotonic() < until:
+        total = store.add(prefix + "joined", 0) - SEAL
+        _read_records(store, prefix, SEAL + total, records, first=SEAL + sealed + 1)
+        expected = max(r["world_size"] for r in records.values())
+        present = {r["rank"] for r in records.values()}
+        if store.add(prefix + "acks", 0) >= max(total, sealed) - 1 and all(r in present for r in range(expected)):
+            return
+        time.sleep(_POLL)
 
 
 def _follow(store, prefix, mine, timeout, deadline, where) -> None:

@@ -194,15 +194,18 @@ def shutdown(graceful: bool = True, timeout: Optional[float] = None) -> List[str
     peer to arrive too or to prove unreachable (a message to it fails, as it does at once
     for a process that has exited). When all have arrived it runs torch's graceful
     shutdown, bounded by the time left. Otherwise it warns, naming each worker that could
-    not be reached (and why) or did not arrive in time, shuts down without waiting
-    (``graceful=False``, what torch's own shutdown does when a peer is gone), and returns
-    their names.
+    not be reached (and why), did not arrive in time, or arrived and then stopped without
+    waiting for this one; shuts down without waiting (``graceful=False``); and returns the
+    names of the first two kinds.
+
+    Why a warning and a returned list, not an exception: shutdown usually runs in a
+    ``finally`` block or at exit, where an exception would hide the one that is being
+    handled, and this worker's RPC is stopped either way; a caller that must fail checks
+    the list.
 
     Every worker of the group must shut down with this function (a peer that calls torch's
-    ``rpc.shutdown()`` instead never announces its arrival here). It does not raise for an
-    unreachable peer, so it is safe in a ``finally`` block; a caller that must fail checks
-    the returned list. Each worker sends one small message to each peer: ``N * (N - 1)``
-    in all.
+    ``rpc.shutdown()`` instead never announces its arrival here, and is reported as late).
+    Each worker sends one small message to each peer: ``N * (N - 1)`` in all.
 
     Args:
         graceful (bool): wait for the other workers (True), or stop this worker at once
@@ -214,8 +217,9 @@ def shutdown(graceful: bool = True, timeout: Optional[float] = None) -> List[str
 
     Returns:
         List[str]: the names of the workers that could not be reached or did not arrive
-        within ``timeout``, in rank order; empty after a graceful shutdown or when ``graceful``
-        is False.
+        within ``timeout``, in rank order; empty after a graceful shutdown, when every
+        worker arrived (even if some stopped before this one; the warning says so), or
+        when ``graceful`` is False.
 
     Raises:
         ValueError: ``timeout`` is negative.
@@ -281,9 +285,10 @@ def _shutdown_gracefully(timeout: Optional[float]) -> List[str]:
                 break
             _arrivals.wait(timeout=0.1 if deadline is None else min(0.1, _remaining(deadline)))
         unreachable = {p: failed[p] for p in peers if p in failed and p not in _arrived}
+        left = [p for p in peers if p in failed and p in _arrived]
         late = [p for p in peers if p not in _arrived and p not in failed]
 
-    if not unreachable and not late:
+    if not failed and not late:
         try:
             _rpc.shutdown(graceful=True, timeout=_remaining(deadline))
         except Exception as e:  # noqa: BLE001 (torch has shut the agent down in any case)
@@ -297,12 +302,13 @@ def _shutdown_gracefully(timeout: Optional[float]) -> List[str]:
 
     reasons = [f"{p!r} is unreachable ({why})" for p, why in unreachable.items()]
     if late:
-        reasons.append(
-            f"{', '.join(repr(p) for p in late)} did not reach shutdown() within {bound:g} s"
-        )
+        reasons.append(f"{', '.join(repr(p) for p in late)} did not reach shutdown() within {bound:g} s")
+    if left:
+        # They arrived, then stopped without waiting for this worker (their own timeout,
+        # or another worker's failure); a message to them fails now.
+        reasons.append(f"{', '.join(repr(p) for p in left)} reached shutdown() and stopped before this worker did")
     warnings.warn(
-        f"plugin.rpc.shutdown(): {me!r} shut down without waiting for the other workers: "
-        + "; ".join(reasons),
+        f"plugin.rpc.shutdown(): {me!r} shut down without waiting for the other workers: " + "; ".join(reasons),
         RuntimeWarning,
         stacklevel=3,
     )

@@ -1,15 +1,17 @@
 """One process of a start-up or shutdown test of plugin.rpc (tests/rpc/test_rpc_lifecycle.py).
 
     python tests/support/rpc_lifecycle_job.py --rank R --world-size N --port P
-        [--worker-names a,b,c] [--init-timeout S] [--hold S]
-        [--kill-rank K] [--shutdown-timeout S] [--rpc-timeout S]
+        [--worker-names a,b,c] [--init-timeout S] [--rpc-timeout S] [--wait-file F]
+        [--kill-rank K] [--late-rank K --late-by S] [--shutdown-timeout S] [--torch-shutdown]
 
 Prints one JSON line per event, flushed: {"event": "init_error", "type", "message",
 "seconds"} when init_rpc raises (then exits with status 3); {"event": "started", "name"}
-once RPC runs; after that every worker sends one RPC to every peer, rank K (if given)
-kills itself with SIGKILL, and the others call plugin.rpc.shutdown and print
-{"event": "shutdown", "result", "warnings", "seconds"}. ``--hold`` keeps a started
-worker waiting that long before it shuts down (a test starts a late process meanwhile).
+once RPC runs. Then a started worker waits for the file F to exist (``--wait-file``; a
+test starts a late process meanwhile), sends one RPC to every peer, and, with
+``--kill-rank K``, rank K kills itself with SIGKILL once every other worker has done so.
+The others shut down (rank ``--late-rank`` after ``--late-by`` seconds) with
+plugin.rpc.shutdown(timeout=...) and print {"event": "shutdown", "result", "warnings",
+"seconds"}, or, with ``--torch-shutdown``, with torch's rpc.shutdown() (the comparison).
 """
 import argparse
 import json
@@ -54,7 +56,10 @@ def main():
     parser.add_argument("--worker-names", default=None)
     parser.add_argument("--init-timeout", type=float, default=120.0)
     parser.add_argument("--rpc-timeout", type=float, default=60.0)
-    parser.add_argument("--hold", type=float, default=0.0)
+    parser.add_argument("--wait-file", default=None)
+    parser.add_argument("--late-rank", type=int, default=None)
+    parser.add_argument("--late-by", type=float, default=0.0)
+    parser.add_argument("--torch-shutdown", action="store_true")
     parser.add_argument("--kill-rank", type=int, default=None)
     parser.add_argument("--shutdown-timeout", type=float, default=None)
     args = parser.parse_args()
@@ -70,8 +75,11 @@ def main():
         emit(event="init_error", type=type(e).__name__, message=str(e), seconds=time.monotonic() - start)
         sys.exit(3)
     emit(event="started", name=info.name)
-    time.sleep(args.hold)
-    names = plugin.rpc._worker_names()  # in rank order
+    if args.wait_file:
+        give_up = time.monotonic() + 120
+        while not os.path.exists(args.wait_file) and time.monotonic() < give_up:
+            time.sleep(0.1)
+    names = args.worker_names.split(",") if args.worker_names else [f"worker{r}" for r in range(args.world_size)]
     for peer in names:
         if peer != info.name:
             rpc.rpc_sync(peer, torch.add, args=(torch.ones(1), 1))
@@ -88,7 +96,14 @@ def main():
         except RuntimeError:
             pass  # the victim died after counting this call, before answering it
         time.sleep(1.0)
+    if info.id == args.late_rank:
+        time.sleep(args.late_by)
     start = time.monotonic()
+    if args.torch_shutdown:
+        emit(event="torch_shutdown_called")
+        rpc.shutdown()
+        emit(event="shutdown", result=None, seconds=time.monotonic() - start, warnings=[])
+        return
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)
         result = plugin.rpc.shutdown(timeout=args.shutdown_timeout)
