@@ -184,45 +184,59 @@ def _remaining(deadline: Optional[float]) -> float:
     return 0.0 if deadline is None else max(0.001, deadline - time.monotonic())
 
 
+# Seconds between two liveness probes of a peer that has not reached shutdown yet.
+_PROBE_INTERVAL = 0.5
+
+
 def shutdown(graceful: bool = True, timeout: Optional[float] = None) -> List[str]:
     """Stops RPC on this worker; returns the workers a graceful shutdown could not wait for.
 
     A graceful shutdown (torch's ``rpc.shutdown()``) waits until every worker has called it,
     then for outstanding work, so that no worker stops while a peer still needs it. When a
-    worker has died, torch's waits on it without bound. This one first tells every peer that
-    this worker has arrived and waits, until ``timeout`` seconds from the call, for each
-    peer to arrive too or to prove unreachable (a message to it fails, as it does at once
-    for a process that has exited). When all have arrived it runs torch's graceful
-    shutdown, bounded by the time left. Otherwise it warns, naming each worker that could
-    not be reached (and why), did not arrive in time, or arrived and then stopped without
-    waiting for this one; shuts down without waiting (``graceful=False``); and returns the
-    names of the first two kinds.
+    worker has died, torch's waits for it without bound. This one tells every peer that this
+    worker has arrived, then waits for each peer to arrive too, while probing the peers that
+    have not arrived (one small RPC every 0.5 s, a builtin op that needs no GIL there):
+
+    - a peer that answers is alive and still working, and is waited for, as torch does
+      (until ``timeout``, when one is given);
+    - a peer whose probe fails (at once for a process that has exited: its connection is
+      closed) or is not answered within the RPC timeout (a hung process or host) is
+      *unreachable*.
+
+    When every peer has arrived, it runs torch's graceful shutdown, bounded by the RPC
+    timeout (or the time left). Otherwise it warns, naming each unreachable worker (and
+    why), each one that did not arrive within ``timeout``, and each one that arrived and
+    then stopped without waiting for this one; shuts down without waiting
+    (``graceful=False``); and returns the names of the first two kinds. So after a worker
+    died, every survivor returns once the survivors have all arrived, within the RPC
+    timeout of the death (at once, on one machine).
 
     Why a warning and a returned list, not an exception: shutdown usually runs in a
     ``finally`` block or at exit, where an exception would hide the one that is being
     handled, and this worker's RPC is stopped either way; a caller that must fail checks
     the list.
 
-    Every worker of the group must shut down with this function (a peer that calls torch's
-    ``rpc.shutdown()`` instead never announces its arrival here, and is reported as late).
-    Each worker sends one small message to each peer: ``N * (N - 1)`` in all.
+    Every worker of the group must shut down with this function: a peer that calls
+    torch's ``rpc.shutdown()`` instead never announces its arrival (it is waited for as a
+    live peer, or reported as late when ``timeout`` is given). Each worker sends one
+    message to each peer, ``N * (N - 1)`` in all, plus the probes while it waits.
 
     Args:
         graceful (bool): wait for the other workers (True), or stop this worker at once
             (False, torch's ``rpc.shutdown(graceful=False)``). Default: True.
-        timeout (float, optional): seconds to wait for the other workers, in all.
-            Default: ``None``, the RPC timeout (``rpc_timeout`` of :func:`init_rpc`); if
-            that is 0 (no timeout), unreachable workers are still detected, but a worker
-            that is alive and never calls shutdown is waited for without bound.
+        timeout (float, optional): seconds to wait in all, for live peers too. Default:
+            ``None``: live peers are waited for without bound, as torch does, and an
+            unresponsive one for the RPC timeout (``rpc_timeout`` of :func:`init_rpc`;
+            if that is 0, without bound: only peers that have exited are detected).
 
     Returns:
-        List[str]: the names of the workers that could not be reached or did not arrive
-        within ``timeout``, in rank order; empty after a graceful shutdown, when every
-        worker arrived (even if some stopped before this one; the warning says so), or
-        when ``graceful`` is False.
+        List[str]: the names of the workers that were unreachable or did not arrive within
+        ``timeout``, in rank order; empty after a graceful shutdown, when every worker
+        arrived (even if some stopped before this one; the warning says so), or when
+        ``graceful`` is False.
 
     Raises:
-        ValueError: ``timeout`` is negative.
+        ValueError: ``timeout`` is not positive.
         RuntimeError: RPC is not running on this process (from torch).
 
     Warns:
@@ -230,8 +244,8 @@ def shutdown(graceful: bool = True, timeout: Optional[float] = None) -> List[str
         message names the workers and the reasons. Also when torch's graceful shutdown
         failed after every worker had arrived (a worker died in between).
     """
-    if timeout is not None and timeout < 0:
-        raise ValueError(f"shutdown(): timeout must be >= 0 seconds, got {timeout}")
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"shutdown(): timeout must be > 0 seconds (or None), got {timeout}")
     try:
         if not graceful:
             _rpc.shutdown(graceful=False)
@@ -243,14 +257,22 @@ def shutdown(graceful: bool = True, timeout: Optional[float] = None) -> List[str
 
 
 def _shutdown_gracefully(timeout: Optional[float]) -> List[str]:
-    bound = _rpc.get_rpc_timeout() if timeout is None else timeout
-    deadline = time.monotonic() + bound if bound > 0 else None
+    rpc_timeout = _rpc.get_rpc_timeout()
+    deadline = None if timeout is None else time.monotonic() + timeout
     me = _rpc.get_worker_info().name
     peers = [name for name in _worker_names() if name != me]
-    answered = set()
-    failed: Dict[str, str] = {}
+    answered = set()  # peers that answered our announcement
+    failed: Dict[str, str] = {}  # peers an RPC to which failed: why
+    probing = set()  # peers with a probe in flight
+    next_probe = {peer: 0.0 for peer in peers}
 
-    def settle(peer):
+    def rpc_timeout_now() -> float:
+        # torch's RPC timeout argument: 0 means none
+        if deadline is None:
+            return rpc_timeout
+        return _remaining(deadline) if rpc_timeout == 0 else min(rpc_timeout, _remaining(deadline))
+
+    def on_answer(peer, probe):
         def callback(future):
             try:
                 future.wait()
@@ -258,39 +280,53 @@ def _shutdown_gracefully(timeout: Optional[float]) -> List[str]:
             except Exception as e:  # noqa: BLE001 (any failure means: not reachable)
                 error = remote_error_summary(e)
             with _arrivals:
-                if error is None:
+                if probe:
+                    probing.discard(peer)
+                    next_probe[peer] = time.monotonic() + _PROBE_INTERVAL
+                elif error is None:
                     answered.add(peer)
-                else:
-                    failed[peer] = error
+                if error is not None:
+                    failed.setdefault(peer, error)
                 _arrivals.notify_all()
 
         return callback
 
-    for peer in peers:
+    def send(peer, fn, args, probe):
         try:
-            future = _rpc.rpc_async(peer, _note_arrival, args=(me,), timeout=_remaining(deadline))
+            future = _rpc.rpc_async(peer, fn, args=args, timeout=rpc_timeout_now())
         except Exception as e:  # noqa: BLE001
             with _arrivals:
-                failed[peer] = remote_error_summary(e)
-            continue
-        future.add_done_callback(settle(peer))
+                failed.setdefault(peer, remote_error_summary(e))
+                probing.discard(peer)
+            return
+        future.add_done_callback(on_answer(peer, probe))
+
+    for peer in peers:
+        send(peer, _note_arrival, (me,), probe=False)
 
     def settled(peer):
-        # Our message got an answer or failed, and the peer arrived or cannot be reached.
-        return (peer in answered or peer in failed) and (peer in _arrived or peer in failed)
+        # Our announcement got an answer (or failed), and the peer arrived (or failed).
+        return peer in failed or (peer in answered and peer in _arrived)
 
     with _arrivals:
         while not all(settled(p) for p in peers):
             if deadline is not None and time.monotonic() >= deadline:
                 break
+            now = time.monotonic()
+            for peer in peers:
+                if peer in _arrived or peer in failed or peer in probing or now < next_probe[peer]:
+                    continue
+                probing.add(peer)
+                # a builtin op: the peer answers from its RPC threads without the GIL
+                send(peer, torch.add, (torch.zeros(()), 0), probe=True)
             _arrivals.wait(timeout=0.1 if deadline is None else min(0.1, _remaining(deadline)))
         unreachable = {p: failed[p] for p in peers if p in failed and p not in _arrived}
         left = [p for p in peers if p in failed and p in _arrived]
-        late = [p for p in peers if p not in _arrived and p not in failed]
+        late = [p for p in peers if not settled(p)]
 
     if not failed and not late:
         try:
-            _rpc.shutdown(graceful=True, timeout=_remaining(deadline))
+            _rpc.shutdown(graceful=True, timeout=rpc_timeout_now())
         except Exception as e:  # noqa: BLE001 (torch has shut the agent down in any case)
             warnings.warn(
                 f"plugin.rpc.shutdown(): every worker had arrived, but torch's graceful shutdown of {me!r} "
@@ -302,7 +338,7 @@ def _shutdown_gracefully(timeout: Optional[float]) -> List[str]:
 
     reasons = [f"{p!r} is unreachable ({why})" for p, why in unreachable.items()]
     if late:
-        reasons.append(f"{', '.join(repr(p) for p in late)} did not reach shutdown() within {bound:g} s")
+        reasons.append(f"{', '.join(repr(p) for p in late)} did not reach shutdown() within {timeout:g} s")
     if left:
         # They arrived, then stopped without waiting for this worker (their own timeout,
         # or another worker's failure); a message to them fails now.

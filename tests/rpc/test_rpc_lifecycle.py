@@ -224,19 +224,38 @@ def test_torch_shutdown_keeps_waiting_after_a_worker_was_killed():
 
 
 @pytest.mark.timeout(240)
-def test_shutdown_waits_for_a_slow_worker():
-    """Graceful: rank 1 reaches shutdown 4 s after the others, who wait for it."""
+def test_shutdown_waits_for_a_live_worker_beyond_the_rpc_timeout():
+    """Graceful, default timeout: rank 1 reaches shutdown 6 s after the others, twice the
+    RPC timeout; it answers their probes, so they wait for it, as torch's shutdown does."""
     port = free_port()
     with Group() as group:
         for r in range(3):
-            group.start(r, 3, port, "--late-rank", 1, "--late-by", 4, "--shutdown-timeout", 60)
+            group.start(r, 3, port, "--rpc-timeout", 3, "--late-rank", 1, "--late-by", 6)
         results = group.finish()
     for rank, (code, events, err) in enumerate(results):
         assert code == 0, err[-3000:]
         (shutdown,) = [e for e in events if e["event"] == "shutdown"]
         assert shutdown["result"] == [] and shutdown["warnings"] == [], shutdown
         if rank != 1:
-            assert shutdown["seconds"] >= 3, shutdown
+            assert shutdown["seconds"] >= 5, shutdown
+
+
+@pytest.mark.timeout(240)
+def test_shutdown_gives_up_on_a_hung_worker_after_the_rpc_timeout():
+    """Rank 2 stops itself (SIGSTOP): its connections stay open, but it answers nothing.
+    The others' probes time out after the RPC timeout (4 s); they return naming it."""
+    port = free_port()
+    rpc_timeout = 4
+    with Group() as group:
+        procs = [group.start(r, 3, port, "--rpc-timeout", rpc_timeout, "--kill-rank", 2, "--signal", "SIGSTOP")
+                 for r in range(3)]
+        results = group.finish(procs[:2])
+    for rank, (code, events, err) in enumerate(results):
+        assert code == 0, err[-3000:]
+        (shutdown,) = [e for e in events if e["event"] == "shutdown"]
+        assert shutdown["result"] == ["worker2"], shutdown
+        assert "'worker2' is unreachable" in shutdown["warnings"][0], shutdown
+        assert shutdown["seconds"] <= rpc_timeout * 2 + 5, shutdown
 
 
 @pytest.mark.timeout(240)
@@ -263,5 +282,6 @@ def test_shutdown_names_a_worker_that_does_not_arrive_in_time():
 
 
 def test_bad_shutdown_timeout_is_rejected():
-    with pytest.raises(ValueError, match=r"shutdown\(\): timeout must be >= 0 seconds, got -1"):
-        plugin.rpc.shutdown(timeout=-1)
+    for bad in (-1, 0):
+        with pytest.raises(ValueError, match=rf"shutdown\(\): timeout must be > 0 seconds \(or None\), got {bad}"):
+            plugin.rpc.shutdown(timeout=bad)

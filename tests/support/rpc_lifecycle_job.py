@@ -2,13 +2,15 @@
 
     python tests/support/rpc_lifecycle_job.py --rank R --world-size N --port P
         [--worker-names a,b,c] [--init-timeout S] [--rpc-timeout S] [--wait-file F]
-        [--kill-rank K] [--late-rank K --late-by S] [--shutdown-timeout S] [--torch-shutdown]
+        [--kill-rank K [--signal SIGSTOP]] [--late-rank K --late-by S] [--shutdown-timeout S]
+        [--torch-shutdown]
 
 Prints one JSON line per event, flushed: {"event": "init_error", "type", "message",
 "seconds"} when init_rpc raises (then exits with status 3); {"event": "started", "name"}
 once RPC runs. Then a started worker waits for the file F to exist (``--wait-file``; a
 test starts a late process meanwhile), sends one RPC to every peer, and, with
-``--kill-rank K``, rank K kills itself with SIGKILL once every other worker has done so.
+``--kill-rank K``, rank K kills itself with SIGKILL (or ``--signal``, e.g. SIGSTOP) once
+every other worker has done so.
 The others shut down (rank ``--late-rank`` after ``--late-by`` seconds) with
 plugin.rpc.shutdown(timeout=...) and print {"event": "shutdown", "result", "warnings",
 "seconds"}, or, with ``--torch-shutdown``, with torch's rpc.shutdown() (the comparison).
@@ -61,6 +63,7 @@ def main():
     parser.add_argument("--late-by", type=float, default=0.0)
     parser.add_argument("--torch-shutdown", action="store_true")
     parser.add_argument("--kill-rank", type=int, default=None)
+    parser.add_argument("--signal", default="SIGKILL", help="what the victim sends itself (SIGSTOP: it hangs)")
     parser.add_argument("--shutdown-timeout", type=float, default=None)
     args = parser.parse_args()
 
@@ -90,7 +93,7 @@ def main():
             if not _all_done.wait(timeout=60):
                 emit(event="barrier_timeout")
             time.sleep(0.5)  # lets the last answer go out
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), getattr(signal, args.signal))
         try:
             rpc.rpc_sync(victim, _done, args=(len(names) - 1,))
         except RuntimeError:
