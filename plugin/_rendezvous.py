@@ -14,8 +14,7 @@ The protocol, on the store (keys under a prefix that is unique to this start-up)
 1. Every process takes an arrival number, ``add("joined", 1)``, and writes its record
    (rank, world size, name, worker names, host, pid) under ``record/<number>``.
 2. Rank 0 judges: it reads the records as they arrive and checks each against its own. A
-   disagreement (world size, worker names, a rank outside the world, a rank taken twice) is
-   decided at once. The group is complete when ranks ``0 .. world_size-1`` have each
+   disagreement (world size, worker names, a rank taken twice) is decided at once. The group is complete when ranks ``0 .. world_size-1`` have each
    arrived once; rank 0 then seals the arrivals with one atomic ``add("joined", SEAL)``,
    whose result says exactly who arrived before the seal, and writes the verdict.
    Without a verdict by the deadline, rank 0 writes one that lists the missing ranks.
@@ -58,10 +57,20 @@ _registered = False
 
 class RendezvousError(RuntimeError):
     """Raised by :func:`plugin.rpc.init_rpc` when the processes starting an RPC group
-    disagree (world size, worker names, a duplicate rank, a rank outside the world) or
-    do not all arrive within ``init_timeout``; the message names the ranks, workers,
-    hosts and process ids involved. Raised on every process that took part in the
-    check; RPC has not started on any of them."""
+    disagree (world size, worker names, a rank started twice) or do not all arrive within
+    ``init_timeout``. Raised on every process that took part in the check, with the
+    verdict of rank 0, which names the ranks, workers, hosts and process ids involved;
+    RPC has not started on any of them. A ``RuntimeError``, as torch's own rendezvous
+    errors are.
+
+    Args:
+        message (str): what went wrong, starting with ``init_rpc():``.
+
+    Raises nothing.
+    """
+
+    def __init__(self, message: str):
+        super().__init__(message)
 
 
 def _describe(record: dict) -> str:
@@ -251,11 +260,8 @@ def _judge(store, prefix, mine, timeout, deadline, where) -> None:
         count = store.add(prefix + "joined", 0)
         _read_records(store, prefix, count, records)
         arrived = [records[i] for i in sorted(records)]
+        # (a rank outside the world implies another world size: init_rpc checks the rank locally)
         problem = _problems(mine, arrived)
-        if problem is None:
-            outside = [r for r in arrived if not 0 <= r["rank"] < world_size]
-            if outside:
-                problem = f"{_describe(outside[0])} is outside world_size={world_size}"
         complete = problem is None and len(records) == count and not _missing(world_size, arrived)
         if problem is None and not complete and time.monotonic() < deadline:
             time.sleep(_POLL)

@@ -53,7 +53,7 @@ def init_rpc(
 
     Before torch's rendezvous starts, the processes compare what each was given, through
     the rendezvous store: the world size, the ``worker_names`` list, and their ranks (each
-    rank exactly once, none outside the world). Rank 0 decides and every process that
+    rank exactly once). Rank 0 decides and every process that
     arrived raises the same :class:`RendezvousError`, naming the ranks, workers, hosts and
     process ids that disagreed, when they disagree, or when not all ranks arrived within
     ``init_timeout`` seconds. A process that arrives after a complete, consistent group has
@@ -99,9 +99,9 @@ def init_rpc(
             does not exist on this worker. Nothing has started when it raises.
         TypeError: ``device_maps`` is not nested dicts.
         RendezvousError: the start-up check failed: ranks that disagree on the world size
-            or on ``worker_names``, a rank started twice, a rank outside the world, a rank
-            (or rank 0's store) that did not arrive within ``init_timeout``, or this
-            process arrived after its group had started. RPC has not started.
+            or on ``worker_names``, a rank started twice, a rank (or rank 0's store) that
+            did not arrive within ``init_timeout``, or this process arrived after its group
+            had started. RPC has not started.
     """
     rank = _setting(rank, "RANK", "rank", int)
     world_size = _setting(world_size, "WORLD_SIZE", "world size", int)
