@@ -14,16 +14,25 @@ The protocol, on the store (keys under a prefix that is unique to this start-up)
 1. Every process takes an arrival number, ``add("joined", 1)``, and writes its record
    (rank, world size, name, worker names, host, pid) under ``record/<number>``.
 2. Rank 0 judges: it reads the records as they arrive and checks each against its own. A
-   disagreement (world size, worker names, a rank taken twice) is decided at once. The group is complete when ranks ``0 .. world_size-1`` have each
-   arrived once; rank 0 then seals the arrivals with one atomic ``add("joined", SEAL)``,
-   whose result says exactly who arrived before the seal, and writes the verdict.
-   Without a verdict by the deadline, rank 0 writes one that lists the missing ranks.
+   disagreement (world size, worker names, a rank taken twice) is decided at once. The
+   group is complete when ranks ``0 .. world_size-1`` have each arrived once. Either way,
+   rank 0 seals the arrivals with one atomic ``add("joined", SEAL)``, whose result says
+   exactly who arrived before the seal, and writes the verdict. Without a decision by its
+   deadline, rank 0 writes a verdict that lists the missing ranks.
 3. Every other process waits for the verdict, and raises it unless it is "ok". A process
-   whose arrival number is above ``SEAL`` came after the verdict: it reads the verdict and
-   raises, saying the group had already formed without it (the group itself goes on).
-4. Rank 0 waits, a short bounded time, for every arrived process to acknowledge an error
-   verdict before it raises (its process hosts the store; exiting early would cut the
-   others off before they read why).
+   whose arrival number is above ``SEAL`` came after the seal: it reads the verdict and
+   raises, saying the check had ended without it (after an "ok", the group goes on).
+4. After an error verdict, rank 0 stays (its process hosts the store; leaving would cut
+   the others off before they read why) until every process that arrived has read it and
+   every rank that any of them expects has arrived, at most until its deadline (or a few
+   seconds, if that has passed).
+5. A process that sees no rank 0 by its own deadline (possible only with torchrun's
+   agent store, since rank 0 hosts the store otherwise) takes the judge's place with a
+   ``compare_set``, so that a rank 0 arriving later cannot start a group that the others
+   have given up on, and writes the verdict.
+
+The key prefix counts the start-ups of this process, as torch's own ``rpc.init_rpc``
+does: processes that call ``init_rpc`` again (after a shutdown) must all do so.
 
 Who hosts the store: rank 0 (``MASTER_ADDR:MASTER_PORT``), unless torchrun's agent already
 hosts one there (torchrun sets ``TORCHELASTIC_USE_AGENT_STORE=True``; torch's own
@@ -44,7 +53,7 @@ __all__ = ["RendezvousError", "check_group", "init_method_for"]
 
 # Added to the arrival counter to seal it: an arrival number above it came after the verdict.
 SEAL = 1 << 40
-# How long rank 0 waits for the others to read an error verdict before it raises.
+# Seconds rank 0 waits, past its deadline, for the others to read an error verdict.
 _ACK_WAIT = 5.0
 _POLL = 0.05
 _SCHEME = "gilfree-store"
@@ -138,18 +147,17 @@ def _wait_for_port(host: str, port: int, deadline: float) -> bool:
 
 def _uses_agent_store() -> bool:
     # torchrun hosts the store itself and says so with this variable (read the same way by
-    # torch.distributed.rendezvous._torchelastic_use_agent_store, torch 2.4 .. 2.13).
+    # torch.distributed.rendezvous._torchelastic_use_agent_store; checked on torch 2.13).
     return os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
 
 
-def _open_store(host: str, port: int, rank: int, timeout: float, deadline: float) -> Tuple[dist.Store, bool]:
-    """Returns (store, hosted here). Raises RendezvousError when no store can be reached."""
+def _open_store(host: str, port: int, rank: int, timeout: float, deadline: float) -> dist.Store:
+    """Hosts the store (rank 0) or joins it. Raises RendezvousError when none can be reached."""
     where = f"{host}:{port}"
     span = datetime.timedelta(seconds=timeout)
     if rank == 0 and not _uses_agent_store():
         try:
-            store = dist.TCPStore(host, port, None, True, span, wait_for_workers=False, multi_tenant=True)
-            return store, True
+            return dist.TCPStore(host, port, None, True, span, wait_for_workers=False, multi_tenant=True)
         except RuntimeError as e:
             if "EADDRINUSE" not in str(e):
                 raise RendezvousError(f"init_rpc(): rank 0 could not host the rendezvous store on {where}: {e}") from e
@@ -164,7 +172,7 @@ def _open_store(host: str, port: int, rank: int, timeout: float, deadline: float
         )
     try:
         remaining = datetime.timedelta(seconds=max(1.0, deadline - time.monotonic()))
-        return dist.TCPStore(host, port, None, False, remaining, wait_for_workers=False), False
+        return dist.TCPStore(host, port, None, False, remaining, wait_for_workers=False)
     except RuntimeError as e:
         raise RendezvousError(f"init_rpc(): rank {rank} could not join the rendezvous store at {where}: {e}") from e
 
@@ -201,7 +209,7 @@ def check_group(
     rank 0's arrival (plus ``_ACK_WAIT`` on rank 0 after an error)."""
     deadline = time.monotonic() + timeout
     where = f"{host}:{port}"
-    store, _ = _open_store(host, port, rank, timeout, deadline)
+    store = _open_store(host, port, rank, timeout, deadline)
     prefix = _prefix()
     mine = {
         "rank": rank, "world_size": world_size, "name": name, "worker_names": list(worker_names),
@@ -292,9 +300,9 @@ def _judge(store, prefix, mine, timeout, deadline, where) -> None:
 
 def _await_readers(store, prefix, records: Dict[int, dict], sealed: int, deadline: float) -> None:
     """After an error verdict, keeps this process (which may host the store) in the check
-    until every process that arrived has read the verdict and every rank that any of them
-    expects has arrived (those still importing read it as late arrivals), until the
-    deadline or ``_ACK_WAIT`` from now, whichever is later. Leaving at once would make the
+    until every process that arrived has read the verdict and, before the deadline, every
+    rank that any of them expects has arrived (those still starting read it as late
+    arrivals); at most until the deadline or ``_ACK_WAIT`` from now, whichever is later. Leaving at once would make the
     store vanish before the others learn why."""
     until = max(deadline, time.monotonic() + _ACK_WAIT)
     while time.monotonic() < until:
@@ -302,7 +310,8 @@ def _await_readers(store, prefix, records: Dict[int, dict], sealed: int, deadlin
         _read_records(store, prefix, SEAL + total, records, first=SEAL + sealed + 1)
         expected = max(r["world_size"] for r in records.values())
         present = {r["rank"] for r in records.values()}
-        if store.add(prefix + "acks", 0) >= max(total, sealed) - 1 and all(r in present for r in range(expected)):
+        everyone = all(r in present for r in range(expected)) or time.monotonic() >= deadline
+        if store.add(prefix + "acks", 0) >= max(total, sealed) - 1 and everyone:
             return
         time.sleep(_POLL)
 

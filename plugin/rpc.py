@@ -174,7 +174,7 @@ def _note_arrival(worker: str) -> bool:
 
 def _worker_names() -> List[str]:
     # torch has no public list of an RPC group's workers: the current agent's
-    # get_worker_infos() is what torch's own _all_gather uses (torch 2.4 .. 2.13).
+    # get_worker_infos() is what torch's own _all_gather uses (checked on torch 2.13).
     infos = _rpc.api._get_current_rpc_agent().get_worker_infos()
     return [info.name for info in sorted(infos, key=lambda info: info.id)]
 
