@@ -7,6 +7,7 @@ every process that is running, naming what disagreed, within a bound. Shutdown: 
 worker is killed with SIGKILL, plugin.rpc.shutdown() must return on every survivor within
 its timeout and name the dead worker, where torch's rpc.shutdown() keeps waiting.
 """
+import datetime
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ import sys
 import time
 
 import pytest
+import torch.distributed as dist
 
 import plugin.rpc
 from tests.support import REPO
@@ -24,12 +26,14 @@ JOB = os.path.join(REPO, "tests", "support", "rpc_lifecycle_job.py")
 START_SLACK = 60
 
 
-def launch(rank, world_size, port, *extra):
-    """Starts one job process, without the torchrun variables of this process."""
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=REPO + os.pathsep + env.get("PYTHONPATH", ""))
+def launch(rank, world_size, port, *extra, env=None):
+    """Starts one job process, without the torchrun variables of this process, plus ``env``."""
+    drop = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE")
+    full_env = {k: v for k, v in os.environ.items() if k not in drop}
+    full_env.update(OMP_NUM_THREADS="1", PYTHONPATH=REPO + os.pathsep + full_env.get("PYTHONPATH", ""))
+    full_env.update(env or {})
     cmd = [sys.executable, JOB, "--rank", str(rank), "--world-size", str(world_size), "--port", str(port)]
-    return subprocess.Popen(cmd + [str(a) for a in extra], cwd=REPO, env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen(cmd + [str(a) for a in extra], cwd=REPO, env=full_env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -39,8 +43,8 @@ class Group:
     def __init__(self):
         self.procs = []
 
-    def start(self, rank, world_size, port, *extra):
-        self.procs.append(launch(rank, world_size, port, *extra))
+    def start(self, rank, world_size, port, *extra, env=None):
+        self.procs.append(launch(rank, world_size, port, *extra, env=env))
         return self.procs[-1]
 
     def finish(self, procs=None, timeout=START_SLACK + 60):
@@ -149,6 +153,29 @@ def test_rank_0_that_never_starts():
     assert f"rank 1 found no rendezvous store at localhost:{port} within init_timeout=6 s" in error["message"]
     assert "rank 0 never started" in error["message"]
     assert timeout * 0.9 <= error["seconds"] <= timeout * 1.5 + 5, error
+
+
+@pytest.mark.timeout(240)
+def test_rank_0_late_with_an_agent_store():
+    """Under torchrun the agent hosts the store, so rank 1 can arrive and give up before
+    rank 0 arrives: it takes the judge's place, and rank 0, arriving later, is told the
+    check has ended instead of starting a group alone. (This process hosts the store, as
+    torchrun's agent would.)"""
+    port = free_port()
+    agent_store = dist.TCPStore("localhost", port, None, True, datetime.timedelta(seconds=60), wait_for_workers=False)
+    env = {"TORCHELASTIC_USE_AGENT_STORE": "True"}
+    timeout = 4
+    with Group() as group:
+        (first,) = group.finish([group.start(1, 2, port, "--init-timeout", timeout, env=env)])
+        (late,) = group.finish([group.start(0, 2, port, "--init-timeout", 60, env=env)])
+    error = init_error(first)
+    assert "rank(s) [0] of world_size=2 never started" in error["message"], error
+    assert timeout * 0.9 <= error["seconds"] <= timeout * 1.5 + 5, error
+    late_error = init_error(late)
+    assert "rank 0 ('worker0'" in late_error["message"] and "arrived after the start-up check had ended" in late_error["message"]
+    assert error["message"] in late_error["message"]  # with the verdict it missed
+    assert late_error["seconds"] < 30
+    del agent_store
 
 
 @pytest.mark.timeout(240)
