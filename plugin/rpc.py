@@ -53,14 +53,17 @@ def init_rpc(
 
     Before torch's rendezvous starts, the processes compare what each was given, through
     the rendezvous store: the world size, the ``worker_names`` list, and their ranks (each
-    rank exactly once). Rank 0 decides and every process that
-    arrived raises the same :class:`RendezvousError`, naming the ranks, workers, hosts and
-    process ids that disagreed, when they disagree, or when not all ranks arrived within
-    ``init_timeout`` seconds. A process that arrives after a complete, consistent group has
-    started gets the error alone (the group cannot tell it from another job's process).
-    Rank 0 hosts the store at ``master_addr:master_port``; under torchrun, torchrun's agent
-    does. After the check, torch's own start-up (its process group, the exchange of
-    addresses) waits at most ``rpc_timeout`` per store operation.
+    rank exactly once). Rank 0 decides, and every process that arrived raises the same
+    :class:`RendezvousError`, naming the ranks, workers, hosts and process ids that
+    disagreed, when they disagree or when not all ranks arrived within ``init_timeout``
+    seconds. After a disagreement rank 0, whose process hosts the store, stays until the
+    ranks that some process expects have arrived and read why, or until its
+    ``init_timeout`` has passed. A process that arrives after a complete, consistent group
+    has started gets the error alone (the group cannot tell it from another job's
+    process). Rank 0 hosts the store at ``master_addr:master_port``; under torchrun,
+    torchrun's agent does. After the check, torch's own start-up (its process group, the
+    exchange of addresses) waits at most ``rpc_timeout`` per store operation. Algorithm
+    and limits: the "Start-up and shutdown" section of ``docs/failures.md``.
 
     Device maps are one world-wide table given identically to every rank,
     ``{worker: {peer: {device: device}}}``; row ``device_maps[a][b]`` says where a tensor
