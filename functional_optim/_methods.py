@@ -27,9 +27,9 @@ from . import state_protocol
 from ._state import GroupedState
 
 __all__ = [
-    "with_shared_methods", "step", "step_param", "set_group", "param_group_indices", "hyperparameters", "options", "set_hyperparameter", "set_option",
-    "get_state", "set_state", "state_dict", "load_state_dict", "eager_defaults", "eager_parse",
-    "eager_attach", "eager_repr",
+    "with_shared_methods", "step", "step_param", "set_group", "param_group_indices",
+    "hyperparameters", "options", "set_hyperparameter", "set_option", "get_state", "set_state",
+    "state_dict", "load_state_dict", "eager_defaults", "eager_parse", "eager_attach", "eager_repr",
 ]
 
 

@@ -32,7 +32,7 @@ from . import _validation
 
 __all__ = [
     "GroupedState", "TUPLE_HYPERPARAMETERS", "choose_impl", "split_by_device_dtype",
-    "flag", "device_dtype_splits", "take", "scalar_list", "new_step",
+    "flag", "device_dtype_splits", "take", "scalar_list", "new_step", "foreach_gradients",
 ]
 
 # torch.optim keeps these hyperparameters as pairs; the typed dicts keep their two halves.
@@ -433,6 +433,23 @@ def take(tensors: List[Tensor], positions: List[int]) -> List[Tensor]:
     for k in positions:
         out.append(tensors[k])
     return out
+
+
+def foreach_gradients(params: List[Tensor], grads: List[Tensor], weight_decay: float, maximize: bool) -> List[Tensor]:
+    """The gradients a multi-tensor step uses: negated when ``maximize``, plus ``weight_decay``
+    times the parameter (L2) when it is not 0, as torch's ``_multi_tensor_*`` functions do.
+
+    The caller's tensors are not changed: when either applies, the result is a new list of new
+    tensors; otherwise it is ``grads`` itself.
+    """
+    if maximize:
+        grads = torch._foreach_neg(grads)
+    if weight_decay != 0:
+        if maximize:
+            torch._foreach_add_(grads, params, alpha=weight_decay)
+        else:
+            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+    return grads
 
 
 def scalar_list(values: List[float]) -> List[Union[float, int, complex]]:

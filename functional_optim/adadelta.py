@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from . import _methods, _validation
-from ._state import GroupedState, choose_impl, flag
+from ._state import GroupedState, choose_impl, flag, foreach_gradients
 
 __all__ = ["Adadelta", "adadelta"]
 
@@ -60,13 +60,7 @@ def _multi_tensor_adadelta(
     if len(params) == 0:
         return
     torch._foreach_add_(state_steps, 1.0)
-    if maximize:
-        grads = torch._foreach_neg(grads)
-    if weight_decay != 0:
-        if maximize:
-            torch._foreach_add_(grads, params, alpha=weight_decay)
-        else:
-            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+    grads = foreach_gradients(params, grads, weight_decay, maximize)
     torch._foreach_mul_(square_avgs, rho)
     torch._foreach_addcmul_(square_avgs, grads, grads, value=1 - rho)
     std = torch._foreach_add(square_avgs, eps)

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from . import _methods, _validation
-from ._state import GroupedState, choose_impl, device_dtype_splits, flag, scalar_list, take
+from ._state import GroupedState, choose_impl, device_dtype_splits, flag, foreach_gradients, scalar_list, take
 
 __all__ = ["Adagrad", "adagrad"]
 
@@ -80,14 +80,8 @@ def _multi_tensor_adagrad(
             lr_decay=lr_decay, eps=eps, has_sparse_grad=True, maximize=maximize,
         )
         return
-    if maximize:
-        grads = torch._foreach_neg(grads)
     torch._foreach_add_(state_steps, 1.0)
-    if weight_decay != 0:
-        if maximize:
-            torch._foreach_add_(grads, params, alpha=weight_decay)
-        else:
-            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+    grads = foreach_gradients(params, grads, weight_decay, maximize)
     minus_clr: List[float] = []
     for step_t in state_steps:
         minus_clr.append(-lr / (1 + (float(step_t.item()) - 1) * lr_decay))

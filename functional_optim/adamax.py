@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from . import _methods, _validation
-from ._state import GroupedState, choose_impl, flag, scalar_list
+from ._state import GroupedState, choose_impl, flag, foreach_gradients, scalar_list
 
 __all__ = ["Adamax", "adamax"]
 
@@ -61,14 +61,8 @@ def _multi_tensor_adamax(
 ) -> None:
     if len(params) == 0:
         return
-    if maximize:
-        grads = torch._foreach_neg(grads)
     torch._foreach_add_(state_steps, 1.0)
-    if weight_decay != 0:
-        if maximize:
-            torch._foreach_add_(grads, params, alpha=weight_decay)
-        else:
-            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+    grads = foreach_gradients(params, grads, weight_decay, maximize)
     torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
     torch._foreach_mul_(exp_infs, beta2)
     if not maximize and weight_decay == 0:

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _methods, _validation
-from ._state import GroupedState, choose_impl, flag, scalar_list
+from ._state import GroupedState, choose_impl, flag, foreach_gradients, scalar_list
 
 __all__ = ["RAdam", "radam"]
 
@@ -80,20 +80,14 @@ def _multi_tensor_radam(
     if len(params) == 0:
         return
     torch._foreach_add_(state_steps, 1.0)
-    if maximize:
-        grads = torch._foreach_neg(grads)
     rho_inf = 2 / (1 - beta2) - 1
     rho_t_list: List[float] = []
     for step_t in state_steps:
         step = float(step_t.item())
         rho_t_list.append(rho_inf - 2 * step * (beta2**step) / (1 - beta2**step))
-    if weight_decay != 0:
-        if decoupled_weight_decay:
-            torch._foreach_mul_(params, 1 - lr * weight_decay)
-        elif maximize:
-            torch._foreach_add_(grads, params, alpha=weight_decay)
-        else:
-            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+    if decoupled_weight_decay and weight_decay != 0:
+        torch._foreach_mul_(params, 1 - lr * weight_decay)
+    grads = foreach_gradients(params, grads, 0.0 if decoupled_weight_decay else weight_decay, maximize)
     torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
     torch._foreach_mul_(exp_avg_sqs, beta2)
     torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _methods, _validation
-from ._state import GroupedState, choose_impl, device_dtype_splits, flag, take
+from ._state import GroupedState, choose_impl, device_dtype_splits, flag, foreach_gradients, take
 
 __all__ = ["SGD", "sgd"]
 
@@ -75,7 +75,7 @@ def _multi_tensor_sgd(
                 has_sparse_grad=has_sparse_grad,
             )
             return
-    grads = _multi_tensor_sgd_gradients(params, grads, weight_decay=weight_decay, maximize=maximize)
+    grads = foreach_gradients(params, grads, weight_decay, maximize)
     if momentum != 0:
         bufs = []
         for i in range(len(momentum_buffer_list)):
@@ -107,7 +107,7 @@ def _multi_tensor_sgd_buffers(
     has_sparse_grad: bool,
 ) -> None:
     """:func:`_multi_tensor_sgd` with ``momentum != 0`` once every parameter has its buffer."""
-    grads = _multi_tensor_sgd_gradients(params, grads, weight_decay=weight_decay, maximize=maximize)
+    grads = foreach_gradients(params, grads, weight_decay, maximize)
     torch._foreach_mul_(bufs, momentum)
     torch._foreach_add_(bufs, grads, alpha=1 - dampening)
     _multi_tensor_sgd_momentum_update(
@@ -133,20 +133,6 @@ def _multi_tensor_sgd_momentum_update(
     else:
         grads = bufs
     _multi_tensor_sgd_update(params, grads, lr=lr, has_sparse_grad=has_sparse_grad)
-
-
-def _multi_tensor_sgd_gradients(
-    params: List[Tensor], grads: List[Tensor], *, weight_decay: float, maximize: bool
-) -> List[Tensor]:
-    """The multi-tensor step's gradients after ``maximize`` and ``weight_decay`` (new lists)."""
-    if maximize:
-        grads = torch._foreach_neg(grads)
-    if weight_decay != 0:
-        if maximize:
-            torch._foreach_add_(grads, params, alpha=weight_decay)
-        else:
-            grads = torch._foreach_add(grads, params, alpha=weight_decay)
-    return grads
 
 
 def _multi_tensor_sgd_update(params: List[Tensor], grads: List[Tensor], *, lr: float, has_sparse_grad: bool) -> None:
