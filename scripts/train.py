@@ -353,8 +353,11 @@ def run_worker(rank, args, port=None, master_addr=None):
 def _spawned_worker(rank, args, port, parent_pid):
     """Entry point of a worker process started by :func:`launch`."""
     # Ctrl-C reaches the whole process group: the launching process alone handles it and
-    # ends the workers. And a worker ends when the launching process dies, however it dies.
+    # ends the workers (it started this process with SIGINT blocked, so that a Ctrl-C while
+    # Python starts up is not a KeyboardInterrupt here). And a worker ends when the
+    # launching process dies, however it dies.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _die_with_parent(parent_pid)
     run_worker(rank, args, port, "localhost")
 
@@ -394,10 +397,17 @@ def launch(args, port):
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        for rank in range(len(worker_names(args))):
-            p = ctx.Process(target=_spawned_worker, args=(rank, args, port, os.getpid()), name=worker_names(args)[rank])
-            p.start()
-            procs.append(p)
+        # The workers inherit a blocked SIGINT (see _spawned_worker); a SIGINT that arrives
+        # meanwhile waits here until the unblock, then stops the job as usual.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            for rank in range(len(worker_names(args))):
+                p = ctx.Process(target=_spawned_worker, args=(rank, args, port, os.getpid()),
+                                name=worker_names(args)[rank])
+                p.start()
+                procs.append(p)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         while True:
             codes = [p.exitcode for p in procs]
             failed = [(p.name, c) for p, c in zip(procs, codes) if c not in (None, 0)]

@@ -1,0 +1,140 @@
+"""The main job, scripts/train.py, run as users run it: a separate process tree per job.
+
+Small configurations (a narrow model, few epochs) keep each job to seconds; the default
+job's size is exercised by scripts/bench_mainjob.py, not here.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from tests.support import REPO
+
+TRAIN = os.path.join(REPO, "scripts", "train.py")
+TINY = ["--hidden", "32", "--batch-size", "32"]
+
+
+def env():
+    e = dict(os.environ)
+    e["PYTHONPATH"] = REPO + os.pathsep + e.get("PYTHONPATH", "")
+    return e
+
+
+def outputs(tmp_path, tag="run"):
+    return ["--metrics-out", str(tmp_path / f"{tag}.json"), "--plot-out", str(tmp_path / f"{tag}.png")]
+
+
+def run_job(args, timeout=240, **kw):
+    return subprocess.run([sys.executable, TRAIN, *args], env=env(), cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+def children(pid):
+    """Pids of the live processes whose parent is ``pid``."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(entry))
+    return out
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_the_job_trains_on_both_stacks_and_writes_its_metrics(tmp_path):
+    """A small job per stack: a progress line per epoch, metrics with the top-level keys, the plot;
+    both stacks learn the digits (held-out accuracy well above chance, 0.1)."""
+    for stack in ("plugin", "torch"):
+        r = run_job(TINY + ["--epochs", "3", "--stack", stack, "--lr", "3e-3"] + outputs(tmp_path, stack))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert [line.split()[1] for line in r.stdout.splitlines() if line.startswith("epoch")] == ["1/3", "2/3", "3/3"]
+        with open(tmp_path / f"{stack}.json") as f:
+            m = json.load(f)
+        assert m["accuracy"] == m["epochs"][-1]["accuracy"] > 0.8, (stack, m["epochs"])
+        assert m["samples_per_s"] > 0 and m["config"]["stack"] == stack and m["config"]["trainers"] == 4
+        assert sum(e["samples"] for e in m["epochs"]) == 3 * m["train_samples"]
+        if _has_matplotlib():
+            assert (tmp_path / f"{stack}.png").stat().st_size > 0
+
+
+def _has_matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("how", ["SIGINT to the process group (Ctrl-C)", "SIGTERM to the launcher"])
+def test_a_signal_ends_every_worker(tmp_path, how):
+    """SIGINT or SIGTERM to the launching process mid-run: every process it started is gone
+    within 10 s, it prints one line naming the signal and exits with 128 + the signal."""
+    sig = signal.SIGINT if how.startswith("SIGINT") else signal.SIGTERM
+    proc = subprocess.Popen([sys.executable, TRAIN, *TINY, "--epochs", "100000", *outputs(tmp_path)], env=env(),
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        for line in proc.stdout:  # training has started when the first epoch ends
+            if line.startswith("epoch") or time.monotonic() > deadline:
+                break
+        assert line.startswith("epoch"), "the job did not start training"
+        workers = children(proc.pid)
+        assert len(workers) >= 6, workers  # 6 workers (and multiprocessing's resource tracker)
+        sent = time.monotonic()
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+        code = proc.wait(timeout=10)
+        while any(alive(w) for w in workers) and time.monotonic() - sent < 10:
+            time.sleep(0.1)
+        assert not [w for w in workers if alive(w)], "workers outlived the launcher by 10 s"
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert code == 128 + sig, (code, err)
+    assert err.strip().splitlines() == [f"train.py: stopped by {sig.name}; ended 6 worker processes"], err
+
+
+def test_workers_die_with_a_killed_launcher(tmp_path):
+    """SIGKILL to the launching process (no handler runs): the workers end anyway."""
+    proc = subprocess.Popen([sys.executable, TRAIN, *TINY, "--epochs", "100000", *outputs(tmp_path)], env=env(),
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    workers = []
+    try:
+        deadline = time.monotonic() + 180
+        for line in proc.stdout:
+            if line.startswith("digits") or time.monotonic() > deadline:
+                break
+        workers = children(proc.pid)
+        assert len(workers) >= 6, workers
+        proc.kill()
+        proc.wait()
+        end = time.monotonic() + 10
+        while any(alive(w) for w in workers) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert not [w for w in workers if alive(w)]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for w in workers:
+            if alive(w):
+                os.kill(w, signal.SIGKILL)
