@@ -138,3 +138,78 @@ def test_workers_die_with_a_killed_launcher(tmp_path):
         for w in workers:
             if alive(w):
                 os.kill(w, signal.SIGKILL)
+
+
+# --- two hosts: two network namespaces joined by a veth pair ---------------------------------------
+
+
+def _ip(*args, check=True):
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=check)
+
+
+@pytest.fixture
+def two_hosts():
+    """Two network namespaces, each a host with its own address on a veth pair between them
+    (10.77.0.1/24 and 10.77.0.2/24, private, reachable only from each other); removed after."""
+    import shutil
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("network namespaces are Linux's")
+    if shutil.which("ip") is None:
+        pytest.skip("the `ip` command (iproute2) is not installed")
+    if os.geteuid() != 0:
+        pytest.skip("creating network namespaces needs root")
+    tag = f"{os.getpid() % 100000}"
+    hosts = [f"gfh{tag}a", f"gfh{tag}b"]
+    links = [f"gfv{tag}a", f"gfv{tag}b"]
+    made = []
+    try:
+        for ns in hosts:
+            r = _ip("netns", "add", ns, check=False)
+            if r.returncode != 0:
+                pytest.skip(f"`ip netns add` failed: {r.stderr.strip()}")
+            made.append(ns)
+        _ip("link", "add", links[0], "type", "veth", "peer", "name", links[1])
+        for i, (ns, link) in enumerate(zip(hosts, links)):
+            _ip("link", "set", link, "netns", ns)
+            _ip("-n", ns, "addr", "add", f"10.77.0.{i + 1}/24", "dev", link)
+            _ip("-n", ns, "link", "set", link, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+        yield [(ns, f"10.77.0.{i + 1}") for i, ns in enumerate(hosts)]
+    finally:
+        for ns in made:  # deleting a namespace deletes the veth end inside it, and so the pair
+            _ip("netns", "delete", ns, check=False)
+
+
+def test_the_job_trains_across_two_hosts_under_torchrun(tmp_path, two_hosts):
+    """torchrun on each host, --nnodes=2 --master-addr=<host 0's address>: the job trains.
+    Nothing tells TensorPipe which interface to use (TP_SOCKET_IFNAME unset): init_rpc picks
+    the one that routes to the master."""
+    (ns0, addr0), (ns1, _) = two_hosts
+    e = env()
+    e.pop("TP_SOCKET_IFNAME", None)
+    procs = []
+    for rank, ns in enumerate((ns0, ns1)):
+        cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "torch.distributed.run", "--nnodes=2",
+               f"--node-rank={rank}", "--nproc-per-node=2", f"--master-addr={addr0}", "--master-port=29517",
+               TRAIN, *TINY, "--epochs", "3", "--lr", "3e-3", *outputs(tmp_path, f"host{rank}")]
+        procs.append(subprocess.Popen(cmd, env=e, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True, start_new_session=True))
+    try:
+        deadline = time.monotonic() + 240
+        # a host that fails leaves the other waiting for it: stop at the first failure
+        while time.monotonic() < deadline and not all(p.poll() == 0 for p in procs):
+            if any(p.poll() not in (None, 0) for p in procs):
+                break
+            time.sleep(0.2)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    out = [p.stdout.read() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(out)
+    with open(tmp_path / "host0.json") as f:  # written by trainer0, rank 0, on host 0
+        m = json.load(f)
+    assert m["config"]["trainers"] == 2 and m["config"]["servers"] == 2
+    assert m["accuracy"] > 0.8, m["epochs"]
