@@ -76,6 +76,14 @@ def parse_args(argv=None):
     p.add_argument("--plot-out", default=os.path.join("results", "train", "loss.png"),
                    help="loss-curve PNG, written when matplotlib is installed (default results/train/loss.png)")
     p.add_argument("--port", type=int, default=0, help="rendezvous port when this script starts the workers (0: any free one)")
+    p.add_argument("--checkpoint-dir", default=None,
+                   help="save the model shards and the optimizers' state here (atomically) every "
+                        "--checkpoint-every epochs and after the last; a job started again with the same "
+                        "folder resumes from its checkpoint (plugin stack only)")
+    p.add_argument("--checkpoint-every", type=int, default=1, help="epochs between checkpoints (default 1)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="trainers take turns, one batch each, instead of training at the same time: "
+                        "slower, but a run (and a resumed run) gives the same parameters every time")
     args = p.parse_args(argv)
     if args.trainers < 2 or args.servers < 2:
         p.error("the job needs at least 2 trainers and 2 servers")
@@ -83,6 +91,10 @@ def parse_args(argv=None):
         p.error(f"the model has {len(layer_sizes(args)) - 1} layers: use at most that many servers")
     if args.hidden < 1 or args.epochs < 1 or args.batch_size < 1:
         p.error("--hidden, --epochs and --batch-size must be positive")
+    if args.checkpoint_every < 1:
+        p.error("--checkpoint-every must be >= 1")
+    if args.checkpoint_dir and args.stack != "plugin":
+        p.error("--checkpoint-dir needs --stack plugin: torch's DistributedOptimizer cannot save its state")
     if args.lr is None:
         args.lr = DEFAULT_LR[args.optimizer]
     return args
@@ -174,8 +186,9 @@ def load_data(seed):
 _TRAINER = {}
 
 
-def setup_trainer(trainer_index, shards, args):
-    """Runs on each trainer: keeps the shards, its data share and its optimizer."""
+def setup_trainer(trainer_index, shards, args, optimizer_state=None):
+    """Runs on each trainer: keeps the shards, its data share and its optimizer (restored from
+    ``optimizer_state`` when resuming)."""
     import plugin.optim
 
     (x, y), _ = load_data(args.seed)
@@ -183,6 +196,8 @@ def setup_trainer(trainer_index, shards, args):
     optimizer_class = getattr(torch.optim, _TORCH_NAMES[args.optimizer])
     if args.stack == "plugin":
         optimizer = plugin.optim.DistributedOptimizer(optimizer_class, params, lr=args.lr)
+        if optimizer_state is not None:
+            optimizer.load_state_dict(optimizer_state)
     else:
         from torch.distributed.optim import DistributedOptimizer as TorchDistributedOptimizer
 
@@ -212,27 +227,117 @@ class _quiet_torch_deprecation:
         warnings.showwarning = self._show
 
 
-def train_epoch(epoch):
-    """Runs on each trainer: one pass over its share; returns (loss sum, samples, seconds)."""
+def begin_epoch(epoch):
+    """Runs on each trainer: shuffles its share for ``epoch``; returns its number of batches."""
+    t = _TRAINER
+    args = t["args"]
+    t["order"] = torch.randperm(len(t["y"]), generator=torch.Generator().manual_seed(args.seed * 1000 + epoch * 10 + t["index"]))
+    t["stats"] = [0.0, 0, 0.0]  # loss sum, samples, seconds
+    return (len(t["order"]) + args.batch_size - 1) // args.batch_size
+
+
+def train_batch(b):
+    """Runs on each trainer: forward, backward and step on batch ``b`` of its epoch."""
     import plugin.autograd
 
     t = _TRAINER
     args = t["args"]
-    order = torch.randperm(len(t["y"]), generator=torch.Generator().manual_seed(args.seed * 1000 + epoch * 10 + t["index"]))
-    loss_sum, seen, start = 0.0, 0, time.perf_counter()
-    for first in range(0, len(order), args.batch_size):
-        batch = order[first: first + args.batch_size]
-        x, y = t["x"][batch], t["y"][batch]
-        with dist_autograd.context() as ctx:
-            loss = F.cross_entropy(model_forward(t["shards"], x), y)
-            if args.stack == "plugin":
-                plugin.autograd.backward(ctx, [loss], mode=args.mode)
-            else:
-                dist_autograd.backward(ctx, [loss])
-            t["optimizer"].step(ctx)
-        loss_sum += loss.item() * len(batch)
-        seen += len(batch)
-    return loss_sum, seen, time.perf_counter() - start
+    start = time.perf_counter()
+    batch = t["order"][b * args.batch_size: (b + 1) * args.batch_size]
+    x, y = t["x"][batch], t["y"][batch]
+    with dist_autograd.context() as ctx:
+        loss = F.cross_entropy(model_forward(t["shards"], x), y)
+        if args.stack == "plugin":
+            plugin.autograd.backward(ctx, [loss], mode=args.mode)
+        else:
+            dist_autograd.backward(ctx, [loss])
+        t["optimizer"].step(ctx)
+    t["stats"][0] += loss.item() * len(batch)
+    t["stats"][1] += len(batch)
+    t["stats"][2] += time.perf_counter() - start
+
+
+def end_epoch():
+    """Runs on each trainer: (loss sum, samples, seconds) of its epoch."""
+    return tuple(_TRAINER["stats"])
+
+
+def train_epoch(epoch):
+    """Runs on each trainer: one pass over its share; returns (loss sum, samples, seconds)."""
+    for b in range(begin_epoch(epoch)):
+        train_batch(b)
+    return end_epoch()
+
+
+def optimizer_state():
+    """Runs on each trainer: its DistributedOptimizer's state (every owner's part)."""
+    return _TRAINER["optimizer"].state_dict()
+
+
+def _on(name, fn, *args):
+    """``fn(*args)`` on worker ``name`` (here when it is trainer0, this process)."""
+    if name == "trainer0":
+        return fn(*args)
+    return rpc.rpc_sync(name, fn, args=args)
+
+
+# --- checkpoints ------------------------------------------------------------------------------
+
+CHECKPOINT = "checkpoint.pt"
+# what a checkpoint must agree on with the job that resumes from it
+_JOB_KEYS = ("trainers", "servers", "hidden", "batch_size", "lr", "optimizer", "stack", "seed")
+
+
+def shard_state(shard_rref):
+    return {k: v.clone() for k, v in shard_rref.local_value().state_dict().items()}
+
+
+def shard_load(shard_rref, state):
+    shard_rref.local_value().load_state_dict(state)
+
+
+def save_checkpoint(args, shards, trainers, history):
+    """Writes every server's shard and every trainer's optimizer state to
+    ``<checkpoint-dir>/checkpoint.pt``, atomically: into a temporary file in the same folder,
+    flushed to disk, then renamed over the previous checkpoint. A crash at any point leaves
+    either the previous checkpoint or the new one, never a partial file under that name."""
+    state = {
+        "format": 1,
+        "job": {k: getattr(args, k) for k in _JOB_KEYS},
+        "epochs_done": len(history),
+        "history": history,
+        "shards": [rpc.rpc_sync(r.owner(), shard_state, args=(r,)) for r in shards],
+        "optimizers": [_on(name, optimizer_state) for name in trainers],
+    }
+    os.makedirs(args.checkpoint_dir, exist_ok=True)
+    path = os.path.join(args.checkpoint_dir, CHECKPOINT)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(args.checkpoint_dir, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # the rename itself
+    finally:
+        os.close(fd)
+
+
+def load_checkpoint(args):
+    """The checkpoint in ``--checkpoint-dir``, or None; raises SystemExit when it belongs to
+    another job (a different model, data split, optimizer, ...)."""
+    if not args.checkpoint_dir:
+        return None
+    path = os.path.join(args.checkpoint_dir, CHECKPOINT)
+    if not os.path.exists(path):
+        return None
+    state = torch.load(path, weights_only=False)
+    differ = {k: (state["job"].get(k), getattr(args, k)) for k in _JOB_KEYS if state["job"].get(k) != getattr(args, k)}
+    if differ:
+        what = ", ".join(f"--{k.replace('_', '-')} {a!r} there, {b!r} here" for k, (a, b) in differ.items())
+        raise SystemExit(f"train.py: {path} was saved by another job ({what}); use another --checkpoint-dir")
+    return state
 
 
 # --- the coordinator (trainer0) ----------------------------------------------------------------
@@ -242,14 +347,20 @@ def coordinate(args):
     names = worker_names(args)
     servers = [n for n in names if n.startswith("server")]
     trainers = [n for n in names if n.startswith("trainer")]
+    checkpoint = load_checkpoint(args)
     sizes = shard_sizes(args)
     shards = [
         rpc.remote(server, Shard, args=(sizes[i], i == len(servers) - 1, args.seed * 100 + i))
         for i, server in enumerate(servers)
     ]
+    if checkpoint is not None:
+        for rref, state in zip(shards, checkpoint["shards"]):
+            rpc.rpc_sync(rref.owner(), shard_load, args=(rref, state))
     _, (x_test, y_test) = load_data(args.seed)
-    setups = [rpc.rpc_async(name, setup_trainer, args=(k, shards, args)) for k, name in enumerate(trainers) if k > 0]
-    setup_trainer(0, shards, args)
+    optimizer_states = checkpoint["optimizers"] if checkpoint is not None else [None] * len(trainers)
+    setups = [rpc.rpc_async(name, setup_trainer, args=(k, shards, args, optimizer_states[k]))
+              for k, name in enumerate(trainers) if k > 0]
+    setup_trainer(0, shards, args, optimizer_states[0])
     train_size = _TRAINER["y"].shape[0] + sum(f.wait() for f in setups)
     n_params = sum(a * b + b for a, b in zip(layer_sizes(args)[:-1], layer_sizes(args)[1:]))
     print(
@@ -258,11 +369,17 @@ def coordinate(args):
         f"{args.optimizer} lr={args.lr:g}; stack={args.stack}" + (f" ({args.mode} mode)" if args.stack == "plugin" else ""),
         flush=True,
     )
-    history, job_start = [], time.perf_counter()
-    for epoch in range(args.epochs):
+    history = list(checkpoint["history"]) if checkpoint is not None else []
+    if checkpoint is not None:
+        print(f"resumed from {os.path.join(args.checkpoint_dir, CHECKPOINT)} after epoch {len(history)}", flush=True)
+    first_epoch, job_start = len(history), time.perf_counter()
+    for epoch in range(first_epoch, args.epochs):
         start = time.perf_counter()
-        futs = [rpc.rpc_async(name, train_epoch, args=(epoch,)) for name in trainers[1:]]
-        results = [train_epoch(epoch)] + [f.wait() for f in futs]
+        if args.deterministic:
+            results = _deterministic_epoch(trainers, epoch)
+        else:
+            futs = [rpc.rpc_async(name, train_epoch, args=(epoch,)) for name in trainers[1:]]
+            results = [train_epoch(epoch)] + [f.wait() for f in futs]
         seconds = time.perf_counter() - start
         loss = sum(r[0] for r in results) / sum(r[1] for r in results)
         logits = model_forward(shards, x_test, predict=True)
@@ -275,13 +392,19 @@ def coordinate(args):
             f"samples/s {samples / seconds:,.0f}  ({seconds:.1f} s)",
             flush=True,
         )
+        if args.checkpoint_dir and ((epoch + 1) % args.checkpoint_every == 0 or epoch + 1 == args.epochs):
+            save_checkpoint(args, shards, trainers, history)
     total = time.perf_counter() - job_start
-    train_seconds = sum(e["seconds"] for e in history)
+    ran = history[first_epoch:] or history[-1:]
+    train_seconds = sum(e["seconds"] for e in ran)
+    if not history:
+        raise SystemExit("train.py: no epoch to report")
     metrics = {
         "accuracy": history[-1]["accuracy"],
-        "samples_per_s": sum(e["samples"] for e in history) / train_seconds,
+        "samples_per_s": sum(e["samples"] for e in ran) / train_seconds,
         "training_seconds": train_seconds,
         "wall_seconds": total,
+        "resumed_after_epoch": first_epoch if checkpoint is not None else None,
         "config": {k: v for k, v in vars(args).items() if k != "port"},
         "layers": layer_sizes(args),
         "parameters": n_params,
@@ -296,6 +419,17 @@ def coordinate(args):
         flush=True,
     )
     return metrics
+
+
+def _deterministic_epoch(trainers, epoch):
+    """One epoch with the trainers taking turns, one batch each, in rank order: the same run
+    gives the same parameters every time (what a resumed run is compared with)."""
+    batches = [_on(name, begin_epoch, epoch) for name in trainers]
+    for b in range(max(batches)):
+        for name, n in zip(trainers, batches):
+            if b < n:
+                _on(name, train_batch, b)
+    return [_on(name, end_epoch) for name in trainers]
 
 
 def write_outputs(metrics, args):
