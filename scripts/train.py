@@ -464,9 +464,13 @@ def write_outputs(metrics, args):
 
 
 def run_worker(rank, args, port=None, master_addr=None):
+    import faulthandler
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 <pid>: every thread's stack
     torch.set_num_threads(1)
     import plugin.rpc
 
+    _new_keys_after_a_restart()
     plugin.rpc.init_rpc(
         rank=rank,
         world_size=len(worker_names(args)),
@@ -482,6 +486,22 @@ def run_worker(rank, args, port=None, master_addr=None):
             coordinate(args)
     finally:
         rpc.shutdown()
+
+
+def _new_keys_after_a_restart():
+    """Keeps a group that torchrun restarted (``--max-restarts``) from reading the dead group's keys.
+
+    torchrun's store outlives a restart, and torch's ``init_rpc`` keeps its rendezvous keys
+    (among them the addresses of the Gloo group its agent starts) under ``rpc_prefix_<n>``,
+    ``n`` counting the calls in this process: 0 again in every restarted worker, so the
+    restarted group would connect to the dead group's addresses. Starting the count at a
+    number of its own per restart gives each group fresh keys.
+    """
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if restart:
+        # torch internal: the module-level counter of torch/distributed/rpc/__init__.py that
+        # init_rpc's PrefixStore is named after (checked on torch 2.13).
+        rpc._init_counter = max(getattr(rpc, "_init_counter", 0), 1000 * restart)
 
 
 def _spawned_worker(rank, args, port, parent_pid):
