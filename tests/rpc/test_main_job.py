@@ -213,3 +213,97 @@ def test_the_job_trains_across_two_hosts_under_torchrun(tmp_path, two_hosts):
         m = json.load(f)
     assert m["config"]["trainers"] == 2 and m["config"]["servers"] == 2
     assert m["accuracy"] > 0.8, m["epochs"]
+
+
+# --- checkpoints -----------------------------------------------------------------------------------
+
+DETERMINISTIC = ["--hidden", "32", "--batch-size", "128", "--trainers", "2", "--deterministic", "--lr", "3e-3"]
+
+
+def load_checkpoint(folder):
+    import torch
+
+    return torch.load(os.path.join(folder, "checkpoint.pt"), weights_only=False)
+
+
+def test_a_resumed_run_equals_an_uninterrupted_run(tmp_path):
+    """3 epochs in one run against 1 epoch, then a second start with the same folder for the
+    other 2 (with a half-written temporary file left beside the checkpoint, as a crash in the
+    middle of a save leaves it): the same parameters and optimizer state, exactly."""
+    import torch
+
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    r = run_job(DETERMINISTIC + ["--epochs", "3", "--checkpoint-dir", str(whole)] + outputs(tmp_path, "whole"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = run_job(DETERMINISTIC + ["--epochs", "1", "--checkpoint-dir", str(split)] + outputs(tmp_path, "split1"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert load_checkpoint(split)["epochs_done"] == 1
+    with open(split / "checkpoint.pt.tmp-12345", "wb") as f:
+        f.write(b"PK\x03\x04 half a checkpoint")
+    r = run_job(DETERMINISTIC + ["--epochs", "3", "--checkpoint-dir", str(split)] + outputs(tmp_path, "split2"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"resumed from {split / 'checkpoint.pt'} after epoch 1" in r.stdout
+    assert [line.split()[1] for line in r.stdout.splitlines() if line.startswith("epoch")] == ["2/3", "3/3"]
+
+    a, b = load_checkpoint(whole), load_checkpoint(split)
+    assert a["epochs_done"] == b["epochs_done"] == 3
+    for shard_a, shard_b in zip(a["shards"], b["shards"], strict=True):
+        assert shard_a.keys() == shard_b.keys()
+        for k in shard_a:
+            assert torch.equal(shard_a[k], shard_b[k]), k
+    for opt_a, opt_b in zip(a["optimizers"], b["optimizers"], strict=True):
+        assert opt_a["state"].keys() == opt_b["state"].keys() and opt_a["param_groups"] == opt_b["param_groups"]
+        for i in opt_a["state"]:
+            for k in opt_a["state"][i]:
+                assert torch.equal(opt_a["state"][i][k], opt_b["state"][i][k]), (i, k)
+    assert [e["loss"] for e in a["history"]] == [e["loss"] for e in b["history"]]
+
+
+def test_a_checkpoint_of_another_job_is_refused(tmp_path):
+    folder = tmp_path / "ckpt"
+    r = run_job(DETERMINISTIC + ["--epochs", "1", "--checkpoint-dir", str(folder)] + outputs(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = run_job(DETERMINISTIC[:-1] + ["1e-2", "--epochs", "2", "--checkpoint-dir", str(folder)] + outputs(tmp_path))
+    assert r.returncode != 0
+    assert "was saved by another job (--lr 0.003 there, 0.01 here)" in r.stdout + r.stderr
+
+
+def test_torchrun_restarts_the_group_after_a_server_is_killed_and_the_job_resumes(tmp_path):
+    """torchrun --max-restarts=1; SIGKILL to server0 after the second epoch: torchrun restarts
+    every worker, the job resumes from its last checkpoint and finishes, accuracy >= 0.90."""
+    folder = tmp_path / "ckpt"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4", "--max-restarts=1",
+           "--monitor-interval=0.5", TRAIN, "--hidden", "64", "--batch-size", "32", "--lr", "3e-3", "--epochs", "6",
+           "--checkpoint-dir", str(folder), *outputs(tmp_path)]
+    proc = subprocess.Popen(cmd, env=env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    lines, killed = [], None
+    try:
+        deadline = time.monotonic() + 300
+        for line in proc.stdout:
+            lines.append(line)
+            if killed is None and line.startswith("epoch  2/"):
+                for pid in children(proc.pid):  # torchrun's workers; server0 is rank 1
+                    try:
+                        with open(f"/proc/{pid}/environ", "rb") as f:
+                            environ = f.read().split(b"\0")
+                    except OSError:
+                        continue
+                    if b"RANK=1" in environ:
+                        os.kill(pid, signal.SIGKILL)
+                        killed = pid
+            if time.monotonic() > deadline:
+                break
+        code = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    out = "".join(lines)
+    assert killed is not None, out
+    assert code == 0, out
+    assert "resumed from" in out, out
+    with open(tmp_path / "run.json") as f:
+        m = json.load(f)
+    assert m["resumed_after_epoch"] >= 1 and len(m["epochs"]) == 6
+    assert m["accuracy"] >= 0.90, m["epochs"]
