@@ -48,6 +48,29 @@ def children(pid):
     return out
 
 
+def descendants(pid):
+    """Pids of the live processes below ``pid`` (torchrun starts its workers in sessions of
+    their own, so killing torchrun's process group leaves them)."""
+    out, todo = [], [pid]
+    while todo:
+        kids = children(todo.pop())
+        out += kids
+        todo += kids
+    return out
+
+
+def kill_tree(proc):
+    """SIGKILL to ``proc`` and everything below it, when it is still running."""
+    if proc.poll() is None:
+        for pid in descendants(proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def alive(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -210,9 +233,7 @@ def test_the_job_trains_across_two_hosts_under_torchrun(tmp_path, two_hosts):
             time.sleep(0.2)
     finally:
         for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+            kill_tree(p)
     out = [p.stdout.read() for p in procs]
     assert [p.returncode for p in procs] == [0, 0], "\n".join(out)
     with open(tmp_path / "host0.json") as f:  # written by trainer0, rank 0, on host 0
@@ -301,9 +322,7 @@ def test_torchrun_restarts_the_group_after_a_server_is_killed_and_the_job_resume
                 break
         code = proc.wait(timeout=30)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        kill_tree(proc)
     out = "".join(lines)
     assert killed is not None, out
     assert code == 0, out
