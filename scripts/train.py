@@ -485,7 +485,10 @@ def run_worker(rank, args, port=None, master_addr=None):
         if rank == 0:
             coordinate(args)
     finally:
-        rpc.shutdown()
+        # Bounded: returns after a worker died, naming it (a plain rpc.shutdown() would wait forever).
+        unreachable = plugin.rpc.shutdown()
+    if unreachable:
+        raise SystemExit(f"train.py: {worker_names(args)[rank]}: shutdown could not wait for {', '.join(unreachable)}")
 
 
 def _new_keys_after_a_restart():
