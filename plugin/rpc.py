@@ -30,6 +30,50 @@ def _setting(value, env: str, what: str, convert=str, default=None):
     raise ValueError(f"init_rpc(): {what} was not given and {env} is not set (torchrun sets it)")
 
 
+def _interface_toward(master_addr: str) -> Optional[str]:
+    """Name of this host's network interface whose address the kernel would use to reach
+    ``master_addr`` (``"lo"`` for a loopback address), or ``None`` when it cannot tell.
+
+    TensorPipe listens on one address per worker, which it finds from ``TP_SOCKET_IFNAME``
+    or else from this host's name; on a host whose name resolves to an address other
+    workers cannot reach (a container, a network namespace, a second interface), workers
+    on other hosts cannot connect. The address toward the master is one they can reach.
+    Linux only (``SIOCGIFADDR``); IPv4 only.
+    """
+    import fcntl
+    import socket
+    import struct
+
+    try:
+        target = socket.getaddrinfo(master_addr, None, socket.AF_INET, socket.SOCK_DGRAM)[0][4][0]
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((target, 9))  # UDP: picks the route and source address, sends nothing
+            source = s.getsockname()[0]
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            for _, ifname in socket.if_nameindex():
+                try:
+                    request = struct.pack("256s", ifname.encode()[:15])
+                    address = socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, request)[20:24])  # SIOCGIFADDR
+                except OSError:  # no IPv4 address on this interface
+                    continue
+                if address == source:
+                    return ifname
+    except OSError:
+        return None
+    return None
+
+
+def _choose_interfaces(master_addr: str) -> None:
+    """Sets ``TP_SOCKET_IFNAME`` (TensorPipe's listening address) and ``GLOO_SOCKET_IFNAME``
+    (the Gloo group TensorPipe's agent starts for its barriers) to the interface toward
+    ``master_addr``, each only where it is not set already."""
+    unset = [v for v in ("TP_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME") if v not in os.environ]
+    interface = _interface_toward(master_addr) if unset else None
+    if interface is not None:
+        for variable in unset:
+            os.environ[variable] = interface
+
+
 def init_rpc(
     name: Optional[str] = None,
     rank: Optional[int] = None,
@@ -91,6 +135,14 @@ def init_rpc(
         init_timeout (float): seconds to wait for every rank to arrive at the start-up
             check (rank 0's store first, then the others). Default: 120.
 
+    Network interface: TensorPipe listens on the address of the interface named by the
+    ``TP_SOCKET_IFNAME`` environment variable, and the Gloo group its agent starts on that of
+    ``GLOO_SOCKET_IFNAME``; without them, both use the address this host's name resolves to,
+    which other hosts may not reach (``127.0.0.1`` on many machines). Each variable that is
+    not set is set here to the interface whose address routes to ``master_addr`` (``lo``
+    for ``localhost``), an address the other hosts of a multi-host job reach; set them
+    yourself to choose another interface.
+
     Returns:
         torch.distributed.rpc.WorkerInfo: this worker's name and id.
 
@@ -147,6 +199,8 @@ def init_rpc(
         devices.update(d for d in mapping if d.type == "cuda")
     if devices:
         options.set_devices(sorted(devices, key=lambda d: d.index))
+
+    _choose_interfaces(master_addr)
 
     from . import _handlers  # noqa: F401  (peers call the engine's handlers by name)
 

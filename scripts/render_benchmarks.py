@@ -5,7 +5,7 @@
     python scripts/render_benchmarks.py --check   # exit 1 when the page does not match the files
 
 Each result file has a part of the page between ``<!-- BEGIN <name> -->`` and
-``<!-- END <name> -->`` (``bench_optim``, ``bench_backward``, ``bench_gil``); the text around
+``<!-- END <name> -->`` (``bench_optim``, ``bench_backward``, ``bench_gil``, ``bench_mainjob``); the text around
 the markers is written by hand. A file that does not exist yet renders as a note saying so, and
 a file without a dedicated renderer below renders as a generic listing of its numbers, so the
 page always quotes exactly what is committed. ``tests/docs/test_benchmarks_page.py`` fails when the
@@ -256,13 +256,51 @@ def render_bench_gil(data: Any) -> str:
     return "\n".join(out)
 
 
+# --- results/bench_mainjob.json (scripts/bench_mainjob.py) -------------------------------------
+
+MAINJOB_TARGET = ("Target (issue 14): on the default job of `scripts/train.py`, the plugin's stack at least 1.3x "
+                  "torch's stack in whole-run training throughput (samples/s), the median over alternated pairs.")
+
+
+def render_bench_mainjob(data: Any) -> str:
+    meta = data["meta"]
+    job = meta["job"]
+    out = [MAINJOB_TARGET, ""]
+    out.append(
+        f"Measured with torch {meta['torch']}, Python {meta['python']}, {meta['cpus']} CPUs; "
+        f"{meta['pairs']} pairs of runs in fresh processes, the order alternating within pairs. Job: "
+        f"{job['trainers']} trainers, {job['servers']} servers, an MLP of {meta['parameters']:,} parameters "
+        f"(hidden width {job['hidden']}), batch {job['batch_size']}, {job['optimizer']} lr={job['lr']:g}, "
+        f"{job['epochs']} epochs"
+        + (f"; `scripts/train.py` options {' '.join(meta['train_options'])}" if meta["train_options"] else "")
+        + ". Throughput: training samples over the seconds of the training epochs (set-up and held-out "
+        "evaluation excluded)."
+    )
+    out.append("")
+    rows = []
+    for r in data["runs"]:
+        rows.append([str(r["pair"] + 1), r["stack"], f"{r['samples_per_s']:.0f}", f"{r['training_seconds']:.1f}",
+                     f"{r['accuracy']:.4f}"])
+    out.append(_table(["pair", "stack", "samples/s", "training s", "held-out accuracy"], rows))
+    out.append("")
+    out.append("Ratios plugin / torch per pair: " + ", ".join(f"{x:.3f}" for x in data["ratios"]))
+    out.append("")
+    v = data["median_ratio"]
+    out.append(_table(["target (issue 14)", "bound", "measured", "verdict"],
+                      [["plugin / torch samples/s, default job (median of pairs)", f">= {data['target']}x",
+                        f"{v:.2f}x", _verdict(v, data["target"], below=False)]]))
+    return "\n".join(out)
+
+
 SECTIONS: Dict[str, Callable[[Any], str]] = {
     "bench_optim": render_bench_optim,
     "bench_backward": render_bench_backward,
     "bench_gil": render_bench_gil,
+    "bench_mainjob": render_bench_mainjob,
 }
 MISSING = {
     "bench_gil": GIL_TARGETS + "\n\n",
+    "bench_mainjob": MAINJOB_TARGET + "\n\n",
 }
 
 

@@ -1,22 +1,33 @@
-"""Model-parallel training over RPC on real data: scikit-learn's handwritten digits.
+"""The main job: a parameter server on real data (scikit-learn's handwritten digits).
 
-An MLP's layers live on server workers (RRefs to remote modules); several trainers train at
-the same time, each on its share of the training set: forward through the shards by RPC,
-backward with the plugin's distributed engine, step with the plugin's DistributedOptimizer
-(every step runs as TorchScript on the servers, without the GIL). Trainer 0 also coordinates:
-after every epoch it measures accuracy on held-out digits and prints one line.
+An MLP of 2.2M parameters ([64, 1024, 1024, 1024, 10]) lives on the server workers (each
+holds consecutive layers, behind an RRef); many trainers train it at the same time, each on
+its share of the training set, as in torch's RPC parameter-server tutorials: forward through
+the servers by RPC, a distributed backward pass, and a step of the shared parameters on the
+servers. With ``--stack plugin`` (the default) the backward pass is the plugin's engine and
+the step the plugin's DistributedOptimizer (TorchScript on the servers, without the GIL, with
+torch's fused Adam kernel); with ``--stack torch`` the same job runs on torch's distributed
+autograd and DistributedOptimizer. Trainer 0 also coordinates: after every epoch it measures
+accuracy on held-out digits and prints one line.
 
-    python scripts/train.py                         # every worker on this machine (loopback)
-    torchrun --nproc-per-node=4 scripts/train.py    # the same job, started by torchrun
-    python scripts/train.py --stack torch           # torch's distributed autograd and optimizer
+    python scripts/train.py                          # 4 trainers, 2 servers, on this machine
+    python scripts/train.py --stack torch            # torch's distributed autograd and optimizer
+    torchrun --nproc-per-node=6 scripts/train.py     # the same job, started by torchrun
+    torchrun --nnodes=2 --node-rank=I --nproc-per-node=3 --master-addr=HOST0 --master-port=29500 scripts/train.py
+    python scripts/train.py --checkpoint-dir ckpt    # saves every epoch; started again, resumes
 
 Workers: trainer0 (rank 0), server0 .. server{S-1} (ranks 1..S), then trainer1 .. trainer{T-1}.
 Data: 1,797 scanned 8x8 digits (sklearn.datasets.load_digits, bundled with scikit-learn),
 80 % for training, 20 % held out (stratified, seeded).
+
+Stopping: SIGINT or SIGTERM to this script (when it starts the workers itself) ends every
+worker within a few seconds, prints one line and exits with status 128 + the signal number;
+a worker that dies ends the others and the script exits with status 1.
 """
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 import warnings
@@ -24,7 +35,6 @@ import warnings
 import torch
 import torch.distributed.autograd as dist_autograd
 import torch.distributed.rpc as rpc
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,17 +43,29 @@ if REPO not in sys.path:  # run from a checkout without installing
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)  # torch's own TorchScript warnings (--stack torch)
 
-LAYER_SIZES = [64, 128, 64, 10]
 OPTIMIZERS = ["adam", "adamw", "sgd", "adagrad", "rmsprop", "adamax", "adadelta", "rprop", "nadam", "radam"]
+_TORCH_NAMES = {
+    "adam": "Adam", "adamw": "AdamW", "sgd": "SGD", "adagrad": "Adagrad", "rmsprop": "RMSprop", "adamax": "Adamax",
+    "adadelta": "Adadelta", "rprop": "Rprop", "nadam": "NAdam", "radam": "RAdam",
+}
+# Every process uses TensorPipe's uv (TCP) transport: the default transports include shared
+# memory, whose reactor thread busy-polls a CPU core in every process even when idle; with
+# more worker processes than cores that polling, not the job, would take the CPU. uv also
+# is what connects workers on different hosts.
+TRANSPORTS = ["uv"]
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--trainers", type=int, default=2, help="trainers training at the same time (>= 2; default 2)")
-    p.add_argument("--servers", type=int, default=2, help="workers holding the model's layers (>= 2; default 2)")
-    p.add_argument("--epochs", type=int, default=12, help="passes over the training set (default 12)")
-    p.add_argument("--batch-size", type=int, default=32, help="samples per step and trainer (default 32)")
-    p.add_argument("--lr", type=float, default=3e-3, help="learning rate (default 3e-3)")
+    p.add_argument("--trainers", type=int, default=4, help="trainers training at the same time (>= 2; default 4)")
+    p.add_argument("--servers", type=int, default=2, help="workers holding the model's layers (2..4; default 2)")
+    p.add_argument("--hidden", type=int, default=1024,
+                   help="width of the three hidden layers (default 1024: 2.2M parameters)")
+    p.add_argument("--epochs", type=int, default=20, help="passes over the training set (default 20)")
+    p.add_argument("--batch-size", type=int, default=16, help="samples per step and trainer (default 16)")
+    p.add_argument("--lr", type=float, default=None,
+                   help="learning rate (default: 3e-4 for adam, adamw, nadam, radam; 1e-3 for adamax; 1e-4 for rmsprop; "
+                        "1e-2 for adagrad; 0.05 for sgd; 1.0 for adadelta; 1e-4 for rprop)")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="adam", help="optimizer (default adam)")
     p.add_argument("--stack", choices=["plugin", "torch"], default="plugin",
                    help="plugin: this project's engine and optimizer (default); torch: torch's own")
@@ -54,12 +76,36 @@ def parse_args(argv=None):
     p.add_argument("--plot-out", default=os.path.join("results", "train", "loss.png"),
                    help="loss-curve PNG, written when matplotlib is installed (default results/train/loss.png)")
     p.add_argument("--port", type=int, default=0, help="rendezvous port when this script starts the workers (0: any free one)")
+    p.add_argument("--checkpoint-dir", default=None,
+                   help="save the model shards and the optimizers' state here (atomically) every "
+                        "--checkpoint-every epochs and after the last; a job started again with the same "
+                        "folder resumes from its checkpoint (plugin stack only)")
+    p.add_argument("--checkpoint-every", type=int, default=1, help="epochs between checkpoints (default 1)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="trainers take turns, one batch each, instead of training at the same time: "
+                        "slower, but a run (and a resumed run) gives the same parameters every time")
     args = p.parse_args(argv)
     if args.trainers < 2 or args.servers < 2:
         p.error("the job needs at least 2 trainers and 2 servers")
-    if args.servers > len(LAYER_SIZES) - 1:
-        p.error(f"the model has {len(LAYER_SIZES) - 1} layers: use at most that many servers")
+    if args.servers > len(layer_sizes(args)) - 1:
+        p.error(f"the model has {len(layer_sizes(args)) - 1} layers: use at most that many servers")
+    if args.hidden < 1 or args.epochs < 1 or args.batch_size < 1:
+        p.error("--hidden, --epochs and --batch-size must be positive")
+    if args.checkpoint_every < 1:
+        p.error("--checkpoint-every must be >= 1")
+    if args.checkpoint_dir and args.stack != "plugin":
+        p.error("--checkpoint-dir needs --stack plugin: torch's DistributedOptimizer cannot save its state")
+    if args.lr is None:
+        args.lr = DEFAULT_LR[args.optimizer]
     return args
+
+
+DEFAULT_LR = {"adam": 3e-4, "adamw": 3e-4, "adamax": 1e-3, "nadam": 3e-4, "radam": 3e-4, "rmsprop": 1e-4,
+              "adagrad": 1e-2, "sgd": 0.05, "adadelta": 1.0, "rprop": 1e-4}
+
+
+def layer_sizes(args):
+    return [64, args.hidden, args.hidden, args.hidden, 10]
 
 
 def worker_names(args):
@@ -91,11 +137,12 @@ class Shard(torch.nn.Module):
         return x
 
 
-def shard_sizes(servers):
+def shard_sizes(args):
     """Layer sizes of each server's shard: the layers split as evenly as possible."""
-    n = len(LAYER_SIZES) - 1
-    bounds = [round(i * n / servers) for i in range(servers + 1)]
-    return [LAYER_SIZES[bounds[i]: bounds[i + 1] + 1] for i in range(servers)]
+    sizes = layer_sizes(args)
+    n = len(sizes) - 1
+    bounds = [round(i * n / args.servers) for i in range(args.servers + 1)]
+    return [sizes[bounds[i]: bounds[i + 1] + 1] for i in range(args.servers)]
 
 
 def shard_forward(shard_rref, x):
@@ -139,21 +186,23 @@ def load_data(seed):
 _TRAINER = {}
 
 
-def setup_trainer(trainer_index, shards, args):
-    """Runs on each trainer: keeps the shards, its data share and its optimizer."""
+def setup_trainer(trainer_index, shards, args, optimizer_state=None):
+    """Runs on each trainer: keeps the shards, its data share and its optimizer (restored from
+    ``optimizer_state`` when resuming)."""
     import plugin.optim
 
     (x, y), _ = load_data(args.seed)
     params = [p for rref in shards for p in rpc.rpc_sync(rref.owner(), shard_parameter_rrefs, args=(rref,))]
+    optimizer_class = getattr(torch.optim, _TORCH_NAMES[args.optimizer])
     if args.stack == "plugin":
-        import functional_optim
-
-        cls = functional_optim.functional_optimizer_for(getattr(torch.optim, _TORCH_NAMES[args.optimizer]))
-        optimizer = plugin.optim.DistributedOptimizer(cls, params, lr=args.lr)
+        optimizer = plugin.optim.DistributedOptimizer(optimizer_class, params, lr=args.lr)
+        if optimizer_state is not None:
+            optimizer.load_state_dict(optimizer_state)
     else:
         from torch.distributed.optim import DistributedOptimizer as TorchDistributedOptimizer
 
-        optimizer = TorchDistributedOptimizer(getattr(torch.optim, _TORCH_NAMES[args.optimizer]), params, lr=args.lr)
+        with _quiet_torch_deprecation():
+            optimizer = TorchDistributedOptimizer(optimizer_class, params, lr=args.lr)
     _TRAINER.update(
         index=trainer_index, shards=shards, x=x[trainer_index:: args.trainers], y=y[trainer_index:: args.trainers],
         optimizer=optimizer, args=args,
@@ -161,33 +210,134 @@ def setup_trainer(trainer_index, shards, args):
     return len(_TRAINER["y"])
 
 
-_TORCH_NAMES = {
-    "adam": "Adam", "adamw": "AdamW", "sgd": "SGD", "adagrad": "Adagrad", "rmsprop": "RMSprop", "adamax": "Adamax",
-    "adadelta": "Adadelta", "rprop": "Rprop", "nadam": "NAdam", "radam": "RAdam",
-}
+class _quiet_torch_deprecation:
+    """Drops the DeprecationWarning torch's DistributedOptimizer prints for each local optimizer
+    (torch forces it with ``simplefilter("always")``, so a filter cannot drop it)."""
+
+    def __enter__(self):
+        self._show = warnings.showwarning
+
+        def show(message, category, *rest, **kw):
+            if not issubclass(category, DeprecationWarning):
+                self._show(message, category, *rest, **kw)
+
+        warnings.showwarning = show
+
+    def __exit__(self, *exc):
+        warnings.showwarning = self._show
 
 
-def train_epoch(epoch):
-    """Runs on each trainer: one pass over its share; returns (loss sum, samples, seconds)."""
+def begin_epoch(epoch):
+    """Runs on each trainer: shuffles its share for ``epoch``; returns its number of batches."""
+    t = _TRAINER
+    args = t["args"]
+    t["order"] = torch.randperm(len(t["y"]), generator=torch.Generator().manual_seed(args.seed * 1000 + epoch * 10 + t["index"]))
+    t["stats"] = [0.0, 0, 0.0]  # loss sum, samples, seconds
+    return (len(t["order"]) + args.batch_size - 1) // args.batch_size
+
+
+def train_batch(b):
+    """Runs on each trainer: forward, backward and step on batch ``b`` of its epoch."""
     import plugin.autograd
 
     t = _TRAINER
     args = t["args"]
-    order = torch.randperm(len(t["y"]), generator=torch.Generator().manual_seed(args.seed * 1000 + epoch * 10 + t["index"]))
-    loss_sum, seen, start = 0.0, 0, time.perf_counter()
-    for first in range(0, len(order), args.batch_size):
-        batch = order[first: first + args.batch_size]
-        x, y = t["x"][batch], t["y"][batch]
-        with dist_autograd.context() as ctx:
-            loss = F.cross_entropy(model_forward(t["shards"], x), y)
-            if args.stack == "plugin":
-                plugin.autograd.backward(ctx, [loss], mode=args.mode)
-            else:
-                dist_autograd.backward(ctx, [loss])
-            t["optimizer"].step(ctx)
-        loss_sum += loss.item() * len(batch)
-        seen += len(batch)
-    return loss_sum, seen, time.perf_counter() - start
+    start = time.perf_counter()
+    batch = t["order"][b * args.batch_size: (b + 1) * args.batch_size]
+    x, y = t["x"][batch], t["y"][batch]
+    with dist_autograd.context() as ctx:
+        loss = F.cross_entropy(model_forward(t["shards"], x), y)
+        if args.stack == "plugin":
+            plugin.autograd.backward(ctx, [loss], mode=args.mode)
+        else:
+            dist_autograd.backward(ctx, [loss])
+        t["optimizer"].step(ctx)
+    t["stats"][0] += loss.item() * len(batch)
+    t["stats"][1] += len(batch)
+    t["stats"][2] += time.perf_counter() - start
+
+
+def end_epoch():
+    """Runs on each trainer: (loss sum, samples, seconds) of its epoch."""
+    return tuple(_TRAINER["stats"])
+
+
+def train_epoch(epoch):
+    """Runs on each trainer: one pass over its share; returns (loss sum, samples, seconds)."""
+    for b in range(begin_epoch(epoch)):
+        train_batch(b)
+    return end_epoch()
+
+
+def optimizer_state():
+    """Runs on each trainer: its DistributedOptimizer's state (every owner's part)."""
+    return _TRAINER["optimizer"].state_dict()
+
+
+def _on(name, fn, *args):
+    """``fn(*args)`` on worker ``name`` (here when it is trainer0, this process)."""
+    if name == "trainer0":
+        return fn(*args)
+    return rpc.rpc_sync(name, fn, args=args)
+
+
+# --- checkpoints ------------------------------------------------------------------------------
+
+CHECKPOINT = "checkpoint.pt"
+# what a checkpoint must agree on with the job that resumes from it
+_JOB_KEYS = ("trainers", "servers", "hidden", "batch_size", "lr", "optimizer", "stack", "seed")
+
+
+def shard_state(shard_rref):
+    return {k: v.clone() for k, v in shard_rref.local_value().state_dict().items()}
+
+
+def shard_load(shard_rref, state):
+    shard_rref.local_value().load_state_dict(state)
+
+
+def save_checkpoint(args, shards, trainers, history):
+    """Writes every server's shard and every trainer's optimizer state to
+    ``<checkpoint-dir>/checkpoint.pt``, atomically: into a temporary file in the same folder,
+    flushed to disk, then renamed over the previous checkpoint. A crash at any point leaves
+    either the previous checkpoint or the new one, never a partial file under that name."""
+    state = {
+        "format": 1,
+        "job": {k: getattr(args, k) for k in _JOB_KEYS},
+        "epochs_done": len(history),
+        "history": history,
+        "shards": [rpc.rpc_sync(r.owner(), shard_state, args=(r,)) for r in shards],
+        "optimizers": [_on(name, optimizer_state) for name in trainers],
+    }
+    os.makedirs(args.checkpoint_dir, exist_ok=True)
+    path = os.path.join(args.checkpoint_dir, CHECKPOINT)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(args.checkpoint_dir, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # the rename itself
+    finally:
+        os.close(fd)
+
+
+def load_checkpoint(args):
+    """The checkpoint in ``--checkpoint-dir``, or None; raises SystemExit when it belongs to
+    another job (a different model, data split, optimizer, ...)."""
+    if not args.checkpoint_dir:
+        return None
+    path = os.path.join(args.checkpoint_dir, CHECKPOINT)
+    if not os.path.exists(path):
+        return None
+    state = torch.load(path, weights_only=False)
+    differ = {k: (state["job"].get(k), getattr(args, k)) for k in _JOB_KEYS if state["job"].get(k) != getattr(args, k)}
+    if differ:
+        what = ", ".join(f"--{k.replace('_', '-')} {a!r} there, {b!r} here" for k, (a, b) in differ.items())
+        raise SystemExit(f"train.py: {path} was saved by another job ({what}); use another --checkpoint-dir")
+    return state
 
 
 # --- the coordinator (trainer0) ----------------------------------------------------------------
@@ -197,51 +347,89 @@ def coordinate(args):
     names = worker_names(args)
     servers = [n for n in names if n.startswith("server")]
     trainers = [n for n in names if n.startswith("trainer")]
-    sizes = shard_sizes(args.servers)
+    checkpoint = load_checkpoint(args)
+    sizes = shard_sizes(args)
     shards = [
         rpc.remote(server, Shard, args=(sizes[i], i == len(servers) - 1, args.seed * 100 + i))
         for i, server in enumerate(servers)
     ]
+    if checkpoint is not None:
+        for rref, state in zip(shards, checkpoint["shards"]):
+            rpc.rpc_sync(rref.owner(), shard_load, args=(rref, state))
     _, (x_test, y_test) = load_data(args.seed)
-    setups = [rpc.rpc_async(name, setup_trainer, args=(k, shards, args)) for k, name in enumerate(trainers) if k > 0]
-    setup_trainer(0, shards, args)
+    optimizer_states = checkpoint["optimizers"] if checkpoint is not None else [None] * len(trainers)
+    setups = [rpc.rpc_async(name, setup_trainer, args=(k, shards, args, optimizer_states[k]))
+              for k, name in enumerate(trainers) if k > 0]
+    setup_trainer(0, shards, args, optimizer_states[0])
     train_size = _TRAINER["y"].shape[0] + sum(f.wait() for f in setups)
+    n_params = sum(a * b + b for a, b in zip(layer_sizes(args)[:-1], layer_sizes(args)[1:]))
     print(
         f"digits: {train_size} training / {len(y_test)} held-out samples; {len(trainers)} trainers, "
-        f"{len(servers)} servers; layers {LAYER_SIZES}; {args.optimizer} lr={args.lr}; stack={args.stack}"
-        + (f" ({args.mode} mode)" if args.stack == "plugin" else ""),
+        f"{len(servers)} servers; layers {layer_sizes(args)} ({n_params:,} parameters); batch {args.batch_size}; "
+        f"{args.optimizer} lr={args.lr:g}; stack={args.stack}" + (f" ({args.mode} mode)" if args.stack == "plugin" else ""),
         flush=True,
     )
-    history, job_start = [], time.perf_counter()
-    for epoch in range(args.epochs):
+    history = list(checkpoint["history"]) if checkpoint is not None else []
+    if checkpoint is not None:
+        print(f"resumed from {os.path.join(args.checkpoint_dir, CHECKPOINT)} after epoch {len(history)}", flush=True)
+    first_epoch, job_start = len(history), time.perf_counter()
+    for epoch in range(first_epoch, args.epochs):
         start = time.perf_counter()
-        futs = [rpc.rpc_async(name, train_epoch, args=(epoch,)) for name in trainers[1:]]
-        results = [train_epoch(epoch)] + [f.wait() for f in futs]
+        if args.deterministic:
+            results = _deterministic_epoch(trainers, epoch)
+        else:
+            futs = [rpc.rpc_async(name, train_epoch, args=(epoch,)) for name in trainers[1:]]
+            results = [train_epoch(epoch)] + [f.wait() for f in futs]
         seconds = time.perf_counter() - start
         loss = sum(r[0] for r in results) / sum(r[1] for r in results)
         logits = model_forward(shards, x_test, predict=True)
         accuracy = (logits.argmax(dim=1) == y_test).float().mean().item()
-        samples_per_s = sum(r[1] for r in results) / seconds
-        history.append({"epoch": epoch + 1, "loss": loss, "accuracy": accuracy, "samples_per_s": samples_per_s,
-                        "seconds": seconds})
+        samples = sum(r[1] for r in results)
+        history.append({"epoch": epoch + 1, "loss": loss, "accuracy": accuracy, "samples": samples,
+                        "samples_per_s": samples / seconds, "seconds": seconds})
         print(
             f"epoch {epoch + 1:>2}/{args.epochs}  loss {loss:.4f}  held-out accuracy {accuracy:.4f}  "
-            f"samples/s {samples_per_s:,.0f}",
+            f"samples/s {samples / seconds:,.0f}  ({seconds:.1f} s)",
             flush=True,
         )
+        if args.checkpoint_dir and ((epoch + 1) % args.checkpoint_every == 0 or epoch + 1 == args.epochs):
+            save_checkpoint(args, shards, trainers, history)
     total = time.perf_counter() - job_start
+    ran = history[first_epoch:] or history[-1:]
+    train_seconds = sum(e["seconds"] for e in ran)
+    if not history:
+        raise SystemExit("train.py: no epoch to report")
     metrics = {
+        "accuracy": history[-1]["accuracy"],
+        "samples_per_s": sum(e["samples"] for e in ran) / train_seconds,
+        "training_seconds": train_seconds,
+        "wall_seconds": total,
+        "resumed_after_epoch": first_epoch if checkpoint is not None else None,
         "config": {k: v for k, v in vars(args).items() if k != "port"},
-        "layers": LAYER_SIZES,
+        "layers": layer_sizes(args),
+        "parameters": n_params,
         "train_samples": train_size,
         "held_out_samples": len(y_test),
         "epochs": history,
-        "final_accuracy": history[-1]["accuracy"],
-        "training_seconds": total,
     }
     write_outputs(metrics, args)
-    print(f"final held-out accuracy {metrics['final_accuracy']:.4f} after {total:.1f} s; metrics: {args.metrics_out}")
+    print(
+        f"final held-out accuracy {metrics['accuracy']:.4f}; {metrics['samples_per_s']:,.0f} samples/s; "
+        f"{total:.1f} s; metrics: {args.metrics_out}",
+        flush=True,
+    )
     return metrics
+
+
+def _deterministic_epoch(trainers, epoch):
+    """One epoch with the trainers taking turns, one batch each, in rank order: the same run
+    gives the same parameters every time (what a resumed run is compared with)."""
+    batches = [_on(name, begin_epoch, epoch) for name in trainers]
+    for b in range(max(batches)):
+        for name, n in zip(trainers, batches):
+            if b < n:
+                _on(name, train_batch, b)
+    return [_on(name, end_epoch) for name in trainers]
 
 
 def write_outputs(metrics, args):
@@ -263,7 +451,8 @@ def write_outputs(metrics, args):
     ax2 = ax.twinx()
     ax2.plot(epochs, [e["accuracy"] for e in metrics["epochs"]], color="tab:green", marker="s", label="held-out accuracy")
     ax2.set_ylabel("held-out accuracy")
-    ax.set_title(f"digits, {metrics['config']['stack']} stack")
+    cfg = metrics["config"]
+    ax.set_title(f"digits, {cfg['trainers']} trainers, {cfg['servers']} servers, {cfg['stack']} stack")
     fig.legend(loc="center right")
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(args.plot_out)), exist_ok=True)
@@ -274,17 +463,23 @@ def write_outputs(metrics, args):
 # --- processes --------------------------------------------------------------------------------
 
 
-def run_worker(rank, args, port=None):
+def run_worker(rank, args, port=None, master_addr=None):
+    import faulthandler
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 <pid>: every thread's stack
     torch.set_num_threads(1)
     import plugin.rpc
 
+    _new_keys_after_a_restart()
     plugin.rpc.init_rpc(
         rank=rank,
         world_size=len(worker_names(args)),
+        master_addr=master_addr,
         master_port=port,
         worker_names=worker_names(args),
         num_worker_threads=8,
         rpc_timeout=120,
+        transports=TRANSPORTS,
     )
     try:
         if rank == 0:
@@ -293,15 +488,133 @@ def run_worker(rank, args, port=None):
         rpc.shutdown()
 
 
+def _new_keys_after_a_restart():
+    """Keeps a group that torchrun restarted (``--max-restarts``) from reading the dead group's keys.
+
+    torchrun's store outlives a restart, and torch's ``init_rpc`` keeps its rendezvous keys
+    (among them the addresses of the Gloo group its agent starts) under ``rpc_prefix_<n>``,
+    ``n`` counting the calls in this process: 0 again in every restarted worker, so the
+    restarted group would connect to the dead group's addresses. Starting the count at a
+    number of its own per restart gives each group fresh keys.
+    """
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if restart:
+        # torch internal: the module-level counter of torch/distributed/rpc/__init__.py that
+        # init_rpc's PrefixStore is named after (checked on torch 2.13).
+        rpc._init_counter = max(getattr(rpc, "_init_counter", 0), 1000 * restart)
+
+
+def _spawned_worker(rank, args, port, parent_pid):
+    """Entry point of a worker process started by :func:`launch`."""
+    # Ctrl-C reaches the whole process group: the launching process alone handles it and
+    # ends the workers (it started this process with SIGINT blocked, so that a Ctrl-C while
+    # Python starts up is not a KeyboardInterrupt here). And a worker ends when the
+    # launching process dies, however it dies.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    _die_with_parent(parent_pid)
+    run_worker(rank, args, port, "localhost")
+
+
+def _die_with_parent(parent_pid):
+    """Asks Linux to SIGKILL this process when its parent dies (prctl PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):  # not Linux: the launcher's signal handler still ends the workers
+        pass
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+class _Stop(Exception):
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def launch(args, port):
+    """Starts every worker on this machine and waits for them.
+
+    Returns the exit status: 0 when every worker ended well; 1 when one failed (the others
+    are ended); 128 + signal number after SIGINT or SIGTERM (every worker ended).
+    """
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    procs = []
+
+    def on_signal(signum, frame):
+        raise _Stop(signum)
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        # The workers inherit a blocked SIGINT (see _spawned_worker); a SIGINT that arrives
+        # meanwhile waits here until the unblock, then stops the job as usual.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            for rank in range(len(worker_names(args))):
+                p = ctx.Process(target=_spawned_worker, args=(rank, args, port, os.getpid()),
+                                name=worker_names(args)[rank])
+                p.start()
+                procs.append(p)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        while True:
+            codes = [p.exitcode for p in procs]
+            failed = [(p.name, c) for p, c in zip(procs, codes) if c not in (None, 0)]
+            if failed:
+                _end(procs)
+                name, code = failed[0]
+                print(f"train.py: worker {name} exited with status {code}; ended the other workers", file=sys.stderr,
+                      flush=True)
+                return 1
+            if all(c == 0 for c in codes):
+                return 0
+            procs[0].join(0.2)
+    except _Stop as stop:
+        for s in old:  # a second signal must not interrupt the clean-up
+            signal.signal(s, signal.SIG_IGN)
+        n = _end(procs)
+        name = signal.Signals(stop.signum).name
+        print(f"train.py: stopped by {name}; ended {n} worker processes", file=sys.stderr, flush=True)
+        return 128 + stop.signum
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _end(procs, grace=5.0):
+    """SIGTERM to every live worker, SIGKILL to those still alive after ``grace`` seconds;
+    returns how many were alive."""
+    alive = [p for p in procs if p.exitcode is None]
+    for p in alive:
+        try:
+            p.terminate()
+        except (OSError, ValueError):
+            pass
+    deadline = time.monotonic() + grace
+    for p in alive:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in alive:
+        if p.exitcode is None:
+            p.kill()
+            p.join(2.0)
+    return len(alive)
+
+
 def main(argv=None):
     args = parse_args(argv)
     if "RANK" in os.environ:  # started by torchrun: this process is one worker
         world = int(os.environ["WORLD_SIZE"])
-        if world < 4:
-            raise SystemExit(f"torchrun started {world} processes; the job needs at least 4 (2 servers, 2 trainers)")
+        if world < args.servers + 2:
+            raise SystemExit(f"torchrun started {world} processes; the job needs at least {args.servers + 2} "
+                             f"({args.servers} servers, 2 trainers)")
         args.trainers = world - args.servers
         run_worker(int(os.environ["RANK"]), args)
-        return
+        return 0
     from socket import socket
 
     port = args.port
@@ -309,8 +622,8 @@ def main(argv=None):
         with socket() as s:
             s.bind(("localhost", 0))
             port = s.getsockname()[1]
-    mp.spawn(run_worker, args=(args, port), nprocs=len(worker_names(args)), join=True)
+    return launch(args, port)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

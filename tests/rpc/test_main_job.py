@@ -1,0 +1,333 @@
+"""The main job, scripts/train.py, run as users run it: a separate process tree per job.
+
+Small configurations (a narrow model, few epochs) keep each job to seconds; the default
+job's size is exercised by scripts/bench_mainjob.py, not here.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from tests.support import REPO
+
+TRAIN = os.path.join(REPO, "scripts", "train.py")
+TINY = ["--hidden", "32", "--batch-size", "32"]
+
+
+def env():
+    e = dict(os.environ)
+    e["PYTHONPATH"] = REPO + os.pathsep + e.get("PYTHONPATH", "")
+    return e
+
+
+def outputs(tmp_path, tag="run"):
+    return ["--metrics-out", str(tmp_path / f"{tag}.json"), "--plot-out", str(tmp_path / f"{tag}.png")]
+
+
+def run_job(args, timeout=240, **kw):
+    return subprocess.run([sys.executable, TRAIN, *args], env=env(), cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+def children(pid):
+    """Pids of the live processes whose parent is ``pid``."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(entry))
+    return out
+
+
+def descendants(pid):
+    """Pids of the live processes below ``pid`` (torchrun starts its workers in sessions of
+    their own, so killing torchrun's process group leaves them)."""
+    out, todo = [], [pid]
+    while todo:
+        kids = children(todo.pop())
+        out += kids
+        todo += kids
+    return out
+
+
+def kill_tree(proc):
+    """SIGKILL to ``proc`` and everything below it, when it is still running."""
+    if proc.poll() is None:
+        for pid in descendants(proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_the_job_trains_on_both_stacks_and_writes_its_metrics(tmp_path):
+    """A small job per stack: a progress line per epoch, metrics with the top-level keys, the plot;
+    both stacks learn the digits (held-out accuracy well above chance, 0.1)."""
+    for stack in ("plugin", "torch"):
+        r = run_job(TINY + ["--epochs", "4", "--stack", stack, "--lr", "3e-3"] + outputs(tmp_path, stack))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert [line.split()[1] for line in r.stdout.splitlines() if line.startswith("epoch")] == ["1/4", "2/4", "3/4", "4/4"]
+        with open(tmp_path / f"{stack}.json") as f:
+            m = json.load(f)
+        assert m["accuracy"] == m["epochs"][-1]["accuracy"] > 0.8, (stack, m["epochs"])
+        assert m["samples_per_s"] > 0 and m["config"]["stack"] == stack and m["config"]["trainers"] == 4
+        assert sum(e["samples"] for e in m["epochs"]) == 4 * m["train_samples"]
+        if _has_matplotlib():
+            assert (tmp_path / f"{stack}.png").stat().st_size > 0
+
+
+def _has_matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("how", ["SIGINT to the process group (Ctrl-C)", "SIGTERM to the launcher"])
+def test_a_signal_ends_every_worker(tmp_path, how):
+    """SIGINT or SIGTERM to the launching process mid-run: every process it started is gone
+    within 10 s, it prints one line naming the signal and exits with 128 + the signal."""
+    sig = signal.SIGINT if how.startswith("SIGINT") else signal.SIGTERM
+    proc = subprocess.Popen([sys.executable, TRAIN, *TINY, "--epochs", "100000", *outputs(tmp_path)], env=env(),
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        for line in proc.stdout:  # training has started when the first epoch ends
+            if line.startswith("epoch") or time.monotonic() > deadline:
+                break
+        assert line.startswith("epoch"), "the job did not start training"
+        workers = children(proc.pid)
+        assert len(workers) >= 6, workers  # 6 workers (and multiprocessing's resource tracker)
+        sent = time.monotonic()
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+        code = proc.wait(timeout=10)
+        while any(alive(w) for w in workers) and time.monotonic() - sent < 10:
+            time.sleep(0.1)
+        assert not [w for w in workers if alive(w)], "workers outlived the launcher by 10 s"
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert code == 128 + sig, (code, err)
+    assert err.strip().splitlines() == [f"train.py: stopped by {sig.name}; ended 6 worker processes"], err
+
+
+def test_workers_die_with_a_killed_launcher(tmp_path):
+    """SIGKILL to the launching process (no handler runs): the workers end anyway."""
+    proc = subprocess.Popen([sys.executable, TRAIN, *TINY, "--epochs", "100000", *outputs(tmp_path)], env=env(),
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    workers = []
+    try:
+        deadline = time.monotonic() + 180
+        for line in proc.stdout:
+            if line.startswith("digits") or time.monotonic() > deadline:
+                break
+        workers = children(proc.pid)
+        assert len(workers) >= 6, workers
+        proc.kill()
+        proc.wait()
+        end = time.monotonic() + 10
+        while any(alive(w) for w in workers) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert not [w for w in workers if alive(w)]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for w in workers:
+            if alive(w):
+                os.kill(w, signal.SIGKILL)
+
+
+# --- two hosts: two network namespaces joined by a veth pair ---------------------------------------
+
+
+def _ip(*args, check=True):
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=check)
+
+
+@pytest.fixture
+def two_hosts():
+    """Two network namespaces, each a host with its own address on a veth pair between them
+    (10.77.0.1/24 and 10.77.0.2/24, private, reachable only from each other); removed after."""
+    import shutil
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("network namespaces are Linux's")
+    if shutil.which("ip") is None:
+        pytest.skip("the `ip` command (iproute2) is not installed")
+    if os.geteuid() != 0:
+        pytest.skip("creating network namespaces needs root")
+    tag = f"{os.getpid() % 100000}"
+    hosts = [f"gfh{tag}a", f"gfh{tag}b"]
+    links = [f"gfv{tag}a", f"gfv{tag}b"]
+    made = []
+    try:
+        for ns in hosts:
+            r = _ip("netns", "add", ns, check=False)
+            if r.returncode != 0:
+                pytest.skip(f"`ip netns add` failed: {r.stderr.strip()}")
+            made.append(ns)
+        _ip("link", "add", links[0], "type", "veth", "peer", "name", links[1])
+        for i, (ns, link) in enumerate(zip(hosts, links)):
+            _ip("link", "set", link, "netns", ns)
+            _ip("-n", ns, "addr", "add", f"10.77.0.{i + 1}/24", "dev", link)
+            _ip("-n", ns, "link", "set", link, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+        yield [(ns, f"10.77.0.{i + 1}", link) for i, (ns, link) in enumerate(zip(hosts, links))]
+    finally:
+        for ns in made:  # deleting a namespace deletes the veth end inside it, and so the pair
+            _ip("netns", "delete", ns, check=False)
+
+
+def test_the_job_trains_across_two_hosts_under_torchrun(tmp_path, two_hosts):
+    """torchrun on each host, --nnodes=2 --master-addr=<host 0's address>: the job trains.
+    Nothing tells TensorPipe which interface to use (TP_SOCKET_IFNAME unset): init_rpc picks
+    the one that routes to the master."""
+    (ns0, addr0, link0), (ns1, _, link1) = two_hosts
+    e = env()
+    e.pop("TP_SOCKET_IFNAME", None)
+    e.pop("GLOO_SOCKET_IFNAME", None)
+    for ns, link in ((ns0, link0), (ns1, link1)):  # each host's interface toward host 0
+        probe = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c",
+                                f"from plugin.rpc import _interface_toward; print(_interface_toward({addr0!r}))"],
+                               env=e, cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert probe.stdout.strip() == link, probe.stdout + probe.stderr
+    procs = []
+    for rank, ns in enumerate((ns0, ns1)):
+        cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "torch.distributed.run", "--nnodes=2",
+               f"--node-rank={rank}", "--nproc-per-node=2", f"--master-addr={addr0}", "--master-port=29517",
+               TRAIN, *TINY, "--epochs", "3", "--lr", "3e-3", *outputs(tmp_path, f"host{rank}")]
+        procs.append(subprocess.Popen(cmd, env=e, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True, start_new_session=True))
+    try:
+        deadline = time.monotonic() + 240
+        # a host that fails leaves the other waiting for it: stop at the first failure
+        while time.monotonic() < deadline and not all(p.poll() == 0 for p in procs):
+            if any(p.poll() not in (None, 0) for p in procs):
+                break
+            time.sleep(0.2)
+    finally:
+        for p in procs:
+            kill_tree(p)
+    out = [p.stdout.read() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(out)
+    with open(tmp_path / "host0.json") as f:  # written by trainer0, rank 0, on host 0
+        m = json.load(f)
+    assert m["config"]["trainers"] == 2 and m["config"]["servers"] == 2
+    assert m["accuracy"] > 0.8, m["epochs"]
+
+
+# --- checkpoints -----------------------------------------------------------------------------------
+
+DETERMINISTIC = ["--hidden", "32", "--batch-size", "128", "--trainers", "2", "--deterministic", "--lr", "3e-3"]
+
+
+def load_checkpoint(folder):
+    import torch
+
+    return torch.load(os.path.join(folder, "checkpoint.pt"), weights_only=False)
+
+
+def test_a_resumed_run_equals_an_uninterrupted_run(tmp_path):
+    """3 epochs in one run against 1 epoch, then a second start with the same folder for the
+    other 2 (with a half-written temporary file left beside the checkpoint, as a crash in the
+    middle of a save leaves it): the same parameters and optimizer state, exactly. A job with
+    other settings refuses the checkpoint."""
+    import torch
+
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    r = run_job(DETERMINISTIC + ["--epochs", "3", "--checkpoint-dir", str(whole)] + outputs(tmp_path, "whole"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = run_job(DETERMINISTIC + ["--epochs", "1", "--checkpoint-dir", str(split)] + outputs(tmp_path, "split1"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert load_checkpoint(split)["epochs_done"] == 1
+    with open(split / "checkpoint.pt.tmp-12345", "wb") as f:
+        f.write(b"PK\x03\x04 half a checkpoint")
+    r = run_job(DETERMINISTIC + ["--epochs", "3", "--checkpoint-dir", str(split)] + outputs(tmp_path, "split2"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"resumed from {split / 'checkpoint.pt'} after epoch 1" in r.stdout
+    assert [line.split()[1] for line in r.stdout.splitlines() if line.startswith("epoch")] == ["2/3", "3/3"]
+
+    a, b = load_checkpoint(whole), load_checkpoint(split)
+    assert a["epochs_done"] == b["epochs_done"] == 3
+    for shard_a, shard_b in zip(a["shards"], b["shards"], strict=True):
+        assert shard_a.keys() == shard_b.keys()
+        for k in shard_a:
+            assert torch.equal(shard_a[k], shard_b[k]), k
+    for opt_a, opt_b in zip(a["optimizers"], b["optimizers"], strict=True):
+        assert opt_a["state"].keys() == opt_b["state"].keys() and opt_a["param_groups"] == opt_b["param_groups"]
+        for i in opt_a["state"]:
+            for k in opt_a["state"][i]:
+                assert torch.equal(opt_a["state"][i][k], opt_b["state"][i][k]), (i, k)
+    assert [e["loss"] for e in a["history"]] == [e["loss"] for e in b["history"]]
+
+
+    # a checkpoint of another job (another learning rate) is refused, and left as it is
+    r = run_job(DETERMINISTIC[:-1] + ["1e-2", "--epochs", "4", "--checkpoint-dir", str(split)] + outputs(tmp_path, "x"))
+    assert r.returncode != 0
+    assert "was saved by another job (--lr 0.003 there, 0.01 here)" in r.stdout + r.stderr
+    assert load_checkpoint(split)["epochs_done"] == 3
+
+
+def test_torchrun_restarts_the_group_after_a_server_is_killed_and_the_job_resumes(tmp_path):
+    """torchrun --max-restarts=1; SIGKILL to server0 after the second epoch: torchrun restarts
+    every worker, the job resumes from its last checkpoint and finishes, accuracy >= 0.90."""
+    folder = tmp_path / "ckpt"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4", "--max-restarts=1",
+           "--monitor-interval=0.5", TRAIN, "--hidden", "64", "--batch-size", "32", "--lr", "3e-3", "--epochs", "6",
+           "--checkpoint-dir", str(folder), *outputs(tmp_path)]
+    proc = subprocess.Popen(cmd, env=env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    lines, killed = [], None
+    try:
+        deadline = time.monotonic() + 240
+        for line in proc.stdout:
+            lines.append(line)
+            if killed is None and line.startswith("epoch  2/"):
+                for pid in children(proc.pid):  # torchrun's workers; server0 is rank 1
+                    try:
+                        with open(f"/proc/{pid}/environ", "rb") as f:
+                            environ = f.read().split(b"\0")
+                    except OSError:
+                        continue
+                    if b"RANK=1" in environ:
+                        os.kill(pid, signal.SIGKILL)
+                        killed = pid
+            if time.monotonic() > deadline:
+                break
+        code = proc.wait(timeout=30)
+    finally:
+        kill_tree(proc)
+    out = "".join(lines)
+    assert killed is not None, out
+    assert code == 0, out
+    assert "resumed from" in out, out
+    with open(tmp_path / "run.json") as f:
+        m = json.load(f)
+    assert m["resumed_after_epoch"] >= 1 and len(m["epochs"]) == 6
+    assert m["accuracy"] >= 0.90, m["epochs"]
