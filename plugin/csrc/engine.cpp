@@ -6,6 +6,8 @@
 #include "worker_error.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
+#include <ATen/record_function.h>
 #include <c10/core/StreamGuard.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/csrc/autograd/grad_mode.h>
@@ -70,6 +72,9 @@ Engine& Engine::get() {
 // ---------------------------------------------------------------------------
 
 void Engine::backward(int64_t contextId, const variable_list& roots, bool retainGraph, Mode mode) {
+  // The profiler event around the whole pass, named as the one torch's
+  // dist_autograd.backward records, so that a profile reads the same with either engine.
+  RECORD_FUNCTION("torch::distributed::autograd::backward", std::vector<c10::IValue>());
   ContextPtr ctx = retrieveContext(contextId);
 
   TORCH_CHECK(!roots.empty(), "No tensors provided for gradient computation.");
@@ -106,6 +111,7 @@ void Engine::backward(int64_t contextId, const variable_list& roots, bool retain
   auto pass = std::make_shared<PassState>(contextId, passId, /*isRoot=*/true, mode, retainGraph);
   pass->context = ctx;
   pass->entry = entry;
+  pass->threadLocals.emplace();
   if (mode == Mode::kSmart) {
     pass->reached = findReachedSends(ctx, rootEdges);
   }
@@ -314,6 +320,10 @@ void Engine::drain(const PassPtr& pass) {
     }
     std::string error;
     try {
+      std::optional<at::ThreadLocalStateGuard> threadLocals;
+      if (pass->threadLocals.has_value()) {
+        threadLocals.emplace(*pass->threadLocals);
+      }
       execute(pass, *task);
     } catch (const std::exception& e) {
       error = workerError(passLabel(pass->contextId), exceptionText(e));
@@ -338,6 +348,7 @@ void Engine::execute(const PassPtr& pass, ReadyTask& task) {
   Node& fn = *task.fn;
 
   if (task.isSend) {
+    NodeCallRecord record(fn, task.arrived);
     validateGradients(fn, task.arrived);
     forwardOutputs(pass, fn, std::move(task.arrived));
     return;
@@ -365,6 +376,7 @@ void Engine::execute(const PassPtr& pass, ReadyTask& task) {
         grads[i] = fn.input_metadata(i).zeros_like();
       }
     }
+    NodeCallRecord record(fn, grads);
     sendToPeer(pass, recv->second, std::move(grads));
     return;
   }

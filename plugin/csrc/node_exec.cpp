@@ -128,4 +128,19 @@ void accumulateLeaf(Node& fn, InputBuffer&& buffer, const std::function<void(at:
   }
 }
 
+NodeCallRecord::NodeCallRecord(const Node& fn, const variable_list& inputs) {
+  auto callbacks = at::getStepCallbacksUnlessEmpty(at::RecordScope::BACKWARD_FUNCTION);
+  if (C10_LIKELY(!callbacks.has_value())) {
+    return;
+  }
+  guard_.emplace(std::move(*callbacks));
+  const auto sequenceNr = static_cast<int64_t>(fn.sequence_nr());
+  if (guard_->needsInputs()) {
+    std::vector<c10::IValue> values(inputs.begin(), inputs.end());
+    guard_->before(fn.name(), c10::ArrayRef<const c10::IValue>(values.data(), values.size()), sequenceNr);
+  } else {
+    guard_->before(fn.name(), sequenceNr);
+  }
+}
+
 }  // namespace dist_engine

@@ -4,7 +4,10 @@
 
 #include "pass_state.h"
 
+#include <ATen/record_function.h>
+
 #include <functional>
+#include <optional>
 
 namespace dist_engine {
 
@@ -41,5 +44,20 @@ void validateGradients(Node& fn, variable_list& grads);
 // called, so `.grad` is left alone. Order as in torch: tensor pre-hooks,
 // pre-hooks, store, post-hooks.
 void accumulateLeaf(Node& fn, InputBuffer&& inputs, const std::function<void(at::Tensor&&)>& store);
+
+// A profiler event (torch.profiler, torch.autograd.profiler) for a node the engine does
+// not call through Node::operator() (send and recv functions, see Engine::execute),
+// recorded as Node::operator() records every node it runs: an at::RecordFunction of
+// scope BACKWARD_FUNCTION named fn.name() (e.g.
+// "torch::distributed::autograd::SendRpcBackward") with the node's sequence number, and
+// the inputs when the profiler records shapes. Open from construction to destruction;
+// costs one check of the thread's callbacks when no profiler is on.
+class NodeCallRecord {
+ public:
+  NodeCallRecord(const Node& fn, const variable_list& inputs);
+
+ private:
+  std::optional<at::RecordFunction> guard_;
+};
 
 }  // namespace dist_engine

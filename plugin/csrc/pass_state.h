@@ -6,6 +6,7 @@
 // and travel with every gradient message, so passes of the same context never mix.
 #pragma once
 
+#include <ATen/ThreadLocalState.h>
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/input_buffer.h>
@@ -18,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -66,6 +68,11 @@ struct PassState {
   ContextPtr context;
   // Where this worker keeps the context's leaf gradients.
   std::shared_ptr<ContextEntry> entry;
+  // On the worker that called backward: that thread's thread-local state (the
+  // profiler's callbacks among it), set on every thread that runs this pass's tasks,
+  // as torch's engine does with GraphTask::thread_locals_. So a profiler started around
+  // backward records the nodes that run on RPC threads too. Unset on other workers.
+  std::optional<at::ThreadLocalState> threadLocals;
 
   std::mutex mu;
   // The thread that called backward waits on this for the end of the pass.
