@@ -66,3 +66,9 @@ def wait_for_gil_hog() -> float:
     while "done" not in _HOG:
         time.sleep(0.05)
     return _HOG["done"]
+
+
+def local_hyperparameters(local_optimizer: RRef) -> Dict[str, float]:
+    """The numeric hyperparameters the owner's local optimizer steps with now (functional
+    names: 'lr', 'beta1', 'momentum', ...), read from its TorchScript optimizer."""
+    return local_optimizer.local_value().optimizer.hyperparameters()[0]
