@@ -22,10 +22,11 @@ import functional_optim
 from functional_optim import _jit
 
 from . import _param_groups
+from ._clip import clip_grad_norm_
 from ._errors import raise_on_worker
 from functional_optim.scripting import OptimizerModule, script_class
 
-__all__ = ["DistributedOptimizer", "ScriptLocalOptimizer", "LocalOptimizerInterface"]
+__all__ = ["DistributedOptimizer", "ScriptLocalOptimizer", "LocalOptimizerInterface", "clip_grad_norm_"]
 
 
 class LocalOptimizerInterface(torch.nn.Module):

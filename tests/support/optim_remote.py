@@ -72,3 +72,16 @@ def local_hyperparameters(local_optimizer: RRef) -> Dict[str, float]:
     """The numeric hyperparameters the owner's local optimizer steps with now (functional
     names: 'lr', 'beta1', 'momentum', ...), read from its TorchScript optimizer."""
     return local_optimizer.local_value().optimizer.hyperparameters()[0]
+
+
+def context_gradients(context_id: int, names: List[str]):
+    """Copies of the named parameters' gradients in a distributed autograd context, as the
+    optimizer step reads them (None where a parameter has none)."""
+    grads = torch.ops.dist_engine.gradients_for(context_id, [PARAMS[n] for n in names])
+    return [None if g is None else g.clone() for g in grads]
+
+
+def param_sum(name: str) -> Tensor:
+    """The sum of the parameter, computed on its owner: its gradient there is the gradient of
+    a sum, a stride-0 view of one element in torch's backward."""
+    return PARAMS[name].sum()
