@@ -123,6 +123,13 @@ def test_param_groups_writes_reach_owners_and_state_dict(cluster):
     # set_hyperparameter is seen by param_groups too; the scheduler's key stays
     opt.set_hyperparameter("lr", 0.02)
     assert opt.param_groups[0]["lr"] == 0.02 and opt.param_groups[0]["initial_lr"] == 0.05
+    # torch's step hooks run around step(context_id)
+    calls = []
+    opt.register_step_pre_hook(lambda o, args, kwargs: calls.append(("pre", args[1])))
+    opt.register_step_post_hook(lambda o, args, kwargs: calls.append(("post", args[1])))
+    for ctx in forward_backward(0):
+        opt.step(ctx)
+    assert calls == [("pre", ctx), ("post", ctx)]
 
 
 def test_param_groups_errors(cluster):
