@@ -1,6 +1,9 @@
 #include "context_registry.h"
 
 #include <ATen/Parallel.h>
+// torch internal (inline header, checked on torch 2.11-2.13): the gradient layout contract
+// that torch's AccumulateGrad and DistAutogradContext::accumulateGrad apply.
+#include <torch/csrc/autograd/utils/grad_layout_contract.h>
 
 namespace dist_engine {
 
@@ -141,7 +144,19 @@ void ContextRegistry::accumulate(ContextEntry& entry, int64_t passId, const at::
   // moved its last reference here); otherwise store a copy, so that an in-place
   // change by the user to one leaf's gradient cannot leak into another's (an add
   // hands the same gradient tensor to both of its inputs).
-  at::Tensor owned = grad.use_count() == 1 ? std::move(grad) : grad.clone();
+  //
+  // A dense gradient is also copied, laid out like its leaf, when it breaks torch's gradient
+  // layout contract (as torch's AccumulateGrad does): sum's gradient, for one, is a stride-0
+  // view of one element that the gradients of several leaves can share, and that cannot be
+  // scaled in place (clip_grad_norm_).
+  at::Tensor owned;
+  if (grad.layout() != at::kStrided || variable.layout() != at::kStrided) {
+    owned = grad.use_count() == 1 ? std::move(grad) : grad.clone();
+  } else if (grad.use_count() == 1 && torch::autograd::utils::obeys_layout_contract(grad, variable)) {
+    owned = std::move(grad);
+  } else {
+    owned = torch::autograd::utils::clone_obey_contract(grad, variable);
+  }
   std::lock_guard<std::mutex> lock(entry.mu);
   if (entry.abortedPasses.count(passId) != 0) {
     return;  // a task that was already running when the pass failed
