@@ -40,6 +40,9 @@ class TorchOptimizer(torch.optim.Optimizer):
     groups are fixed at construction) and raise; ``zero_grad`` does nothing (gradients are
     passed to ``step``).
 
+    Args:
+        optimizer: an eager optimizer of this package (see :func:`as_torch_optimizer`).
+
     Raises:
         TypeError: (constructor) ``optimizer`` has no ``param_groups`` (a scripted optimizer,
             or not an optimizer of this package).
@@ -131,7 +134,18 @@ class TorchOptimizer(torch.optim.Optimizer):
         """
         raise NotImplementedError("functional_optim optimizers take their parameter groups at construction")
 
-    def _no_state_dict_hooks(self, *args: Any, **kwargs: Any):
+    def _no_state_dict_hooks(self, hook: Any, prepend: bool = False) -> None:
+        """Not supported (``register_state_dict_pre_hook``, ``register_state_dict_post_hook``,
+        ``register_load_state_dict_pre_hook``, ``register_load_state_dict_post_hook``): the
+        state dict is not built by ``torch.optim.Optimizer``'s code, which runs those hooks.
+
+        Args:
+            hook (Callable): ignored.
+            prepend (bool): ignored.
+
+        Raises:
+            NotImplementedError: always (rather than a hook that would never run).
+        """
         raise NotImplementedError("as_torch_optimizer() does not run state_dict or load_state_dict hooks")
 
     register_state_dict_pre_hook = _no_state_dict_hooks

@@ -272,8 +272,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
     optimizer of ``functional_optim`` runs as TorchScript (there is no Python fallback, so no
     owner takes the GIL for a step, whatever the optimizer); gradients come from the plugin's
     engine (``plugin.autograd.backward``) or from torch's (``torch.distributed.autograd.backward``);
-    and the optimizer state can be saved and restored with :meth:`state_dict` and
-    :meth:`load_state_dict`.
+    the optimizer state can be saved and restored with :meth:`state_dict` and
+    :meth:`load_state_dict`; and it is a ``torch.optim.Optimizer``, whose :attr:`param_groups`
+    ``torch.optim.lr_scheduler`` classes read and write (what they write reaches every owner
+    before the next step). :func:`clip_grad_norm_` clips its gradients across owners.
 
     Concurrency: steps of distributed optimizers over the same parameters (one per trainer, say)
     are serialized on each owner; there is no ordering across owners, and no promise that a
@@ -406,7 +408,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     f"DistributedOptimizer: the hyperparameters of owner {owner!r} differ from the others'"
                 )
         total = sum(len(i) for i in self._indices.values())
-        group.update(self._param_group_extras())  # a scheduler's 'initial_lr', ... as torch.optim saves them
+        for key, value in self._param_group_extras().items():  # a scheduler's 'initial_lr', ... as torch.optim saves them
+            group.setdefault(key, value)
         return {"state": dict(sorted(state.items())), "param_groups": [dict(group, params=list(range(total)))]}
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
@@ -443,7 +446,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
             local_sd = {"state": local_state, "param_groups": [dict(hyper, params=list(range(len(indices))))]}
             futures[owner] = rpc.rpc_async(owner, _local_load_state_dict, args=(self._local_optimizers[owner], local_sd))
         _wait_all(futures, "load_state_dict()")
-        self._forget_param_groups(extras=hyper)  # torch.optim takes the saved group's keys wholesale
+        # torch.optim takes the saved group's keys wholesale: keep those the owners do not hold
+        self._forget_param_groups(extras=hyper)
 
     def set_hyperparameter(self, name: str, value: float) -> None:
         """Sets a numeric hyperparameter (``"lr"``, ``"weight_decay"``, ...) on every owner,
@@ -485,7 +489,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def param_groups(self) -> List[Dict[str, Any]]:
         """The one parameter group, as ``torch.optim`` shows it; schedulers read and write it.
 
-        A list of one :class:`plugin._param_groups.DistributedParamGroup`: ``'params'`` is the
+        A list of one dict (a ``dict`` subclass kept in step with the owners): ``'params'`` is the
         ``params_rref`` list; the hyperparameters and flags have ``torch.optim``'s names and forms
         (``'lr'``, ``'betas'`` as a tuple, ``'maximize'``...). Assigning one
         (``opt.param_groups[0]['lr'] = 0.01``, as ``torch.optim.lr_scheduler`` does) sends it to
@@ -528,6 +532,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         )
 
     def _param_group_extras(self) -> Dict[str, Any]:
+        # before the group is read from the owners, the keys of a loaded state dict (the
+        # optimizer's own among them: callers give the owners' values precedence)
         return self._group.extras() if self._group is not None else dict(self._group_extras)
 
     def _forget_param_groups(self, extras: Optional[Dict[str, Any]] = None) -> None:
@@ -556,7 +562,18 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """
         raise NotImplementedError("DistributedOptimizer has one parameter group; add_param_group is not supported")
 
-    def _no_state_dict_hooks(self, *args: Any, **kwargs: Any):
+    def _no_state_dict_hooks(self, hook: Any, prepend: bool = False) -> None:
+        """Not supported (``register_state_dict_pre_hook``, ``register_state_dict_post_hook``,
+        ``register_load_state_dict_pre_hook``, ``register_load_state_dict_post_hook``): the
+        state dict is not built by ``torch.optim.Optimizer``'s code, which runs those hooks.
+
+        Args:
+            hook (Callable): ignored.
+            prepend (bool): ignored.
+
+        Raises:
+            NotImplementedError: always (rather than a hook that would never run).
+        """
         raise NotImplementedError("DistributedOptimizer does not run state_dict or load_state_dict hooks")
 
     register_state_dict_pre_hook = _no_state_dict_hooks

@@ -192,3 +192,18 @@ def test_scheduler_resumes_from_a_saved_state_dict(cluster):
     expected = torch_fresh.param_groups[0]["lr"]
     assert fresh.param_groups[0]["lr"] == expected
     assert all(h["lr"] == expected for h in owners_hyperparameters(fresh).values())
+
+
+def test_state_dict_after_load_and_set_hyperparameter(cluster):
+    """After load_state_dict, the owners' values win over the loaded dict's in state_dict()
+    and param_groups; the loaded dict's other keys ('initial_lr') stay."""
+    rrefs = list(make_remote_params().values())
+    opt = DistributedOptimizer(torch.optim.SGD, rrefs, lr=0.1)
+    sched.StepLR(opt, step_size=1, gamma=0.5)
+    saved = opt.state_dict()
+    fresh = DistributedOptimizer(torch.optim.SGD, rrefs, lr=0.7)
+    fresh.load_state_dict(saved)
+    fresh.set_hyperparameter("lr", 0.01)
+    group = fresh.state_dict()["param_groups"][0]
+    assert (group["lr"], group["initial_lr"]) == (0.01, 0.1)
+    assert (fresh.param_groups[0]["lr"], fresh.param_groups[0]["initial_lr"]) == (0.01, 0.1)
