@@ -23,6 +23,7 @@ import torch
 
 from functional_optim._param_groups import split_values
 from functional_optim._state import TUPLE_HYPERPARAMETERS
+from functional_optim.state_protocol import _torch_group
 
 from ._errors import remote_error_summary
 
@@ -34,38 +35,15 @@ __all__ = ["DistributedParamGroup"]
 
 def _local_group(local_optimizer) -> Dict[str, Any]:
     """The owner's hyperparameters and flags under torch's names (pairs as tuples), and the
-    functional names of its numeric hyperparameters and flags."""
-    from functional_optim import state_protocol
-
+    functional names of its numeric hyperparameters and flags. (Python on the owner, with the
+    GIL: this is read once, not on the step's path.)"""
     from .optim import _Held
 
     module = local_optimizer.local_value()
     with _Held(module):
-        group = state_protocol.state_dict(_NoState(module.optimizer))["param_groups"][0]
-        return {
-            "group": {k: v for k, v in group.items() if k != "params"},
-            "hparam_names": list(module.optimizer.hyperparameters()[0].keys()),
-            "option_names": list(module.optimizer.options()[0].keys()),
-        }
-
-
-class _NoState:
-    """The protocol methods ``state_protocol.state_dict`` needs, without the state."""
-
-    def __init__(self, optimizer):
-        self._optimizer = optimizer
-
-    def hyperparameters(self):
-        return self._optimizer.hyperparameters()
-
-    def options(self):
-        return self._optimizer.options()
-
-    def param_group_indices(self):
-        return self._optimizer.param_group_indices()
-
-    def get_state(self):
-        return {}
+        hparams = module.optimizer.hyperparameters()[0]
+        options = module.optimizer.options()[0]
+    return {"group": _torch_group(hparams, options), "hparam_names": list(hparams), "option_names": list(options)}
 
 
 def _local_set_group(local_optimizer, hparams: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
