@@ -24,6 +24,10 @@ SCHEDULERS = {
     "OneCycleLR-momentum": (
         torch.optim.SGD, {"lr": 0.05, "momentum": 0.9}, lambda o: sched.OneCycleLR(o, max_lr=0.1, total_steps=STEPS)
     ),
+    "CyclicLR": (
+        torch.optim.SGD, {"lr": 0.05, "momentum": 0.9},
+        lambda o: sched.CyclicLR(o, base_lr=0.01, max_lr=0.1, step_size_up=2, base_momentum=0.8, max_momentum=0.95),
+    ),
     "LambdaLR": (torch.optim.RMSprop, {"lr": 0.01}, lambda o: sched.LambdaLR(o, lambda epoch: 0.8**epoch + 0.1 * epoch)),
     "SequentialLR": (
         torch.optim.NAdam,
