@@ -25,6 +25,7 @@ from torch.distributed.rpc import RRef
 
 from functional_optim import _jit
 
+from . import ops
 from ._errors import raise_on_worker
 
 __all__ = ["clip_grad_norm_"]
@@ -37,7 +38,7 @@ def _owner_grads(context_id: int, params: List[RRef[Tensor]]) -> Tuple[List[Tens
     tensors: List[Tensor] = []
     for p in params:
         tensors.append(p.local_value())
-    grads = torch.ops.dist_engine.gradients_for(context_id, tensors)
+    grads = ops.gradients_for(context_id, tensors)
     present: List[Tensor] = []
     positions: List[int] = []
     for i, g in enumerate(grads):

@@ -1,9 +1,8 @@
 #include "context_registry.h"
 
+#include "compat.h"
+
 #include <ATen/Parallel.h>
-// torch internal (inline header, checked on torch 2.11-2.13): the gradient layout contract
-// that torch's AccumulateGrad and DistAutogradContext::accumulateGrad apply.
-#include <torch/csrc/autograd/utils/grad_layout_contract.h>
 
 namespace dist_engine {
 
@@ -35,20 +34,6 @@ void ContextRegistry::freeLater(std::vector<EntryPtr>&& released) {
   at::launch([entries = std::move(released)]() mutable { entries.clear(); });
 }
 
-namespace {
-
-// Lives inside torch's context (see ContextRegistry::entry) and tells the registry
-// when the context is destroyed.
-struct ReleaseGuard : torch::CustomClassHolder {
-  explicit ReleaseGuard(int64_t contextId) : contextId(contextId) {}
-  ~ReleaseGuard() override {
-    ContextRegistry::get().contextDestroyed(contextId);
-  }
-  const int64_t contextId;
-};
-
-}  // namespace
-
 EntryPtr ContextRegistry::entry(const ContextPtr& ctx) {
   std::vector<EntryPtr> released;
   EntryPtr result;
@@ -64,13 +49,12 @@ EntryPtr ContextRegistry::entry(const ContextPtr& ctx) {
   }
   freeLater(std::move(released));
   // Free the entry when torch destroys the context, as torch frees its own gradients
-  // then. The hook: a completed future handed to DistAutogradContext::addOutstandingRpc
-  // stays in the context until the context is destroyed (only torch's own engine clears
-  // that list earlier, when it runs a backward pass in the same context; the entry is
-  // then kept, and swept once the context is gone). Its value holds a ReleaseGuard.
-  auto hook = c10::make_intrusive<c10::ivalue::Future>(c10::AnyType::get());
-  hook->markCompleted(c10::IValue::make_capsule(c10::make_intrusive<ReleaseGuard>(ctx->contextId())));
-  ctx->addOutstandingRpc(hook);
+  // then. (If torch's own engine runs a backward pass in the same context, the hook
+  // fires early: contextDestroyed keeps the entry of a live context, and the sweep
+  // drops it once the context is gone.)
+  callWhenContextDestroyed(*ctx, [contextId = ctx->contextId()] {
+    ContextRegistry::get().contextDestroyed(contextId);
+  });
   return result;
 }
 
@@ -149,14 +133,7 @@ void ContextRegistry::accumulate(ContextEntry& entry, int64_t passId, const at::
   // layout contract (as torch's AccumulateGrad does): sum's gradient, for one, is a stride-0
   // view of one element that the gradients of several leaves can share, and that cannot be
   // scaled in place (clip_grad_norm_).
-  at::Tensor owned;
-  if (grad.layout() != at::kStrided || variable.layout() != at::kStrided) {
-    owned = grad.use_count() == 1 ? std::move(grad) : grad.clone();
-  } else if (grad.use_count() == 1 && torch::autograd::utils::obeys_layout_contract(grad, variable)) {
-    owned = std::move(grad);
-  } else {
-    owned = torch::autograd::utils::clone_obey_contract(grad, variable);
-  }
+  at::Tensor owned = gradientToStore(std::move(grad), variable);
   std::lock_guard<std::mutex> lock(entry.mu);
   if (entry.abortedPasses.count(passId) != 0) {
     return;  // a task that was already running when the pass failed

@@ -8,6 +8,8 @@ import torch
 from torch import Tensor
 from torch.distributed.rpc import RRef
 
+import plugin.ops
+
 # name -> parameter, on each worker
 PARAMS: Dict[str, Tensor] = {}
 
@@ -77,7 +79,7 @@ def local_hyperparameters(local_optimizer: RRef) -> Dict[str, float]:
 def context_gradients(context_id: int, names: List[str]):
     """Copies of the named parameters' gradients in a distributed autograd context, as the
     optimizer step reads them (None where a parameter has none)."""
-    grads = torch.ops.dist_engine.gradients_for(context_id, [PARAMS[n] for n in names])
+    grads = plugin.ops.gradients_for(context_id, [PARAMS[n] for n in names])
     return [None if g is None else g.clone() for g in grads]
 
 
