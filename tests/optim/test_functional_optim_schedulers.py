@@ -6,7 +6,7 @@ import torch
 from torch.optim import lr_scheduler as sched
 
 import functional_optim
-from functional_optim.torch_optimizer import as_torch_optimizer
+from functional_optim import as_torch_optimizer
 from tests.optim.test_lr_schedulers import PLATEAU_METRICS, SCHEDULERS, STEPS, scheduler_step
 
 
