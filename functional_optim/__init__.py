@@ -11,6 +11,7 @@ functional form (``functional_optim.adam.adam`` ...).
 * State protocol shared by all classes (what the distributed optimizer uses):
   :mod:`functional_optim.state_protocol`.
 * Running an optimizer as TorchScript: :func:`functional_optim.scripting.script_optimizer`.
+* ``torch.optim.lr_scheduler`` on an eager optimizer: :func:`as_torch_optimizer`.
 * ``torch.optim`` class -> functional class: :func:`functional_optimizer_for`,
   :func:`register_functional_optimizer`.
 """
@@ -27,9 +28,10 @@ from .rprop import Rprop
 from .scripting import OptimizerModule, script_optimizer
 from .sgd import SGD
 from .state_protocol import load_state_dict, state_dict
+from .torch_optimizer import as_torch_optimizer
 
 __all__ = [
     "SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adamax", "Adadelta", "Rprop", "NAdam", "RAdam",
     "functional_optimizer_for", "register_functional_optimizer", "registered_optimizers",
-    "OptimizerModule", "script_optimizer", "state_dict", "load_state_dict",
+    "OptimizerModule", "script_optimizer", "state_dict", "load_state_dict", "as_torch_optimizer",
 ]

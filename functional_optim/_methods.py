@@ -293,8 +293,9 @@ def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
     state_protocol.load_state_dict(self, state_dict)
     for group, saved in zip(self.param_groups, state_dict["param_groups"]):
         for key, value in saved.items():
-            if key not in group:
-                dict.__setitem__(group, key, value)
+            # saved names replace the current ones, as in torch.optim (kept when none are saved)
+            if key not in group or key == "param_names":
+                dict.__setitem__(group, key, list(value) if key == "param_names" else value)
 
 
 @torch.jit.unused

@@ -70,9 +70,10 @@ def parse(
     """Read a torch-style ``params`` argument.
 
     Args:
-        params: an iterable of tensors, or of dicts with a ``'params'`` entry (a tensor or a
-            list of tensors) and any hyperparameters to override for that group, named as in
-            ``torch.optim`` (``'betas': (0.9, 0.99)``).
+        params: an iterable of tensors or of ``(name, tensor)`` pairs (``model.named_parameters()``:
+            the names go into the group's ``'param_names'``, as in torch), or of dicts with a
+            ``'params'`` entry (a tensor or a list of either) and any hyperparameters to override
+            for that group, named as in ``torch.optim`` (``'betas': (0.9, 0.99)``).
         defaults: the constructor's numeric hyperparameters (halves of pairs as separate names).
         default_options: the constructor's flags.
 
@@ -84,7 +85,8 @@ def parse(
         TypeError: ``params`` is a single tensor, a group's params are a set, an element is not
             a tensor, or a hyperparameter is not a number (Tensor hyperparameters are not
             supported).
-        ValueError: ``params`` is empty.
+        ValueError: ``params`` is empty; some but not all of a group's parameters are named, or
+            some groups are named and others not (torch's messages).
     """
     if isinstance(params, Tensor):
         raise TypeError(
@@ -114,6 +116,18 @@ def parse(
                 "ordering of tensors in sets will change between runs. Please use a list instead."
             )
         group_params = list(group_params)
+        # named parameters, (name, tensor) pairs (torch >= 2.6): the names go into the group's
+        # 'param_names', with torch's errors for partly named groups and mixed groups
+        names = [p[0] for p in group_params if isinstance(p, tuple)]
+        if names:
+            if len(names) != len(group_params):
+                raise ValueError("all optimizer params should be with/without names. Some param names are missing")
+            group_params = [p[1] for p in group_params]
+        if groups and bool(names) != ("param_names" in extras[0]):
+            raise ValueError(
+                "all optimizer param groups should be with/without names. "
+                f"cannot add param group {'with names' if names else 'without names'} to the optimizer"
+            )
         for p in group_params:
             if not isinstance(p, Tensor):
                 raise TypeError(
@@ -121,6 +135,8 @@ def parse(
                 )
         values = {k: v for k, v in group.items() if k != "params"}
         h, o, x = split_values(values, defaults.keys(), default_options.keys())
+        if names:
+            x = {"param_names": names, **x}
         groups.append(group_params)
         hparams.append({**defaults, **h})
         options.append({**default_options, **o})

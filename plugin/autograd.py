@@ -44,11 +44,16 @@ def backward(context_id: int, roots: List[Tensor], retain_graph: bool = False, m
             output fails when the RPC timeout expires.
 
     Raises:
+        TypeError: ``context_id`` is not an ``int``, ``roots`` is not a list or tuple of
+            Tensors, ``retain_graph`` is not a ``bool`` or ``mode`` not a ``str`` (as torch's
+            ``torch.distributed.autograd.backward`` raises TypeError for wrong argument types).
         ValueError: ``mode`` is neither ``"smart"`` nor ``"fast"``.
         RuntimeError: the context id is unknown on this worker; ``roots`` is empty or holds a
             tensor that is not a scalar, does not require grad or has no ``grad_fn``; another
             backward pass of the same context is running on this worker; an error on any
-            worker (its message starts with ``Error on worker '<name>'``), after which the
+            worker (its message starts with torch's ``Error on Node <id>:``, then names the
+            worker: ``Error on Node 2: worker 'w2' (id 2) in the backward pass of context
+            <id>: ...``), after which the
             pass is aborted on every worker and the context can run backward again; the
             pass did not end within the RPC timeout.
 
@@ -56,9 +61,11 @@ def backward(context_id: int, roots: List[Tensor], retain_graph: bool = False, m
     (docs/source/rpc/distributed_autograd.rst) and this project's SMART mode; see the
     engine guide in ``docs/engine.md``.
     """
+    if not torch.jit.is_scripting():  # TorchScript checks the types itself
+        _check_backward_arguments(context_id, roots, retain_graph, mode)
     if mode != "smart" and mode != "fast":
         raise ValueError(f'backward(): mode must be "smart" or "fast", got "{mode}"')
-    ops.backward(context_id, roots, retain_graph, mode)
+    ops.backward(context_id, list(roots), retain_graph, mode)
 
 
 def get_gradients(context_id: int) -> Dict[Tensor, Tensor]:
@@ -75,9 +82,32 @@ def get_gradients(context_id: int) -> Dict[Tensor, Tensor]:
         own: later passes in the context replace them rather than change them in place.
 
     Raises:
+        TypeError: ``context_id`` is not an ``int``.
         RuntimeError: the context id is unknown on this worker.
     """
+    if not torch.jit.is_scripting():
+        _check_context_id("get_gradients", context_id)
     return ops.get_gradients(context_id)
+
+
+@torch.jit.ignore
+def _check_context_id(function: str, context_id) -> None:
+    if isinstance(context_id, bool) or not isinstance(context_id, int):
+        raise TypeError(f"{function}(): context_id must be an int, got {type(context_id).__name__}")
+
+
+@torch.jit.ignore
+def _check_backward_arguments(context_id, roots, retain_graph, mode) -> None:
+    _check_context_id("backward", context_id)
+    if not isinstance(roots, (list, tuple)):
+        raise TypeError(f"backward(): roots must be a list of Tensors, got {type(roots).__name__}")
+    for i, root in enumerate(roots):
+        if not isinstance(root, Tensor):
+            raise TypeError(f"backward(): roots[{i}] must be a Tensor, got {type(root).__name__}")
+    if not isinstance(retain_graph, bool):
+        raise TypeError(f"backward(): retain_graph must be a bool, got {type(retain_graph).__name__}")
+    if not isinstance(mode, str):
+        raise TypeError(f"backward(): mode must be a str, got {type(mode).__name__}")
 
 
 class context:

@@ -26,7 +26,7 @@ __all__ = ["backward", "get_gradients", "gradients_for", "new_step_lock"]
 def backward(context_id: int, roots: List[Tensor], retain_graph: bool = False, mode: str = "smart") -> None:
     """The op ``dist_engine::backward``: a distributed backward pass from ``roots``.
 
-    What :func:`plugin.autograd.backward` calls after checking ``mode``; see there for the
+    What :func:`plugin.autograd.backward` calls after checking its arguments; see there for the
     algorithm. Returns when the pass has ended on every worker.
 
     Args:

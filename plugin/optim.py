@@ -21,11 +21,12 @@ from torch.distributed.rpc import RRef
 import functional_optim
 from functional_optim import _jit
 
-from . import ops
+from . import _param_groups, ops
+from ._clip import clip_grad_norm_
 from ._errors import raise_on_worker
 from functional_optim.scripting import OptimizerModule, script_class
 
-__all__ = ["DistributedOptimizer", "ScriptLocalOptimizer", "LocalOptimizerInterface"]
+__all__ = ["DistributedOptimizer", "ScriptLocalOptimizer", "LocalOptimizerInterface", "clip_grad_norm_"]
 
 
 class LocalOptimizerInterface(torch.nn.Module):
@@ -264,15 +265,17 @@ def _wait_all(futures: "OrderedDict[str, torch.futures.Future]", what: str) -> D
     return results
 
 
-class DistributedOptimizer:
+class DistributedOptimizer(torch.optim.Optimizer):
     """Runs a ``functional_optim`` optimizer on every worker that owns some of the parameters.
 
     Like ``torch.distributed.optim.DistributedOptimizer``, with these differences: every
     optimizer of ``functional_optim`` runs as TorchScript (there is no Python fallback, so no
     owner takes the GIL for a step, whatever the optimizer); gradients come from the plugin's
     engine (``plugin.autograd.backward``) or from torch's (``torch.distributed.autograd.backward``);
-    and the optimizer state can be saved and restored with :meth:`state_dict` and
-    :meth:`load_state_dict`.
+    the optimizer state can be saved and restored with :meth:`state_dict` and
+    :meth:`load_state_dict`; and it is a ``torch.optim.Optimizer``, whose :attr:`param_groups`
+    ``torch.optim.lr_scheduler`` classes read and write (what they write reaches every owner
+    before the next step). :func:`clip_grad_norm_` clips its gradients across owners.
 
     Concurrency: steps of distributed optimizers over the same parameters (one per trainer, say)
     are serialized on each owner; there is no ordering across owners, and no promise that a
@@ -318,6 +321,7 @@ class DistributedOptimizer:
             for owner, indices in by_owner.items()
         )
         self._local_optimizers: Dict[str, RRef] = _wait_all(futures, "building the local optimizer")
+        self._init_torch_optimizer(params_rref)
 
     @property
     def owners(self) -> List[str]:
@@ -404,6 +408,8 @@ class DistributedOptimizer:
                     f"DistributedOptimizer: the hyperparameters of owner {owner!r} differ from the others'"
                 )
         total = sum(len(i) for i in self._indices.values())
+        for key, value in self._param_group_extras().items():  # a scheduler's 'initial_lr', ... as torch.optim saves them
+            group.setdefault(key, value)
         return {"state": dict(sorted(state.items())), "param_groups": [dict(group, params=list(range(total)))]}
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
@@ -440,6 +446,8 @@ class DistributedOptimizer:
             local_sd = {"state": local_state, "param_groups": [dict(hyper, params=list(range(len(indices))))]}
             futures[owner] = rpc.rpc_async(owner, _local_load_state_dict, args=(self._local_optimizers[owner], local_sd))
         _wait_all(futures, "load_state_dict()")
+        # torch.optim takes the saved group's keys wholesale: keep those the owners do not hold
+        self._forget_param_groups(extras=hyper)
 
     def set_hyperparameter(self, name: str, value: float) -> None:
         """Sets a numeric hyperparameter (``"lr"``, ``"weight_decay"``, ...) on every owner,
@@ -457,3 +465,125 @@ class DistributedOptimizer:
             for owner, rref in self._local_optimizers.items()
         )
         _wait_all(futures, f"set_hyperparameter({name!r})")
+        self._forget_param_groups()
+
+    # --- the torch.optim.Optimizer face (for torch.optim.lr_scheduler); see _param_groups.py ---
+
+    def _init_torch_optimizer(self, params_rref: List[RRef]) -> None:
+        # What torch.optim.Optimizer.__init__ sets, except param_groups and defaults (properties
+        # here: the owners hold them) and state (on the owners). Optimizer.__init__ itself cannot
+        # run: it takes local leaf tensors.
+        self._params_rref = list(params_rref)
+        self._group: Optional[_param_groups.DistributedParamGroup] = None
+        self._group_extras: Dict[str, Any] = {}
+        self._defaults: Optional[Dict[str, Any]] = None
+        self._optimizer_step_pre_hooks = OrderedDict()
+        self._optimizer_step_post_hooks = OrderedDict()
+        self._optimizer_state_dict_pre_hooks = OrderedDict()
+        self._optimizer_state_dict_post_hooks = OrderedDict()
+        self._optimizer_load_state_dict_pre_hooks = OrderedDict()
+        self._optimizer_load_state_dict_post_hooks = OrderedDict()
+        self._patch_step_function()  # step() runs torch's step hooks (register_step_pre_hook ...)
+
+    @property
+    def param_groups(self) -> List[Dict[str, Any]]:
+        """The one parameter group, as ``torch.optim`` shows it; schedulers read and write it.
+
+        A list of one dict (a ``dict`` subclass kept in step with the owners): ``'params'`` is the
+        ``params_rref`` list; the hyperparameters and flags have ``torch.optim``'s names and forms
+        (``'lr'``, ``'betas'`` as a tuple, ``'maximize'``...). Assigning one
+        (``opt.param_groups[0]['lr'] = 0.01``, as ``torch.optim.lr_scheduler`` does) sends it to
+        every owner and returns when all have it, so the next step uses it; other keys
+        (``'initial_lr'``) stay here and go into :meth:`state_dict`. Read from the owners on
+        first use (one RPC per owner).
+
+        Raises:
+            RuntimeError: an owner failed to answer (named), or the owners' values differ.
+        """
+        if self._group is None:
+            fetched = _param_groups.fetch_group(self)
+            if self._defaults is None:
+                self._defaults = dict(fetched["group"])
+            self._group = _param_groups.DistributedParamGroup(self, self._params_rref, fetched, self._group_extras)
+        return [self._group]
+
+    @property
+    def defaults(self) -> Dict[str, Any]:
+        """The optimizer's hyperparameters and flags as first read from the owners, under
+        ``torch.optim``'s names (what ``torch.optim.Optimizer.defaults`` holds; ``OneCycleLR``
+        and ``CyclicLR`` look for ``'momentum'`` or ``'betas'`` in it).
+
+        Raises:
+            RuntimeError: as :attr:`param_groups`.
+        """
+        if self._defaults is None:
+            self.param_groups
+        return self._defaults
+
+    @property
+    def state(self):
+        """Not available: the state lives on the owners; read it with :meth:`state_dict`.
+
+        Raises:
+            AttributeError: always.
+        """
+        raise AttributeError(
+            "DistributedOptimizer keeps its state on the owners; read it with state_dict()"
+        )
+
+    def _param_group_extras(self) -> Dict[str, Any]:
+        # before the group is read from the owners, the keys of a loaded state dict (the
+        # optimizer's own among them: callers give the owners' values precedence)
+        return self._group.extras() if self._group is not None else dict(self._group_extras)
+
+    def _forget_param_groups(self, extras: Optional[Dict[str, Any]] = None) -> None:
+        """The owners' values changed by another route: read them again at the next use."""
+        self._group_extras = self._param_group_extras() if extras is None else dict(extras)
+        self._group = None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Does nothing: gradients live in each distributed autograd context, which starts from
+        zero; ``.grad`` of the parameters is not used. For code written for ``torch.optim``.
+
+        Args:
+            set_to_none (bool): ignored.
+
+        Raises nothing.
+        """
+
+    def add_param_group(self, param_group: Dict[str, Any]) -> None:
+        """Not supported: a distributed optimizer has one parameter group.
+
+        Args:
+            param_group (Dict[str, Any]): ignored.
+
+        Raises:
+            NotImplementedError: always.
+        """
+        raise NotImplementedError("DistributedOptimizer has one parameter group; add_param_group is not supported")
+
+    def _no_state_dict_hooks(self, hook: Any, prepend: bool = False) -> None:
+        """Not supported (``register_state_dict_pre_hook``, ``register_state_dict_post_hook``,
+        ``register_load_state_dict_pre_hook``, ``register_load_state_dict_post_hook``): the
+        state dict is not built by ``torch.optim.Optimizer``'s code, which runs those hooks.
+
+        Args:
+            hook (Callable): ignored.
+            prepend (bool): ignored.
+
+        Raises:
+            NotImplementedError: always (rather than a hook that would never run).
+        """
+        raise NotImplementedError("DistributedOptimizer does not run state_dict or load_state_dict hooks")
+
+    register_state_dict_pre_hook = _no_state_dict_hooks
+    register_state_dict_post_hook = _no_state_dict_hooks
+    register_load_state_dict_pre_hook = _no_state_dict_hooks
+    register_load_state_dict_post_hook = _no_state_dict_hooks
+
+    def __getstate__(self):
+        raise TypeError("a DistributedOptimizer cannot be pickled; save its state_dict() instead")
+
+    def __repr__(self) -> str:
+        group = "" if self._group is None else f", param_group={ {k: v for k, v in self._group.items() if k != 'params'} }"
+        return f"DistributedOptimizer(owners={self.owners}{group})"

@@ -19,6 +19,8 @@
 //   addInput                  InputBuffer::add's signature
 //   validateOutputs           torch::autograd::validate_outputs (torch's engine)
 //   accumulatedLeaf           AccumulateGrad::variable
+//   gradientToStore           the gradient layout contract of torch's AccumulateGrad
+//                             (autograd/utils/grad_layout_contract.h, inline helpers)
 //   isGeneratedBackwardNode   generated backward functions: their mangled type name, and
 //                             that they compute only the outputs whose edge is valid
 //   exceptionText             python_error's message is empty off torch's own threads
@@ -35,6 +37,7 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/input_buffer.h>
+#include <torch/csrc/autograd/utils/grad_layout_contract.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/autograd/context/context.h>
 #include <torch/csrc/distributed/rpc/message.h>
@@ -113,6 +116,22 @@ inline const at::Tensor* accumulatedLeaf(torch::autograd::Node& fn) {
 // Checked on torch 2.11 and 2.13.
 inline bool isGeneratedBackwardNode(const torch::autograd::Node& fn) {
   return std::strstr(typeid(fn).name(), "5torch8autograd9generated") != nullptr;
+}
+
+// The tensor to keep as a leaf's gradient: `grad` itself when nothing else refers to it
+// and, for a dense gradient, it obeys torch's gradient layout contract (strides like the
+// leaf's; no stride-0 view such as a sum's expanded gradient, whose one element several
+// leaves' gradients can share); otherwise a copy, laid out like the leaf for a dense one.
+// What torch's AccumulateGrad and DistAutogradContext::accumulateGrad do, through the
+// inline helpers of grad_layout_contract.h (obeys_layout_contract, clone_obey_contract).
+inline at::Tensor gradientToStore(at::Tensor&& grad, const at::Tensor& variable) {
+  if (grad.layout() != at::kStrided || variable.layout() != at::kStrided) {
+    return grad.use_count() == 1 ? std::move(grad) : grad.clone();
+  }
+  if (grad.use_count() == 1 && torch::autograd::utils::obeys_layout_contract(grad, variable)) {
+    return std::move(grad);
+  }
+  return torch::autograd::utils::clone_obey_contract(grad, variable);
 }
 
 // --- input buffers ------------------------------------------------------------------

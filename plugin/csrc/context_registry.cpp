@@ -1,5 +1,7 @@
 #include "context_registry.h"
 
+#include "compat.h"
+
 #include <ATen/Parallel.h>
 
 namespace dist_engine {
@@ -126,7 +128,12 @@ void ContextRegistry::accumulate(ContextEntry& entry, int64_t passId, const at::
   // moved its last reference here); otherwise store a copy, so that an in-place
   // change by the user to one leaf's gradient cannot leak into another's (an add
   // hands the same gradient tensor to both of its inputs).
-  at::Tensor owned = grad.use_count() == 1 ? std::move(grad) : grad.clone();
+  //
+  // A dense gradient is also copied, laid out like its leaf, when it breaks torch's gradient
+  // layout contract (as torch's AccumulateGrad does): sum's gradient, for one, is a stride-0
+  // view of one element that the gradients of several leaves can share, and that cannot be
+  // scaled in place (clip_grad_norm_).
+  at::Tensor owned = gradientToStore(std::move(grad), variable);
   std::lock_guard<std::mutex> lock(entry.mu);
   if (entry.abortedPasses.count(passId) != 0) {
     return;  // a task that was already running when the pass failed

@@ -7,7 +7,33 @@ namespace dist_engine {
 namespace rpc = torch::distributed::rpc;
 
 namespace {
-constexpr const char* kMarker = "Error on worker '";
+// torch's distributed engine starts its errors with "Error on Node <worker id>: "
+// (torch/csrc/distributed/autograd/engine/dist_engine.cpp); ours do too, then name the
+// worker: "Error on Node 2: worker 'w2' (id 2) <where>: <what>".
+constexpr const char* kMarker = "Error on Node ";
+constexpr const char* kAfterId = ": worker '";
+
+// This process's worker id, or -1 before RPC starts.
+int64_t thisWorkerId() {
+  if (rpc::RpcAgent::isCurrentRpcAgentSet()) {
+    return rpc::RpcAgent::getCurrentRpcAgent()->getWorkerInfo().id_;
+  }
+  return -1;
+}
+
+// Whether `text` at `pos` holds one of our messages: the marker, digits, then kAfterId
+// (not a torch message that happens to start the same way).
+bool isWorkerErrorAt(const std::string& text, size_t pos) {
+  size_t i = pos + std::char_traits<char>::length(kMarker);
+  size_t digits = i;
+  if (i < text.size() && text[i] == '-') {
+    ++i;
+  }
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
+    ++i;
+  }
+  return i > digits && text.compare(i, std::char_traits<char>::length(kAfterId), kAfterId) == 0;
+}
 }  // namespace
 
 std::string workerLabel(int64_t workerId) {
@@ -32,11 +58,14 @@ std::string thisWorkerLabel() {
 }
 
 std::string workerError(const std::string& where, const std::string& what) {
-  return "Error on " + thisWorkerLabel() + " " + where + ": " + what;
+  return kMarker + std::to_string(thisWorkerId()) + ": " + thisWorkerLabel() + " " + where + ": " + what;
 }
 
 std::string extractWorkerError(const std::string& text, const std::string& fallbackPrefix) {
   auto pos = text.rfind(kMarker);
+  while (pos != std::string::npos && !isWorkerErrorAt(text, pos)) {
+    pos = pos == 0 ? std::string::npos : text.rfind(kMarker, pos - 1);
+  }
   if (pos == std::string::npos) {
     return fallbackPrefix + text;
   }

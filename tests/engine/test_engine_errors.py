@@ -1,5 +1,6 @@
 """Errors of the plugin's engine: bad arguments, errors on remote workers, and what is
 left behind after them (nothing)."""
+import re
 import threading
 
 import pytest
@@ -42,10 +43,61 @@ def test_invalid_roots(cluster, make_roots, message):
 
 def test_unknown_context_id(cluster):
     a = torch.rand(3, requires_grad=True)
-    with pytest.raises(RuntimeError, match=r"Error on worker 'worker0'.*Could not find autograd context with id: 987654"):
+    with pytest.raises(RuntimeError, match=r"^Error on Node 0: worker 'worker0' \(id 0\).*Could not find autograd context with id: 987654"):
         plugin.autograd.backward(987654, [a.sum()])
     with pytest.raises(RuntimeError, match="Could not find autograd context with id: 987654"):
         plugin.autograd.get_gradients(987654)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((None, []), "context_id must be an int, got NoneType"),
+        (("1", []), "context_id must be an int, got str"),
+        ((1, None), "roots must be a list of Tensors, got NoneType"),
+        ((1, "roots"), "roots must be a list of Tensors, got str"),
+        ((1, [1.0]), r"roots\[0\] must be a Tensor, got float"),
+        ((1, [], 1), "retain_graph must be a bool, got int"),
+        ((1, [], None), "retain_graph must be a bool, got NoneType"),
+    ],
+    ids=["ctx_none", "ctx_str", "roots_none", "roots_str", "root_float", "retain_int", "retain_none"],
+)
+def test_wrong_argument_types_raise_type_error(cluster, args, message):
+    """TypeError, as torch.distributed.autograd.backward raises for wrong types (where torch
+    converts, ``retain_graph=1``, the plugin asks for a bool), before anything runs."""
+    with pytest.raises(TypeError, match=f"^backward\\(\\): {message}$"):
+        plugin.autograd.backward(*args)
+    if "retain_graph" not in message:
+        with pytest.raises(TypeError):
+            dist_autograd.backward(*args)
+    with pytest.raises(TypeError, match=r"^get_gradients\(\): context_id must be an int, got str$"):
+        plugin.autograd.get_gradients("1")
+    with pytest.raises(TypeError):
+        dist_autograd.get_gradients("1")
+
+
+def test_engine_errors_start_like_torchs(cluster):
+    """torch's distributed engine starts its errors with "Error on Node <worker id>: "; so do
+    the plugin's, on the same failure (a backward function raising on worker2), then they name
+    the worker and the pass."""
+    rpc.rpc_sync("worker2", graphs.set_fail_backward, args=(True,))
+    try:
+        with dist_autograd.context() as ctx:
+            a = torch.rand(3, requires_grad=True)
+            c = rpc.rpc_sync("worker2", graphs.udf_failing_backward, args=(a * 1,))
+            with pytest.raises(RuntimeError) as torch_error:
+                dist_autograd.backward(ctx, [c.sum()], retain_graph=True)
+            with pytest.raises(RuntimeError) as ours:
+                plugin.autograd.backward(ctx, [c.sum()], retain_graph=True)
+    finally:
+        rpc.rpc_sync("worker2", graphs.set_fail_backward, args=(False,))
+    # torch: "Error on Node 0: Error on Node 2: boom ..." (one prefix per worker on the way back)
+    assert re.match(r"^Error on Node 0: Error on Node 2: boom in FailingBackward", str(torch_error.value))
+    # ours: the failing worker's id where torch puts an id, then its name and the pass
+    assert re.match(
+        r"^Error on Node 2: worker 'worker2' \(id 2\) in the backward pass of context \d+: .*boom in FailingBackward",
+        str(ours.value),
+    ), str(ours.value)
 
 
 def test_invalid_mode(cluster):
@@ -100,7 +152,7 @@ def test_error_on_remote_worker_names_it_and_leaves_nothing_behind(cluster, mode
             c = rpc.rpc_sync("worker2", graphs.udf_failing_backward, args=(b,))
             d = rpc.rpc_sync("worker3", graphs.udf_mul_add, args=(c, a))  # c * a + a
             root = (d * w).sum()
-            with pytest.raises(RuntimeError, match=r"Error on worker 'worker2' \(id 2\).*boom in FailingBackward"):
+            with pytest.raises(RuntimeError, match=r"^Error on Node 2: worker 'worker2' \(id 2\).*boom in FailingBackward"):
                 plugin.autograd.backward(ctx, [root], retain_graph=True, mode=mode)
             assert_nothing_left_running()
             # parts of the pass that had ended (worker3's, say) were taken back too

@@ -8,6 +8,8 @@ import torch
 from torch import Tensor
 from torch.distributed.rpc import RRef
 
+import plugin.ops
+
 # name -> parameter, on each worker
 PARAMS: Dict[str, Tensor] = {}
 
@@ -66,3 +68,22 @@ def wait_for_gil_hog() -> float:
     while "done" not in _HOG:
         time.sleep(0.05)
     return _HOG["done"]
+
+
+def local_hyperparameters(local_optimizer: RRef) -> Dict[str, float]:
+    """The numeric hyperparameters the owner's local optimizer steps with now (functional
+    names: 'lr', 'beta1', 'momentum', ...), read from its TorchScript optimizer."""
+    return local_optimizer.local_value().optimizer.hyperparameters()[0]
+
+
+def context_gradients(context_id: int, names: List[str]):
+    """Copies of the named parameters' gradients in a distributed autograd context, as the
+    optimizer step reads them (None where a parameter has none)."""
+    grads = plugin.ops.gradients_for(context_id, [PARAMS[n] for n in names])
+    return [None if g is None else g.clone() for g in grads]
+
+
+def param_sum(name: str) -> Tensor:
+    """The sum of the parameter, computed on its owner: its gradient there is the gradient of
+    a sum, a stride-0 view of one element in torch's backward."""
+    return PARAMS[name].sum()

@@ -1,0 +1,176 @@
+"""``param_groups`` and ``defaults`` for :class:`plugin.optim.DistributedOptimizer`, so that
+``torch.optim.lr_scheduler`` classes drive it as they drive a ``torch.optim`` optimizer.
+
+torch's schedulers check ``isinstance(optimizer, torch.optim.Optimizer)``, then read and write
+``optimizer.param_groups[i][key]`` (``'lr'``; ``'momentum'`` or ``'betas'`` for the cyclic
+schedulers, which also read ``optimizer.defaults``) and wrap ``optimizer.step``. The
+distributed optimizer's hyperparameters live on the owners, in each owner's TorchScript local
+optimizer; here they get a local face:
+
+* :class:`DistributedParamGroup` is the one group's dict. Assigning a hyperparameter or flag
+  the optimizer has (torch's names: ``'lr'``, ``'betas'``, ``'momentum'``, ``'maximize'``...)
+  sends it to every owner at once (one RPC per owner, in parallel) and returns when all have
+  it: it is used from the next step on, on every owner. A value equal to the current one is
+  not sent. Other keys (a scheduler's ``'initial_lr'``, ``'max_lr'``...) stay in the dict, as
+  in ``torch.optim``.
+* The group is read from the owners on first use, so a distributed optimizer that no
+  scheduler touches costs nothing more.
+"""
+from collections import OrderedDict
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from functional_optim._param_groups import split_values
+from functional_optim._state import TUPLE_HYPERPARAMETERS
+from functional_optim.state_protocol import _torch_group
+
+from ._errors import remote_error_summary
+
+__all__ = ["DistributedParamGroup"]
+
+
+# --- run on the owners, by RPC ------------------------------------------------------------
+
+
+def _local_group(local_optimizer) -> Dict[str, Any]:
+    """The owner's hyperparameters and flags under torch's names (pairs as tuples), and the
+    functional names of its numeric hyperparameters and flags. (Python on the owner, with the
+    GIL: this is read once, not on the step's path.)"""
+    from .optim import _Held
+
+    module = local_optimizer.local_value()
+    with _Held(module):
+        hparams = module.optimizer.hyperparameters()[0]
+        options = module.optimizer.options()[0]
+    return {"group": _torch_group(hparams, options), "hparam_names": list(hparams), "option_names": list(options)}
+
+
+def _local_set_group(local_optimizer, hparams: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
+    from .optim import _Held
+
+    module = local_optimizer.local_value()
+    with _Held(module):
+        try:
+            for group in range(len(module.optimizer.param_group_indices())):
+                module.optimizer.set_group(group, hparams, options)
+        except torch.jit.Error as e:
+            # TorchScript raises every error as torch.jit.Error; give back the ValueError that
+            # the optimizer raised (its validation runs before it changes anything)
+            summary = remote_error_summary(e)
+            if summary.startswith(_SCRIPTED_VALUE_ERROR):
+                raise ValueError(summary[len(_SCRIPTED_VALUE_ERROR):]) from None
+            raise
+
+
+_SCRIPTED_VALUE_ERROR = "builtins.ValueError: "
+
+
+# --- on the caller ------------------------------------------------------------------------
+
+
+class DistributedParamGroup(dict):
+    """The parameter group of a :class:`~plugin.optim.DistributedOptimizer`, as a dict.
+
+    Keys: ``'params'`` (the ``params_rref`` list; read-only), every hyperparameter and flag of
+    the optimizer under ``torch.optim``'s name and in its form (``'lr'``, ``'betas'`` as a
+    tuple, ``'maximize'``, ...), and whatever else is stored in it (a scheduler's
+    ``'initial_lr'``).
+
+    Assigning a hyperparameter or flag sends it to every owner (one RPC each, in parallel)
+    and returns once all have it, so the next step uses it everywhere; an unchanged value is
+    not sent. Each owner validates it as the optimizer's constructor does.
+
+    Raises (on assignment):
+        TypeError: a value of the wrong type (a hyperparameter that is not a Python number,
+            a pair that is not two numbers, a flag that is not a bool or None), before
+            anything is sent.
+        ValueError: the owners reject the value (``Invalid learning rate: -1.0``); the message
+            names the first owner that did. Every owner validates before it changes anything.
+        ValueError: replacing ``'params'``, or deleting a hyperparameter or flag.
+    """
+
+    def __init__(self, optimizer: Any, params: List[Any], fetched: Dict[str, Any], extras: Dict[str, Any]) -> None:
+        super().__init__()
+        self._optimizer = optimizer
+        self._hparam_names = list(fetched["hparam_names"])
+        self._option_names = list(fetched["option_names"])
+        dict.__setitem__(self, "params", params)
+        for key, value in fetched["group"].items():
+            dict.__setitem__(self, key, value)
+        self._known = set(fetched["group"])
+        for key, value in extras.items():
+            if key not in self._known and key != "params":
+                dict.__setitem__(self, key, value)
+
+    def extras(self) -> Dict[str, Any]:
+        """The keys that are not the optimizer's (a scheduler's ``'initial_lr'``...)."""
+        return {k: v for k, v in self.items() if k not in self._known and k != "params"}
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key == "params":
+            raise ValueError("the parameters of a DistributedOptimizer's param group cannot be replaced")
+        if key not in self._known:
+            dict.__setitem__(self, key, value)
+            return
+        hparams, options, _ = split_values({key: value}, self._hparam_names, self._option_names)
+        if key in TUPLE_HYPERPARAMETERS:
+            halves = TUPLE_HYPERPARAMETERS[key]
+            stored = (hparams[halves[0]], hparams[halves[1]])
+        elif key in hparams:
+            stored = hparams[key]
+        else:
+            stored = options[key]
+        current = self[key]
+        if stored == current and type(stored) is type(current):
+            return  # nothing changes on the owners
+        send_group(self._optimizer, hparams, options, key)
+        dict.__setitem__(self, key, stored)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def __delitem__(self, key: str) -> None:
+        if key == "params" or key in self._known:
+            raise ValueError(f"'{key}' cannot be removed from a DistributedOptimizer's param group")
+        dict.__delitem__(self, key)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        if key == "params" or key in self._known:
+            raise ValueError(f"'{key}' cannot be removed from a DistributedOptimizer's param group")
+        return dict.pop(self, key, *default)
+
+
+def fetch_group(optimizer: Any) -> Dict[str, Any]:
+    """Reads the group from every owner (in parallel) and checks that they agree."""
+    from .optim import _wait_all
+
+    futures = OrderedDict(
+        (owner, torch.distributed.rpc.rpc_async(owner, _local_group, args=(rref,)))
+        for owner, rref in optimizer._local_optimizers.items()
+    )
+    fetched = _wait_all(futures, "reading the hyperparameters")
+    first_owner, first = next(iter(fetched.items()))
+    for owner, other in fetched.items():
+        if other["group"] != first["group"]:
+            raise RuntimeError(
+                f"DistributedOptimizer: the hyperparameters of owner {owner!r} differ from those of {first_owner!r}"
+            )
+    return first
+
+
+def send_group(optimizer: Any, hparams: Dict[str, float], options: Dict[str, Optional[bool]], what: str) -> None:
+    """Sets hyperparameters and flags on every owner; returns when all have them."""
+    from .optim import _wait_all
+
+    futures = OrderedDict(
+        (owner, torch.distributed.rpc.rpc_async(owner, _local_set_group, args=(rref, hparams, options)))
+        for owner, rref in optimizer._local_optimizers.items()
+    )
+    _wait_all(futures, f"setting {what!r}")
