@@ -26,10 +26,10 @@ def remote_error_summary(error: BaseException) -> str:
     return str(error).strip()
 
 
-def raise_on_worker(worker: str, what: str, error: BaseException, prefix: str):
+def raise_on_worker(worker: str, what: str, error: BaseException, prefix: str, detail: str = ""):
     """Raises ``error``'s type (RuntimeError if it cannot be rebuilt) with the message
-    ``"{prefix}: {what} failed on {worker!r}: {summary}"``, chained to ``error``."""
-    message = f"{prefix}: {what} failed on owner {worker!r}: {remote_error_summary(error)}"
+    ``"{prefix}: {what} failed on owner {worker!r}: {summary}{detail}"``, chained to ``error``."""
+    message = f"{prefix}: {what} failed on owner {worker!r}: {remote_error_summary(error)}{detail}"
     try:
         rebuilt = type(error)(message)
     except Exception:  # noqa: BLE001 (an exception type with another constructor)
