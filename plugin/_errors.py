@@ -33,7 +33,9 @@ def remote_error_summary(error: BaseException) -> str:
                 if not line.strip() or line.startswith("At:"):
                     break
                 paragraph.append(line.strip())
-            return " ".join(paragraph)
+            summary = " ".join(paragraph)
+            # TorchScript names Python's exceptions "builtins.RuntimeError"
+            return summary[len("builtins."):] if summary.startswith("builtins.") else summary
     return str(error).strip()
 
 
