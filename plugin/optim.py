@@ -612,7 +612,10 @@ class DistributedOptimizer:
         self._check_context(context_id)
         if len(self._local_optimizers) == 1:
             (owner, rref), = self._local_optimizers.items()
-            _wait_all(OrderedDict([(owner, _send(owner, _local_step, (rref, context_id)))]), what)
+            _, errors = _gather(OrderedDict([(owner, _send(owner, _local_step, (rref, context_id)))]))
+            if errors:
+                timed_out = "no answer within the RPC timeout" in remote_error_summary(errors[0][1])
+                _raise_errors(errors, what, "; it may still apply the step when it answers" if timed_out else "")
             return
         self._check_commits(self._commit(self._prepare(context_id, what)), what)
 

@@ -400,11 +400,13 @@ def test_overlapping_optimizers_from_two_trainers_lose_no_update(cluster):
     assert torch.equal(b_end, expected_b)
 
 
-def test_owner_steps_while_its_gil_is_held(cluster):
+@pytest.mark.parametrize("names", [["p1"], ["p1", "p2"]], ids=["one-owner", "two-phase"])
+def test_owner_steps_while_its_gil_is_held(cluster, names):
     """A step completes on an owner whose GIL a Python thread holds (one long C call): the
-    step runs as TorchScript from the RPC to the update, without the GIL."""
+    step runs as TorchScript from the RPC to the update, without the GIL (both phases of a
+    step over two owners too)."""
     rrefs = make_remote_params()
-    opt = DistributedOptimizer(torch.optim.NAdam, [rrefs["p1"]], lr=0.01)
+    opt = DistributedOptimizer(torch.optim.NAdam, [rrefs[n] for n in names], lr=0.01)
     for ctx in forward_backward(0):
         rpc.rpc_sync("worker1", optim_remote.start_gil_hog, args=(4,))
         time.sleep(1.0)  # the hog has started and holds worker1's GIL
