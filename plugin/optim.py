@@ -23,6 +23,7 @@ from torch.distributed.rpc import RRef
 import functional_optim
 from functional_optim import _jit, _validation
 
+from . import ops
 from ._errors import raise_on_worker, remote_error_summary
 from functional_optim.scripting import OptimizerModule, script_class
 
@@ -141,7 +142,7 @@ class ScriptLocalOptimizer(torch.nn.Module):
         ):
             kwargs = dict(kwargs, fused=True)
         self.optimizer = OptimizerModule(functional_class(self._params, *args, **kwargs))
-        self._lock = torch.classes.dist_engine.StepLock(self._params)
+        self._lock = ops.new_step_lock(self._params)
         # what prepare_step checks (the checks the optimizer's step makes first)
         self._sparse_error = _sparse_error_of(functional_class)
         self._offsets = [0, len(self._params)]
@@ -191,7 +192,7 @@ class ScriptLocalOptimizer(torch.nn.Module):
         Raises:
             RuntimeError: the optimizer rejects a gradient (``torch.jit.Error`` once scripted).
         """
-        gradients = torch.ops.dist_engine.gradients_for(context_id, self._params)
+        gradients = ops.gradients_for(context_id, self._params)
         with self._lock:
             self.optimizer.step(gradients)
 
@@ -215,11 +216,11 @@ class ScriptLocalOptimizer(torch.nn.Module):
                 (``torch.jit.Error`` once scripted).
             RuntimeError: a sparse gradient for an optimizer that does not take them.
         """
-        gradients = torch.ops.dist_engine.gradients_for(context_id, self._params)
+        gradients = ops.gradients_for(context_id, self._params)
         _validation.check_gradients(
             self._params, gradients, self._offsets, self._sparse_error, self._groups, self._group_indices
         )
-        return torch.ops.dist_engine._park_step(gradients, lease_ms)
+        return ops._park_step(gradients, lease_ms)
 
     @torch.jit.export
     def commit_step(self, token: int) -> None:
@@ -233,7 +234,7 @@ class ScriptLocalOptimizer(torch.nn.Module):
             RuntimeError: the token is unknown or its lease expired (nothing is applied), or
                 the optimizer rejects a gradient (hyperparameters changed in between).
         """
-        gradients = torch.ops.dist_engine._take_step(token)
+        gradients = ops._take_step(token)
         with self._lock:
             self.optimizer.step(gradients)
 
@@ -249,7 +250,7 @@ class ScriptLocalOptimizer(torch.nn.Module):
 
         Raises nothing.
         """
-        return torch.ops.dist_engine._drop_step(token)
+        return ops._drop_step(token)
 
     @torch.jit.export
     def step_gradients(self, gradients: List[Optional[Tensor]]) -> None:
@@ -387,10 +388,10 @@ class _OutsideAutogradContext:
     """
 
     def __enter__(self):
-        self._previous = torch.ops.dist_engine._swap_current_context(-1)
+        self._previous = ops._swap_current_context(-1)
 
     def __exit__(self, *exc):
-        torch.ops.dist_engine._swap_current_context(self._previous)
+        ops._swap_current_context(self._previous)
 
 
 def _send(owner: str, fn, args) -> torch.futures.Future:

@@ -1,4 +1,5 @@
 // Kernels for the distributed optimizer's local step (schemas in ops.cpp).
+#include "compat.h"
 #include "context_registry.h"
 #include "prepared_steps.h"
 #include "step_lock.h"
@@ -69,17 +70,9 @@ c10::Dict<std::string, int64_t> optimizerDebugInfoKernel() {
 }
 
 // Sets this thread's current distributed autograd context (-1: none) and returns the
-// previous one. torch attaches autograd metadata to every RPC sent from a thread that
-// is inside a context (even one without tensors), and the receiver then creates that
-// context if it does not know it (DistAutogradContainer::getOrCreateContext): the
-// optimizer sends its step RPCs with no current context, so that a step never creates
-// a context on an owner. DistAutogradContainer::forceCurrentContextId sets the
-// thread-local id without checking it (public API of torch's container, 2.11-2.13).
+// previous one: the optimizer sends its step RPCs with none (see compat.h).
 int64_t swapCurrentContextKernel(int64_t contextId) {
-  using torch::distributed::autograd::DistAutogradContainer;
-  int64_t previous = DistAutogradContainer::currentContextId();
-  DistAutogradContainer::forceCurrentContextId(contextId);
-  return previous;
+  return swapCurrentContext(contextId);
 }
 
 }  // namespace
