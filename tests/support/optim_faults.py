@@ -85,8 +85,12 @@ def serve(rank, port, scenario, queue):
     os.environ["MASTER_PORT"] = str(port)
     warnings.simplefilter("ignore", DeprecationWarning)
     import plugin  # noqa: F401
+    import plugin.optim
     import plugin.rpc
 
+    # compile the local optimizer before the clock of the short RPC timeout runs: on a busy
+    # machine the first compilation alone can take longer than the timeout
+    plugin.optim.ScriptLocalOptimizer.create(torch.optim.SGD, [torch.zeros(1, requires_grad=True)], lr=1.0, momentum=0.9)
     plugin.rpc.init_rpc(rank=rank, world_size=len(NAMES), master_port=port, worker_names=NAMES,
                         num_worker_threads=4, rpc_timeout=RPC_TIMEOUT)
     if rank != 0:
