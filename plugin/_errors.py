@@ -11,10 +11,21 @@ import re
 _ERROR_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt)\b: ")
 
 
+_TIMEOUT = re.compile(r"RPC ran for more than set timeout \((\d+) ms\)")
+_TRANSPORT = "(this error originated at tensorpipe"
+
+
 def remote_error_summary(error: BaseException) -> str:
     """The ``Type: message`` part of an exception that came back over RPC, up to the end
-    of its paragraph; ``str(error)`` when there is no such line."""
-    lines = str(error).splitlines()
+    of its paragraph; ``str(error)`` when there is no such line. torch's RPC timeout and
+    TensorPipe's transport errors (which name no worker) are said in words."""
+    text = str(error)
+    timeout = _TIMEOUT.search(text)
+    if timeout:
+        return f"no answer within the RPC timeout ({timeout.group(1)} ms): the worker is frozen, overloaded or unreachable"
+    if _TRANSPORT in text:
+        return f"the connection to it was lost (the worker died or closed it): {text.strip().splitlines()[0]}"
+    lines = text.splitlines()
     for i in range(len(lines) - 1, -1, -1):
         if _ERROR_LINE.match(lines[i]):
             paragraph = []
@@ -22,14 +33,16 @@ def remote_error_summary(error: BaseException) -> str:
                 if not line.strip() or line.startswith("At:"):
                     break
                 paragraph.append(line.strip())
-            return " ".join(paragraph)
+            summary = " ".join(paragraph)
+            # TorchScript names Python's exceptions "builtins.RuntimeError"
+            return summary[len("builtins."):] if summary.startswith("builtins.") else summary
     return str(error).strip()
 
 
-def raise_on_worker(worker: str, what: str, error: BaseException, prefix: str):
+def raise_on_worker(worker: str, what: str, error: BaseException, prefix: str, detail: str = ""):
     """Raises ``error``'s type (RuntimeError if it cannot be rebuilt) with the message
-    ``"{prefix}: {what} failed on {worker!r}: {summary}"``, chained to ``error``."""
-    message = f"{prefix}: {what} failed on owner {worker!r}: {remote_error_summary(error)}"
+    ``"{prefix}: {what} failed on owner {worker!r}: {summary}{detail}"``, chained to ``error``."""
+    message = f"{prefix}: {what} failed on owner {worker!r}: {remote_error_summary(error)}{detail}"
     try:
         rebuilt = type(error)(message)
     except Exception:  # noqa: BLE001 (an exception type with another constructor)

@@ -12,8 +12,8 @@ and without the GIL. The names ``torch.ops.dist_engine.*`` keep working; calling
 these functions is the same.
 
 Functions whose names start with an underscore wrap the engine's RPC handlers and
-bookkeeping ops; they are for the package's own modules (``plugin/_handlers.py``,
-:mod:`plugin.autograd`).
+bookkeeping ops, and the distributed optimizer's; they are for the package's own modules
+(``plugin/_handlers.py``, :mod:`plugin.autograd`, :mod:`plugin.optim`).
 """
 from typing import Dict, List, Optional
 
@@ -65,39 +65,81 @@ def gradients_for(context_id: int, params: List[Tensor]) -> List[Optional[Tensor
 
     The plugin engine's gradients when one of its passes reached this worker in the
     context, otherwise those of torch's distributed autograd (a backward run by
-    ``torch.distributed.autograd.backward``). What a local optimizer's step reads.
+    ``torch.distributed.autograd.backward``). What a local optimizer's step reads. Only
+    retrieves the context: never creates one.
 
     Args:
-        context_id (int): a distributed autograd context known on this worker.
+        context_id (int): a distributed autograd context id.
         params (List[Tensor]): tensors of this worker (any shape, dtype and device), usually
             the leaf parameters of a model.
 
     Returns:
         List[Optional[Tensor]]: one entry per parameter, in order: its gradient (of the
         parameter's shape, dtype and device; sparse for sparse gradients), or ``None`` where
-        it has none in the context.
+        it has none in the context. All ``None`` when the context is unknown on this worker
+        (no backward pass of it reached this worker).
 
-    Raises:
-        RuntimeError: the context id is unknown on this worker (the message names the worker).
+    Raises nothing.
     """
     return torch.ops.dist_engine.gradients_for(context_id, params)
 
 
-def new_step_lock() -> torch.ScriptObject:
-    """A new ``torch.classes.dist_engine.StepLock``: a mutex that TorchScript holds with ``with``.
+def new_step_lock(params: List[Tensor]) -> torch.ScriptObject:
+    """A new ``torch.classes.dist_engine.StepLock(params)``: the locks of a set of parameters,
+    which TorchScript holds with ``with``.
 
-    ``with lock: ...`` (in TorchScript or Python) takes it in ``__enter__`` and releases it in
-    ``__exit__``, also when the body raises; ``__exit__`` returns ``False`` (never swallows
-    the exception). Waiting for it does not hold the GIL. Not reentrant: a thread that takes
-    it twice deadlocks.
+    Every parameter (tensor object) has one lock in this process, shared by every StepLock
+    over it and freed with the last of them. ``with lock: ...`` (in TorchScript or Python)
+    takes the set's locks in ``__enter__``, in one process-wide order (so two StepLocks over
+    overlapping sets serialize on the shared parameters and cannot deadlock), and releases
+    them in ``__exit__``, also when the body raises; ``__exit__`` returns ``False`` (never
+    swallows the exception). Waiting does not hold the GIL. Not reentrant: a thread that takes
+    a parameter's lock twice deadlocks. ``lock.size()`` is the number of distinct parameters.
+
+    Args:
+        params (List[Tensor]): the parameters (defined tensors of any shape, dtype and
+            device); a tensor listed twice is locked once.
 
     Returns:
         torch.ScriptObject: the lock, unlocked. Keep it in a module attribute to use it in
         scripted methods (``with self._lock:``).
 
-    Raises nothing.
+    Raises:
+        RuntimeError: an undefined tensor among ``params``.
     """
-    return torch.classes.dist_engine.StepLock()
+    return torch.classes.dist_engine.StepLock(params)
+
+
+# --- the distributed optimizer's bookkeeping (plugin.optim) -------------------------------
+
+
+def _park_step(gradients: List[Optional[Tensor]], lease_ms: int) -> int:
+    """The op ``dist_engine::_park_step``: keeps validated gradients (references) between the
+    two phases of an optimizer step, for at most ``lease_ms`` milliseconds; returns a token."""
+    return torch.ops.dist_engine._park_step(gradients, lease_ms)
+
+
+def _take_step(token: int) -> List[Optional[Tensor]]:
+    """The op ``dist_engine::_take_step``: the gradients parked under ``token``, to apply them;
+    raises (naming this worker) when the token is unknown or its lease expired."""
+    return torch.ops.dist_engine._take_step(token)
+
+
+def _drop_step(token: int) -> bool:
+    """The op ``dist_engine::_drop_step``: forgets a parked step; whether it was still parked."""
+    return torch.ops.dist_engine._drop_step(token)
+
+
+def _optimizer_debug_info() -> Dict[str, int]:
+    """The op ``dist_engine::_optimizer_debug_info``: ``num_param_locks`` (live per-parameter
+    locks in this process) and ``num_prepared_steps`` (steps parked between their phases)."""
+    return torch.ops.dist_engine._optimizer_debug_info()
+
+
+def _swap_current_context(context_id: int) -> int:
+    """The op ``dist_engine::_swap_current_context``: sets this thread's current distributed
+    autograd context (``-1``: none) and returns the previous one."""
+    return torch.ops.dist_engine._swap_current_context(context_id)
 
 
 # --- the engine's RPC handlers and bookkeeping (plugin/_handlers.py, plugin.autograd) ------

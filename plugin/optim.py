@@ -8,22 +8,24 @@ by RPC, to run its module's ``step(context_id)``, which reads the context's grad
 C++ side (``torch.ops.dist_engine.gradients_for``: from the plugin's engine, or from torch's
 distributed autograd when torch ran the backward) and applies them, all in TorchScript.
 """
+import sys
 import threading
 import warnings
 from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
+import torch.distributed.autograd as dist_autograd
 import torch.distributed.rpc as rpc
 from torch import Tensor
 from torch.distributed.rpc import RRef
 
 import functional_optim
-from functional_optim import _jit
+from functional_optim import _jit, _validation
 
 from . import _param_groups, ops
 from ._clip import clip_grad_norm_
-from ._errors import raise_on_worker
+from ._errors import raise_on_worker, remote_error_summary
 from functional_optim.scripting import OptimizerModule, script_class
 
 __all__ = ["DistributedOptimizer", "ScriptLocalOptimizer", "LocalOptimizerInterface", "clip_grad_norm_"]
@@ -40,10 +42,49 @@ class LocalOptimizerInterface(torch.nn.Module):
         :meth:`ScriptLocalOptimizer.step`).
 
         Args:
-            context_id (int): a distributed autograd context known on this worker.
+            context_id (int): a distributed autograd context id.
 
         Raises:
             RuntimeError: as :meth:`ScriptLocalOptimizer.step`.
+        """
+        pass
+
+    def prepare_step(self, context_id: int, lease_ms: int) -> int:
+        """Phase 1 of a step over several owners (see :meth:`ScriptLocalOptimizer.prepare_step`).
+
+        Args:
+            context_id (int): a distributed autograd context id.
+            lease_ms (int): how long, in milliseconds, the prepared step waits for its commit.
+
+        Returns:
+            int: the token that :meth:`commit_step` and :meth:`drop_step` take.
+
+        Raises:
+            RuntimeError: as :meth:`ScriptLocalOptimizer.prepare_step`.
+        """
+        pass
+
+    def commit_step(self, token: int) -> None:
+        """Phase 2: applies a prepared step (see :meth:`ScriptLocalOptimizer.commit_step`).
+
+        Args:
+            token (int): from :meth:`prepare_step`.
+
+        Raises:
+            RuntimeError: as :meth:`ScriptLocalOptimizer.commit_step`.
+        """
+        pass
+
+    def drop_step(self, token: int) -> bool:
+        """Forgets a prepared step (see :meth:`ScriptLocalOptimizer.drop_step`).
+
+        Args:
+            token (int): from :meth:`prepare_step`.
+
+        Returns:
+            bool: whether the step was still prepared.
+
+        Raises nothing.
         """
         pass
 
@@ -61,10 +102,13 @@ class ScriptLocalOptimizer(torch.nn.Module):
     submodule ``optimizer``, a :class:`functional_optim.OptimizerModule`). Build it with
     :meth:`create`, which scripts it; then ``step(context_id)`` runs as TorchScript.
 
-    Steps of local optimizers over the same parameters (say, one per trainer) are serialized
-    by a lock shared between them, held in C++ (``torch.classes.dist_engine.StepLock``): two
-    steps never interleave on a parameter, and waiting for the lock does not hold the GIL.
-    Which step goes first is not specified.
+    Concurrency: every parameter has one lock in its process, held in C++
+    (``torch.classes.dist_engine.StepLock`` holds the locks of a parameter set). A step takes
+    the locks of its parameters in one process-wide order, so steps of local optimizers that
+    share a parameter (say, one per trainer, over overlapping parameter sets) never interleave
+    on it and never deadlock; waiting does not hold the GIL; an error in a step releases the
+    locks. Which of two waiting steps goes first is not specified. A parameter's lock is freed
+    with the last local optimizer over it.
 
     Implementation: as ``torch.optim`` chooses, except that Adam and AdamW use torch's fused
     kernel (``fused=True``) when neither ``foreach`` nor ``fused`` is given and the parameters
@@ -86,7 +130,8 @@ class ScriptLocalOptimizer(torch.nn.Module):
 
     Algorithm: torch's ``_ScriptLocalOptimizer`` (``torch/distributed/optim/optimizer.py``),
     here for every ``functional_optim`` optimizer, with the gradients read on the C++ side
-    (``torch.ops.dist_engine.gradients_for``) and steps serialized by a ``StepLock``.
+    (``torch.ops.dist_engine.gradients_for``), steps serialized by per-parameter locks, and a
+    two-phase step (:meth:`prepare_step`, :meth:`commit_step`) for steps over several owners.
     """
 
     def __init__(self, optimizer_class: type, params: List[Tensor], *args: Any, **kwargs: Any) -> None:
@@ -98,7 +143,12 @@ class ScriptLocalOptimizer(torch.nn.Module):
         ):
             kwargs = dict(kwargs, fused=True)
         self.optimizer = OptimizerModule(functional_class(self._params, *args, **kwargs))
-        self._lock = _shared_lock(self._params)
+        self._lock = ops.new_step_lock(self._params)
+        # what prepare_step checks (the checks the optimizer's step makes first)
+        self._sparse_error = _sparse_error_of(functional_class)
+        self._offsets = [0, len(self._params)]
+        self._groups = [self._params]
+        self._group_indices = [list(range(len(self._params)))]
 
     @classmethod
     def create(cls, optimizer_class: type, params: List[Tensor], *args: Any, **kwargs: Any) -> torch.jit.ScriptModule:
@@ -130,23 +180,82 @@ class ScriptLocalOptimizer(torch.nn.Module):
         """Applies the gradients of distributed autograd context ``context_id`` on this worker.
 
         A parameter without a gradient in the context is skipped, as torch skips a ``None``
-        ``.grad``. The optimizer validates the gradients first (shape, dtype, device, sparse
-        support) and raises before changing any parameter or state.
+        ``.grad``; so is every parameter when the context is not known on this worker (no
+        backward pass of the context reached it; :class:`DistributedOptimizer` checks that the
+        context exists on the calling worker). The optimizer validates the gradients first
+        (shape, dtype, device, sparse support) and raises before changing any parameter or
+        state. Holds the locks of the parameters (see the class) while it applies them.
 
         Args:
-            context_id (int): a distributed autograd context known on this worker, whose backward
-                pass (the plugin's or torch's) has ended.
+            context_id (int): a distributed autograd context id, whose backward pass (the
+                plugin's or torch's) has ended.
 
         Raises:
-            RuntimeError: the context id is unknown here, or the optimizer rejects a gradient.
+            RuntimeError: the optimizer rejects a gradient (``torch.jit.Error`` once scripted).
         """
         gradients = ops.gradients_for(context_id, self._params)
         with self._lock:
             self.optimizer.step(gradients)
 
     @torch.jit.export
+    def prepare_step(self, context_id: int, lease_ms: int) -> int:
+        """Phase 1 of a step over several owners: reads the context's gradients of this
+        worker's parameters (as :meth:`step`), validates them as the optimizer's step would,
+        and keeps them (references, not copies) for :meth:`commit_step`. Changes nothing and
+        takes no lock. A prepared step that is neither committed nor dropped within
+        ``lease_ms`` is forgotten (its caller died or froze between the phases).
+
+        Args:
+            context_id (int): a distributed autograd context id.
+            lease_ms (int): milliseconds, > 0, that the prepared step waits for its commit.
+
+        Returns:
+            int: a token for :meth:`commit_step` or :meth:`drop_step`.
+
+        Raises:
+            ValueError: a gradient whose shape, dtype or device differs from its parameter's
+                (``torch.jit.Error`` once scripted).
+            RuntimeError: a sparse gradient for an optimizer that does not take them.
+        """
+        gradients = ops.gradients_for(context_id, self._params)
+        _validation.check_gradients(
+            self._params, gradients, self._offsets, self._sparse_error, self._groups, self._group_indices
+        )
+        return ops._park_step(gradients, lease_ms)
+
+    @torch.jit.export
+    def commit_step(self, token: int) -> None:
+        """Phase 2: applies the gradients kept by :meth:`prepare_step`, under the parameters'
+        locks (as :meth:`step`).
+
+        Args:
+            token (int): from :meth:`prepare_step` on this module.
+
+        Raises:
+            RuntimeError: the token is unknown or its lease expired (nothing is applied), or
+                the optimizer rejects a gradient (hyperparameters changed in between).
+        """
+        gradients = ops._take_step(token)
+        with self._lock:
+            self.optimizer.step(gradients)
+
+    @torch.jit.export
+    def drop_step(self, token: int) -> bool:
+        """Forgets a step prepared by :meth:`prepare_step` without applying it.
+
+        Args:
+            token (int): from :meth:`prepare_step`.
+
+        Returns:
+            bool: whether it was still prepared (False: unknown, already taken or expired).
+
+        Raises nothing.
+        """
+        return ops._drop_step(token)
+
+    @torch.jit.export
     def step_gradients(self, gradients: List[Optional[Tensor]]) -> None:
-        """Applies ``gradients`` under the same lock as :meth:`step`.
+        """Applies ``gradients`` under the same locks as :meth:`step`.
 
         Args:
             gradients (List[Optional[Tensor]]): one per parameter, in the order given at
@@ -165,7 +274,7 @@ class ScriptLocalOptimizer(torch.nn.Module):
         """The same as :meth:`step`: calling the module steps it.
 
         Args:
-            context_id (int): a distributed autograd context known on this worker.
+            context_id (int): a distributed autograd context id.
 
         Raises:
             RuntimeError: as :meth:`step`.
@@ -180,22 +289,22 @@ class ScriptLocalOptimizer(torch.nn.Module):
 _FUSED_BY_DEFAULT = (functional_optim.Adam, functional_optim.AdamW)
 _FUSED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _COMPILE_LOCK = threading.Lock()
-_LOCKS_GUARD = threading.Lock()
-_LOCKS: Dict[Tuple[int, ...], Any] = {}
 
 
-def _shared_lock(params: List[Tensor]):
-    """The StepLock of this parameter set, shared by every local optimizer over it."""
-    key = tuple(sorted(p.data_ptr() for p in params))
-    with _LOCKS_GUARD:
-        lock = _LOCKS.get(key)
-        if lock is None:
-            lock = _LOCKS[key] = ops.new_step_lock()
-        return lock
+def _sparse_error_of(functional_class: type) -> str:
+    """The message the class's step raises for a sparse gradient, "" when it takes them.
+
+    The ten ``functional_optim`` optimizers keep it in their module's ``_sparse_error()``;
+    for a class registered from elsewhere (which has no such function) prepare_step lets
+    sparse gradients through, and the step itself still rejects them, on that owner only.
+    """
+    module = sys.modules.get(functional_class.__module__)
+    sparse_error = getattr(module, "_sparse_error", None)
+    return sparse_error() if callable(sparse_error) else ""
 
 
 class _Held:
-    """Holds a scripted local optimizer's StepLock from Python (for state_dict)."""
+    """Holds a scripted local optimizer's parameter locks from Python (for state_dict)."""
 
     def __init__(self, module):
         self._lock = module._lock
@@ -225,7 +334,23 @@ def _local_step(local_optimizer: RRef[LocalOptimizerInterface], context_id: int)
     local_optimizer.local_value().step(context_id)
 
 
+def _local_prepare(local_optimizer: RRef[LocalOptimizerInterface], context_id: int, lease_ms: int) -> int:
+    return local_optimizer.local_value().prepare_step(context_id, lease_ms)
+
+
+def _local_commit(local_optimizer: RRef[LocalOptimizerInterface], token: int) -> None:
+    local_optimizer.local_value().commit_step(token)
+
+
+def _local_drop(local_optimizer: RRef[LocalOptimizerInterface], token: int) -> bool:
+    return local_optimizer.local_value().drop_step(token)
+
+
+# TorchScript functions: an owner runs them without the GIL
 _local_step = _jit.script(_local_step)
+_local_prepare = _jit.script(_local_prepare)
+_local_commit = _jit.script(_local_commit)
+_local_drop = _jit.script(_local_drop)
 
 
 def _local_state_dict(local_optimizer):
@@ -250,18 +375,64 @@ def _local_set_hyperparameter(local_optimizer, name, value):
             module.optimizer.set_hyperparameter(group, name, value)
 
 
-def _wait_all(futures: "OrderedDict[str, torch.futures.Future]", what: str) -> Dict[str, Any]:
-    """Waits for every owner's future (so none is left running), then raises the first
-    error, of the owner's exception type, naming the owner."""
-    results, errors = {}, []
+# --- on the caller ---------------------------------------------------------------------------
+
+
+class _OutsideAutogradContext:
+    """Sends RPCs from this thread with no current distributed autograd context.
+
+    torch attaches autograd metadata to every RPC sent from inside a context, tensors or
+    not, and the receiver then creates the context if it does not know it: a step sent
+    from inside ``with dist_autograd.context()`` after the owner released that context
+    would recreate it there, empty (and leave it behind). Nothing the optimizer sends
+    belongs to the autograd graph.
+    """
+
+    def __enter__(self):
+        self._previous = ops._swap_current_context(-1)
+
+    def __exit__(self, *exc):
+        ops._swap_current_context(self._previous)
+
+
+def _send(owner: str, fn, args) -> torch.futures.Future:
+    with _OutsideAutogradContext():
+        return rpc.rpc_async(owner, fn, args=args)
+
+
+def _lease_ms() -> int:
+    """How long an owner keeps a prepared step: twice the RPC timeout (10 minutes when
+    the timeout is infinite), so a commit sent as soon as every owner prepared arrives
+    in time, and a caller that dies between the phases holds nothing for longer."""
+    timeout = rpc.get_rpc_timeout()
+    return int(2000 * timeout) if 0 < timeout < 300 else 600_000
+
+
+def _gather(futures: "OrderedDict[str, torch.futures.Future]"):
+    """Waits for every owner's future (so none is left running); returns the results and
+    the (owner, error) pairs."""
+    results, errors = OrderedDict(), []
     for owner, fut in futures.items():
         try:
             results[owner] = fut.wait()
-        except Exception as e:  # noqa: BLE001 (re-raised below with the owner's name)
+        except Exception as e:  # noqa: BLE001 (re-raised by the caller with the owner's name)
             errors.append((owner, e))
+    return results, errors
+
+
+def _raise_errors(errors, what: str, detail: str = ""):
+    """Raises the first owner's error, of its exception type, naming it and every other
+    owner that failed, followed by ``detail``."""
+    owner, error = errors[0]
+    others = "".join(f"; also failed on owner {o!r}: {remote_error_summary(e)}" for o, e in errors[1:])
+    raise_on_worker(owner, what, error, "DistributedOptimizer", others + detail)
+
+
+def _wait_all(futures: "OrderedDict[str, torch.futures.Future]", what: str) -> Dict[str, Any]:
+    """Waits for every owner's future, then raises the first error (see _raise_errors)."""
+    results, errors = _gather(futures)
     if errors:
-        owner, error = errors[0]
-        raise_on_worker(owner, what, error, "DistributedOptimizer")
+        _raise_errors(errors, what)
     return results
 
 
@@ -277,9 +448,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
     ``torch.optim.lr_scheduler`` classes read and write (what they write reaches every owner
     before the next step). :func:`clip_grad_norm_` clips its gradients across owners.
 
-    Concurrency: steps of distributed optimizers over the same parameters (one per trainer, say)
-    are serialized on each owner; there is no ordering across owners, and no promise that a
-    trainer's forward, backward and step run without other trainers' steps in between.
+    Guarantees (details in the "Failures and guarantees" page of the documentation):
+
+    * Steps of any local optimizers that share a parameter never interleave on it, whatever
+      their parameter sets (one lock per parameter on each owner, taken in one global order);
+      there is no ordering across owners, and no promise that a trainer's forward, backward
+      and step run without other trainers' steps in between.
+    * :meth:`step` and :meth:`step_async` apply the context's gradients on every owner or
+      raise; a gradient that one owner rejects changes no owner.
+    * A step, :meth:`state_dict` or another call that an owner does not answer (dead or
+      frozen) raises after the RPC timeout, naming that owner.
 
     Args:
         optimizer_class (type): a ``functional_optim`` class (``functional_optim.Adam``) or its
@@ -316,8 +494,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             by_owner.setdefault(rref.owner().name, []).append(i)
         self._indices = by_owner
         futures = OrderedDict(
-            (owner, rpc.rpc_async(owner, _new_local_optimizer,
-                                  args=(optimizer_class, [params_rref[i] for i in indices], args, kwargs)))
+            (owner, _send(owner, _new_local_optimizer, (optimizer_class, [params_rref[i] for i in indices], args, kwargs)))
             for owner, indices in by_owner.items()
         )
         self._local_optimizers: Dict[str, RRef] = _wait_all(futures, "building the local optimizer")
@@ -328,31 +505,82 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """Names of the workers that hold a local optimizer, in order of first parameter."""
         return list(self._local_optimizers)
 
-    def _start_steps(self, context_id: int) -> "OrderedDict[str, torch.futures.Future]":
-        return OrderedDict(
-            (owner, rpc.rpc_async(owner, _local_step, args=(rref, context_id)))
+    def _check_context(self, context_id: int) -> None:
+        """Raises unless ``context_id`` is a live context on this worker (as torch's step)."""
+        try:
+            dist_autograd._is_valid_context(context_id)  # what torch's DistributedOptimizer.step checks
+        except RuntimeError as e:
+            raise RuntimeError(
+                f"DistributedOptimizer: step({context_id}): no distributed autograd context {context_id} on "
+                f"this worker ({rpc.get_worker_info().name!r}): step inside the `with dist_autograd.context()` "
+                f"block that created it"
+            ) from e
+
+    def _prepare(self, context_id: int, what: str) -> "OrderedDict[str, int]":
+        """Phase 1 on every owner at once; on any failure drops what the others prepared
+        and raises. Returns each owner's token."""
+        lease = _lease_ms()
+        futures = OrderedDict(
+            (owner, _send(owner, _local_prepare, (rref, context_id, lease)))
             for owner, rref in self._local_optimizers.items()
         )
+        tokens, errors = _gather(futures)
+        if errors:
+            for owner, token in tokens.items():  # not waited for: the lease bounds them anyway
+                _send(owner, _local_drop, (self._local_optimizers[owner], token))
+            _raise_errors(errors, what, "; no owner applied the step")
+        return tokens
+
+    def _commit(self, tokens: "OrderedDict[str, int]") -> "OrderedDict[str, torch.futures.Future]":
+        return OrderedDict(
+            (owner, _send(owner, _local_commit, (self._local_optimizers[owner], token)))
+            for owner, token in tokens.items()
+        )
+
+    @staticmethod
+    def _check_commits(futures: "OrderedDict[str, torch.futures.Future]", what: str) -> None:
+        done, errors = _gather(futures)
+        if errors:
+            failed = [owner for owner, _ in errors]
+            _raise_errors(
+                errors, what,
+                f"; the step was applied on owners {list(done)} and not confirmed on {failed} "
+                f"(an owner that did not answer in time may still apply it)",
+            )
 
     def step_async(self, context_id: int) -> torch.futures.Future:
-        """Starts :meth:`step` and returns at once.
+        """Starts :meth:`step`; returns once every owner holds the step's gradients.
+
+        Runs phase 1 of the step (see :meth:`step`) and waits for it: every owner has read
+        and validated the context's gradients and keeps them, so the context may be released
+        (the ``with`` block may exit) as soon as this returns. Phase 2, the update, runs after
+        the return. Costs one round trip to the owners before returning; waits for no lock.
 
         Args:
-            context_id (int): the distributed autograd context whose gradients to apply.
+            context_id (int): the distributed autograd context whose gradients to apply; it
+                must be live on this worker until this returns.
 
         Returns:
-            torch.futures.Future: completes with ``None`` when every owner has stepped, or with
-            the first owner's error, named as :meth:`step` names it (raised by ``wait()``).
+            torch.futures.Future: completes with ``None`` when every owner has applied the
+            step, or with the error :meth:`step` would raise (raised by ``wait()``).
 
         Raises:
-            RuntimeError: RPC is not running (raised at once; owners' errors go to the future).
+            RuntimeError: ``context_id`` is not a live context on this worker, or RPC is not
+                running (raised at once; owners' errors go to the future).
         """
-        futures = self._start_steps(context_id)
+        what = f"step({context_id})"
+        self._check_context(context_id)
         done = torch.futures.Future()
+        try:
+            tokens = self._prepare(context_id, what)
+        except Exception as e:  # noqa: BLE001 (handed to the future)
+            done.set_exception(e)
+            return done
+        futures = self._commit(tokens)
 
         def finish(_):
             try:
-                _wait_all(futures, f"step({context_id})")
+                self._check_commits(futures, what)
                 done.set_result(None)
             except Exception as e:  # noqa: BLE001 (handed to the future)
                 done.set_exception(e)
@@ -364,18 +592,37 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """Applies the gradients of distributed autograd context ``context_id`` on every owner.
 
         Each owner reads its parameters' gradients in that context on its own side and steps
-        its local optimizer as TorchScript. Waits for every owner.
+        its local optimizer as TorchScript, holding its parameters' locks (see
+        :class:`ScriptLocalOptimizer`). A parameter without a gradient in the context is
+        skipped, as in torch; an owner that no backward pass of the context reached skips
+        all of its parameters.
+
+        All or nothing: with several owners the step has two phases. Phase 1, on every owner
+        at once: read and validate the gradients, and keep them. Phase 2, only when every
+        owner succeeded: apply them. A gradient that one owner rejects changes no owner. With
+        one owner the two run in one round trip. An owner that dies or freezes between the
+        phases makes the step raise, naming it and listing the owners that applied it.
 
         Args:
-            context_id (int): the distributed autograd context whose gradients to apply (its
-                backward pass must have ended).
+            context_id (int): the distributed autograd context whose gradients to apply: live
+                on this worker (step inside its ``with`` block), its backward pass ended.
 
         Raises:
-            RuntimeError: a step failed on an owner (unknown context, a gradient the optimizer
-                rejects, ...), named in the message. Each owner validates before it changes
-                anything, so an owner is either fully stepped or untouched.
+            RuntimeError: ``context_id`` is not a live context on this worker; or a step
+                failed or did not answer within the RPC timeout on an owner (every such owner
+                is named in the message, and whether other owners applied the step).
+            ValueError: an owner rejected a gradient's shape, dtype or device (no owner changed).
         """
-        _wait_all(self._start_steps(context_id), f"step({context_id})")
+        what = f"step({context_id})"
+        self._check_context(context_id)
+        if len(self._local_optimizers) == 1:
+            (owner, rref), = self._local_optimizers.items()
+            _, errors = _gather(OrderedDict([(owner, _send(owner, _local_step, (rref, context_id)))]))
+            if errors:
+                timed_out = "no answer within the RPC timeout" in remote_error_summary(errors[0][1])
+                _raise_errors(errors, what, "; it may still apply the step when it answers" if timed_out else "")
+            return
+        self._check_commits(self._commit(self._prepare(context_id, what)), what)
 
     def state_dict(self) -> Dict[str, Any]:
         """Every owner's optimizer state in one ``torch.optim``-format dict.
@@ -387,10 +634,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
             The tensors are copies, on the owners' devices.
 
         Raises:
-            RuntimeError: an owner failed to answer, or the owners' hyperparameters differ.
+            RuntimeError: an owner failed, or did not answer within the RPC timeout (named in
+                the message; every owner is waited for, at most the RPC timeout), or the
+                owners' hyperparameters differ.
         """
         futures = OrderedDict(
-            (owner, rpc.rpc_async(owner, _local_state_dict, args=(rref,)))
+            (owner, _send(owner, _local_state_dict, (rref,)))
             for owner, rref in self._local_optimizers.items()
         )
         local = _wait_all(futures, "state_dict()")
@@ -444,7 +693,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 n: state_dict["state"][saved_ids[i]] for n, i in enumerate(indices) if saved_ids[i] in state_dict["state"]
             }
             local_sd = {"state": local_state, "param_groups": [dict(hyper, params=list(range(len(indices))))]}
-            futures[owner] = rpc.rpc_async(owner, _local_load_state_dict, args=(self._local_optimizers[owner], local_sd))
+            futures[owner] = _send(owner, _local_load_state_dict, (self._local_optimizers[owner], local_sd))
         _wait_all(futures, "load_state_dict()")
         # torch.optim takes the saved group's keys wholesale: keep those the owners do not hold
         self._forget_param_groups(extras=hyper)
@@ -461,7 +710,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             RuntimeError: an owner rejected the name or value (named in the message).
         """
         futures = OrderedDict(
-            (owner, rpc.rpc_async(owner, _local_set_hyperparameter, args=(rref, name, float(value))))
+            (owner, _send(owner, _local_set_hyperparameter, (rref, name, float(value))))
             for owner, rref in self._local_optimizers.items()
         )
         _wait_all(futures, f"set_hyperparameter({name!r})")

@@ -1,6 +1,7 @@
 """Optimizer steps while Python threads compete for the GIL: the plugin against torch.
 
-Part 1, parameter server: one server worker holds the parameters; T in {1, 2, 4, 8}
+Part 1, parameter server: one server worker holds the parameters (or --servers N share
+them, each holding an equal part; default 1); T in {1, 2, 4, 8}
 trainer processes step them concurrently through their own DistributedOptimizer, with
 and without a pure-Python thread spinning on the server. Compared, in the same process
 group: the plugin's DistributedOptimizer (Adam and NAdam) against torch's DistributedOptimizer
@@ -134,13 +135,13 @@ def _on_trainer_thread(fn, *args):
     return _TRAINER["thread"].run(fn, *args)
 
 
-def trainer_prepare(engine, param_rrefs, server, param_size):
+def trainer_prepare(engine, param_rrefs, servers, param_size):
     """Runs on a trainer: its optimizer, and one backward pass whose context it keeps open
     to step again and again."""
-    return _on_trainer_thread(_prepare, engine, param_rrefs, server, param_size)
+    return _on_trainer_thread(_prepare, engine, param_rrefs, servers, param_size)
 
 
-def _prepare(engine, param_rrefs, server, param_size):
+def _prepare(engine, param_rrefs, servers, param_size):
     import plugin
     import plugin.optim
     from torch.distributed.optim import DistributedOptimizer as TorchDistributedOptimizer
@@ -153,7 +154,7 @@ def _prepare(engine, param_rrefs, server, param_size):
         opt = TorchDistributedOptimizer(cls, param_rrefs, lr=1e-4)
     ctx = dist_autograd.context()
     context_id = ctx.__enter__()
-    loss = rpc.rpc_sync(server, server_loss, args=(torch.ones(param_size),))
+    loss = sum(rpc.rpc_sync(server, server_loss, args=(torch.ones(param_size),)) for server in servers)
     if engine.startswith("plugin"):
         plugin.autograd.backward(context_id, [loss])
     else:
@@ -189,20 +190,24 @@ def _release():
 
 def coordinate_server(trainers, args):
     """Rank 0: drives the trainers for every engine, with and without the spinner."""
-    server = "server"
+    servers = server_names(args.servers)
     names = [f"trainer{i}" for i in range(trainers)]
-    param_rrefs = rpc.rpc_sync(server, server_params, args=(args.num_params, args.param_size))
+    param_rrefs = []
+    for server in servers:  # the parameters split evenly over the servers
+        param_rrefs += rpc.rpc_sync(server, server_params, args=(args.num_params // len(servers), args.param_size))
     results = {}
     for spinner in (False, True):
         for engine in ENGINES:
             for name in names:
-                rpc.rpc_sync(name, trainer_prepare, args=(engine, param_rrefs, server, args.param_size))
+                rpc.rpc_sync(name, trainer_prepare, args=(engine, param_rrefs, servers, args.param_size))
             if spinner:
-                rpc.rpc_sync(server, start_spinner)
+                for server in servers:
+                    rpc.rpc_sync(server, start_spinner)
             futs = [rpc.rpc_async(name, trainer_run, args=(args.seconds,)) for name in names]
             runs = [f.wait() for f in futs]
             if spinner:
-                rpc.rpc_sync(server, stop_spinner)
+                for server in servers:
+                    rpc.rpc_sync(server, stop_spinner)
             for name in names:
                 rpc.rpc_sync(name, trainer_release)
             steps = sum(r[0] for r in runs)
@@ -211,17 +216,23 @@ def coordinate_server(trainers, args):
     return results
 
 
+def server_names(count):
+    """"server" for one server (the default), else "server0" .. "server{count-1}"."""
+    return ["server"] if count == 1 else [f"server{i}" for i in range(count)]
+
+
 def server_worker(rank, world_size, port, args, queue):
     os.environ["MASTER_ADDR"] = "localhost"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
     import plugin.rpc
 
-    names = ["coordinator", "server"] + [f"trainer{i}" for i in range(world_size - 2)]
+    servers = server_names(args.servers)
+    names = ["coordinator"] + servers + [f"trainer{i}" for i in range(world_size - 1 - len(servers))]
     plugin.rpc.init_rpc(rank=rank, world_size=world_size, master_port=port, worker_names=names,
                         num_worker_threads=16, rpc_timeout=120, transports=TRANSPORTS)
     if rank == 0:
-        queue.put(coordinate_server(world_size - 2, args))
+        queue.put(coordinate_server(world_size - 1 - len(servers), args))
     rpc.shutdown()
 
 
@@ -233,7 +244,7 @@ def run_server_benchmark(trainers, args):
         port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    world = trainers + 2
+    world = trainers + 1 + args.servers
     procs = [ctx.Process(target=server_worker, args=(r, world, port, args, queue)) for r in range(world)]
     for p in procs:
         p.start()
@@ -350,6 +361,9 @@ def main():
     parser.add_argument("--seconds", type=float, default=2.0, help="stepping time per configuration (part 1)")
     parser.add_argument("--trainers", default="1,2,4,8", help="trainer counts (part 1)")
     parser.add_argument("--num-params", type=int, default=100, help="parameters on the server (part 1)")
+    parser.add_argument("--servers", type=int, default=1,
+                        help="servers that share the parameters (part 1); with more than one, the "
+                             "plugin's step has two phases (validate everywhere, then apply)")
     parser.add_argument("--param-size", type=int, default=4096, help="elements per parameter (part 1)")
     parser.add_argument("--local-iters", type=int, default=200, help="timed steps per case (part 2)")
     parser.add_argument("--quick", action="store_true", help="tiny settings, to check the script runs")
@@ -372,7 +386,7 @@ def main():
         for case, r in cases.items():
             print(f"  {name:<8} called from {case:<12} alone {r['alone_ms']:7.3f}   with spinner {r['spinner_ms']:7.3f}"
                   f"   slowdown {r['slowdown']:.2f}x")
-    print(f"\nParameter server, {args.num_params} x {args.param_size}: server steps/s")
+    print(f"\nParameter server, {args.num_params} x {args.param_size} on {args.servers} server(s): steps/s")
     header = "".join(f"{e + s:>34}" for s in ("", "+spinner") for e in ENGINES)
     print(f"{'T':>3}{header}")
     for t, r in server.items():
@@ -392,6 +406,7 @@ def main():
         "server_ratios": {str(t): r for t, r in ratios.items()},
         "meta": {"torch": torch.__version__, "cpus": os.cpu_count(), "seconds": args.seconds,
                  "num_params": args.num_params, "param_size": args.param_size, "quick": args.quick,
+                 "servers": args.servers,
                  "python": sys.version.split()[0]},
     }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

@@ -29,6 +29,8 @@
 //   scriptCallMessage,        rpc::ScriptCall's wire form and the agent's reply future
 //   replyValue                  (a Message custom class, decoded by deserializeRespToIValue)
 //   isRpcTimeout              rpc::getRPCErrorType (parses the error message)
+//   swapCurrentContext        that every RPC sent while a context is current carries
+//                             autograd metadata, and makes the receiver create it
 #pragma once
 
 #include <c10/util/Type.h>
@@ -39,6 +41,7 @@
 #include <torch/csrc/autograd/input_buffer.h>
 #include <torch/csrc/autograd/utils/grad_layout_contract.h>
 #include <torch/csrc/autograd/variable.h>
+#include <torch/csrc/distributed/autograd/context/container.h>
 #include <torch/csrc/distributed/autograd/context/context.h>
 #include <torch/csrc/distributed/rpc/message.h>
 #include <torch/csrc/distributed/rpc/script_call.h>
@@ -199,6 +202,21 @@ inline void callWhenContextDestroyed(
   auto hook = c10::make_intrusive<c10::ivalue::Future>(c10::AnyType::get());
   hook->markCompleted(c10::IValue::make_capsule(c10::make_intrusive<Guard>(std::move(onDestroyed))));
   ctx.addOutstandingRpc(hook);
+}
+
+// Sets this thread's current distributed autograd context (-1: none) without checks and
+// returns the previous one (DistAutogradContainer's thread-local id; forceCurrentContextId
+// is public). What it is for relies on torch's behaviour, not its API: rpc_async of a
+// TorchScript or Python function from a thread inside a context attaches autograd
+// metadata even with no tensor that requires grad (sendMessageWithAutograd with
+// forceGradRecording), and the receiver then creates the context if it does not know it
+// (getOrCreateContext). The distributed optimizer sends with no current context so that
+// its steps never create one on an owner. Checked on torch 2.11 and 2.13.
+inline int64_t swapCurrentContext(int64_t contextId) {
+  using torch::distributed::autograd::DistAutogradContainer;
+  int64_t previous = DistAutogradContainer::currentContextId();
+  DistAutogradContainer::forceCurrentContextId(contextId);
+  return previous;
 }
 
 // --- RPC messages -------------------------------------------------------------------

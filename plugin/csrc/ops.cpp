@@ -56,10 +56,24 @@ TORCH_LIBRARY(dist_engine, m) {
   // none): the plugin engine's, or torch's distributed autograd's when only torch's
   // engine ran. What a local optimizer step reads.
   def(m, "gradients_for(int context_id, Tensor[] params) -> Tensor?[]");
+  // The two phases of a multi-owner optimizer step (prepared_steps.h): park validated
+  // gradients for at most lease_ms and get a token; take them back to apply them; or
+  // drop them. Taking an unknown or expired token raises.
+  def(m, "_park_step(Tensor?[] gradients, int lease_ms) -> int");
+  def(m, "_take_step(int token) -> Tensor?[]");
+  def(m, "_drop_step(int token) -> bool");
+  // Counters of the optimizer's state in this process: num_param_locks (live
+  // per-parameter locks), num_prepared_steps (steps parked between their phases).
+  def(m, "_optimizer_debug_info() -> Dict(str, int)");
+  // Sets this thread's current distributed autograd context (-1: none); returns the
+  // previous one. The optimizer sends its RPCs outside any context.
+  def(m, "_swap_current_context(int context_id) -> int");
 
-  // torch.classes.dist_engine.StepLock: a mutex for TorchScript `with` statements.
+  // torch.classes.dist_engine.StepLock(params): the per-parameter locks of a set of
+  // parameters, taken in one global order, for TorchScript `with` statements.
   m.class_<dist_engine::StepLock>("StepLock")
-      .def(torch::init<>())
+      .def(torch::init<std::vector<at::Tensor>>())
+      .def("size", &dist_engine::StepLock::size)
       .def("__enter__", &dist_engine::StepLock::enter)
       .def("__exit__", &dist_engine::StepLock::exit);
 }

@@ -1,6 +1,8 @@
 // Kernels for the distributed optimizer's local step (schemas in ops.cpp).
+#include "compat.h"
 #include "context_registry.h"
-#include "worker_error.h"
+#include "prepared_steps.h"
+#include "step_lock.h"
 
 #include <torch/csrc/distributed/autograd/context/container.h>
 #include <torch/library.h>
@@ -12,13 +14,19 @@ namespace {
 
 // The gradient of each parameter in the context, or None. The plugin engine's
 // gradients when its backward reached this worker in the context, otherwise those
-// of torch's distributed autograd (a backward run by torch's engine).
+// of torch's distributed autograd (a backward run by torch's engine). A context this
+// worker does not know gives no gradients (no backward pass of it reached this
+// worker): the caller checks that the context exists on its side, and sends its step
+// while the context is open there, so an owner cannot have released it already.
+// Only retrieves: never creates a context.
 std::vector<std::optional<at::Tensor>> gradientsForKernel(int64_t contextId, const std::vector<at::Tensor>& params) {
+  std::vector<std::optional<at::Tensor>> result(params.size());
+  auto& container = torch::distributed::autograd::DistAutogradContainer::getInstance();
   torch::distributed::autograd::ContextPtr ctx;
   try {
-    ctx = torch::distributed::autograd::DistAutogradContainer::getInstance().retrieveContext(contextId);
-  } catch (const c10::Error& e) {
-    TORCH_CHECK(false, workerError("in an optimizer step", e.what_without_backtrace()));
+    ctx = container.retrieveContext(contextId);
+  } catch (const c10::Error&) {
+    return result;  // unknown here: every parameter is skipped
   }
   GradientDict grads;
   if (EntryPtr entry = ContextRegistry::get().find(contextId)) {
@@ -28,19 +36,54 @@ std::vector<std::optional<at::Tensor>> gradientsForKernel(int64_t contextId, con
   if (grads.empty()) {
     grads = ctx->getGradients();
   }
-  std::vector<std::optional<at::Tensor>> result;
-  result.reserve(params.size());
-  for (const auto& param : params) {
-    auto it = grads.find(param);
-    result.push_back(it == grads.end() ? std::nullopt : std::optional<at::Tensor>(it->value()));
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto it = grads.find(params[i]);
+    if (it != grads.end()) {
+      result[i] = it->value();
+    }
   }
   return result;
+}
+
+int64_t parkStepKernel(const c10::List<std::optional<at::Tensor>>& gradients, int64_t leaseMs) {
+  Gradients held;
+  held.reserve(gradients.size());
+  for (const auto& g : gradients) {
+    held.push_back(g);
+  }
+  return parkStep(std::move(held), leaseMs);
+}
+
+std::vector<std::optional<at::Tensor>> takeStepKernel(int64_t token) {
+  return takeStep(token);
+}
+
+bool dropStepKernel(int64_t token) {
+  return dropStep(token);
+}
+
+c10::Dict<std::string, int64_t> optimizerDebugInfoKernel() {
+  c10::Dict<std::string, int64_t> info;
+  info.insert("num_param_locks", numParamLocks());
+  info.insert("num_prepared_steps", numParkedSteps());
+  return info;
+}
+
+// Sets this thread's current distributed autograd context (-1: none) and returns the
+// previous one: the optimizer sends its step RPCs with none (see compat.h).
+int64_t swapCurrentContextKernel(int64_t contextId) {
+  return swapCurrentContext(contextId);
 }
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(dist_engine, CompositeImplicitAutograd, m) {
   m.impl("gradients_for", TORCH_FN(gradientsForKernel));
+  m.impl("_park_step", TORCH_FN(parkStepKernel));
+  m.impl("_take_step", TORCH_FN(takeStepKernel));
+  m.impl("_drop_step", TORCH_FN(dropStepKernel));
+  m.impl("_optimizer_debug_info", TORCH_FN(optimizerDebugInfoKernel));
+  m.impl("_swap_current_context", TORCH_FN(swapCurrentContextKernel));
 }
 
 }  // namespace dist_engine

@@ -1,28 +1,76 @@
-// A mutex that TorchScript code can hold with a `with` statement.
+// Per-parameter locks for optimizer steps, held in C++ (no GIL while waiting).
 //
-// The distributed optimizer's local optimizer (a ScriptModule) runs
-// `with self._lock: ...` around each step, so concurrent steps from many trainers are
-// serialized per owner in C++, without the GIL. TorchScript calls __exit__ also when
-// the body raises, so an error in a step never leaves the lock held.
+// Every parameter (a TensorImpl, i.e. the tensor object, not its storage) that some
+// local optimizer steps has one ParamLock in this process. A StepLock is the set of
+// ParamLocks of one local optimizer's parameters, sorted by the locks' creation
+// order, which is one global order for the whole process: two StepLocks that share
+// a parameter serialize their steps on it, and two StepLocks over overlapping sets
+// cannot deadlock, since both take the shared locks in the same order.
+//
+// Lifetime: a ParamLock lives as long as some StepLock holds it (StepLocks hold
+// shared_ptrs); the registry holds only weak references and forgets a lock when it
+// is destroyed, so the locks of freed parameters (whose optimizers are gone) do not
+// pile up. The registry keys locks by TensorImpl address and keeps a weak
+// intrusive_ptr to the TensorImpl next to it: while that weak reference exists the
+// address cannot be reused by another tensor.
+//
+// Lock order inside the library: a StepLock's ParamLocks (in the global order) are
+// taken before any engine or registry mutex; the registry mutex is never held while
+// waiting for a ParamLock.
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <torch/custom_class.h>
 
+#include <cstdint>
+#include <memory>
 #include <mutex>
+#include <vector>
 
 namespace dist_engine {
 
+struct ParamLock {
+  explicit ParamLock(const c10::TensorImpl* key, uint64_t order) : key(key), order(order) {}
+  ~ParamLock();
+  ParamLock(const ParamLock&) = delete;
+  ParamLock& operator=(const ParamLock&) = delete;
+
+  const c10::TensorImpl* const key;
+  // Position in the global lock order (creation order; unique in the process).
+  const uint64_t order;
+  std::mutex mutex;
+};
+
+// The ParamLocks of `params`, sorted by the global order, one per distinct tensor.
+std::vector<std::shared_ptr<ParamLock>> paramLocksFor(const std::vector<at::Tensor>& params);
+// Number of live ParamLocks in this process (for tests and monitoring).
+int64_t numParamLocks();
+
+// torch.classes.dist_engine.StepLock(params): the locks of one local optimizer's
+// parameters, for a TorchScript `with` statement. `__enter__` takes them in the
+// global order; `__exit__` releases them in reverse order. TorchScript calls
+// __exit__ also when the body raises, and on the same thread that entered (the body
+// of a step never waits on another thread), as std::mutex requires.
 struct StepLock : torch::CustomClassHolder {
+  explicit StepLock(const std::vector<at::Tensor>& params) : locks(paramLocksFor(params)) {}
+
   void enter() {
-    mutex.lock();
+    for (auto& lock : locks) {
+      lock->mutex.lock();
+    }
   }
   // (exception type, value, traceback) as in Python; returns false: never swallows.
   bool exit(const c10::IValue&, const c10::IValue&, const c10::IValue&) {
-    mutex.unlock();
+    for (auto it = locks.rbegin(); it != locks.rend(); ++it) {
+      (*it)->mutex.unlock();
+    }
     return false;
   }
+  int64_t size() const {
+    return static_cast<int64_t>(locks.size());
+  }
 
-  std::mutex mutex;
+  const std::vector<std::shared_ptr<ParamLock>> locks;
 };
 
 }  // namespace dist_engine

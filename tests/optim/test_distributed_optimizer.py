@@ -153,7 +153,8 @@ def test_load_state_dict_rejects_wrong_size_before_sending(cluster):
 def test_constructor_errors_name_the_owner(cluster):
     rrefs = make_remote_params()
     with pytest.raises(ValueError, match=r"^DistributedOptimizer: building the local optimizer failed on owner "
-                                         r"'worker1': ValueError: Invalid learning rate: -1.0$"):
+                                         r"'worker1': ValueError: Invalid learning rate: -1.0; also failed on owner "
+                                         r"'worker2': ValueError: Invalid learning rate: -1.0$"):
         DistributedOptimizer(torch.optim.Adam, list(rrefs.values()), lr=-1.0)
     bad = rpc.rpc_sync("worker3", optim_remote.not_a_tensor)
     with pytest.raises(TypeError, match=r"owner 'worker3': TypeError: params_rref\[0\] refers to a str"):
@@ -164,20 +165,94 @@ def test_constructor_errors_name_the_owner(cluster):
         DistributedOptimizer(torch.optim.SGD, [rrefs["p1"], torch.zeros(1)])
 
 
-def test_step_error_names_owner_and_leaves_it_untouched(cluster):
-    """Adam rejects sparse gradients: the owner that gets one raises before changing anything,
-    and the caller's error names it."""
+def test_a_gradient_one_owner_rejects_changes_no_owner(cluster):
+    """Adam rejects sparse gradients: worker2 gets one, worker1 a valid one. The step raises
+    naming worker2, and neither owner changed (parameters and optimizer state); nothing stays
+    prepared on worker1."""
     dense = rpc.rpc_sync("worker1", optim_remote.make_param, args=("dense", (4,), 1))
     table = rpc.rpc_sync("worker2", optim_remote.make_param, args=("table", (6, 3), 2))
     opt = DistributedOptimizer(torch.optim.Adam, [dense, table], lr=0.1)
-    before = rpc.rpc_sync("worker2", optim_remote.param_value, args=("table",))
+    before = {
+        "dense": rpc.rpc_sync("worker1", optim_remote.param_value, args=("dense",)),
+        "table": rpc.rpc_sync("worker2", optim_remote.param_value, args=("table",)),
+    }
     with dist_autograd.context() as ctx:
         a = rpc.rpc_sync("worker1", optim_remote.use_param, args=(torch.ones(4, dtype=torch.float64), "dense"))
         b = rpc.rpc_sync("worker2", optim_remote.use_param_sparse, args=(torch.tensor([0, 2]), "table"))
         plugin.autograd.backward(ctx, [a.sum() + b.sum()])
-        with pytest.raises(RuntimeError, match=r"step\(\d+\) failed on owner 'worker2'.*does not support sparse gradients"):
+        with pytest.raises(RuntimeError, match=r"step\(\d+\) failed on owner 'worker2'.*does not support sparse "
+                                               r"gradients.*no owner applied the step"):
             opt.step(ctx)
-    assert torch.equal(rpc.rpc_sync("worker2", optim_remote.param_value, args=("table",)), before)
+        with pytest.raises(RuntimeError, match=r"failed on owner 'worker2'.*no owner applied the step"):
+            opt.step_async(ctx).wait()
+    assert torch.equal(rpc.rpc_sync("worker1", optim_remote.param_value, args=("dense",)), before["dense"])
+    assert torch.equal(rpc.rpc_sync("worker2", optim_remote.param_value, args=("table",)), before["table"])
+    assert opt.state_dict()["state"] == {}
+    deadline = time.time() + 10  # the drop of worker1's prepared step is not waited for
+    while rpc.rpc_sync("worker1", optim_remote.optimizer_debug_info)["num_prepared_steps"] and time.time() < deadline:
+        time.sleep(0.05)
+    assert rpc.rpc_sync("worker1", optim_remote.optimizer_debug_info)["num_prepared_steps"] == 0
+
+
+@pytest.mark.parametrize("owners", [["worker1"], ["worker1", "worker2"]])
+def test_step_async_racing_the_context_exit_always_applies(cluster, owners):
+    """step_async inside the context, waited on after the block exits, 200 times: every step
+    applies (SGD, lr=1, gradient of ones: exactly -1 per try), and no owner is left with a
+    context of those ids."""
+    names = [f"race_{owner}" for owner in owners]
+    rrefs = [rpc.rpc_sync(owner, optim_remote.make_param, args=(name, (1000,), 3)) for owner, name in zip(owners, names)]
+    start = [rpc.rpc_sync(owner, optim_remote.param_value, args=(name,)) for owner, name in zip(owners, names)]
+    opt = DistributedOptimizer(torch.optim.SGD, rrefs, lr=1.0)
+    one = torch.tensor(1.0, dtype=torch.float64)
+    tries, context_ids = 200, []
+    for _ in range(tries):
+        with dist_autograd.context() as ctx:
+            loss = sum(rpc.rpc_sync(o, optim_remote.use_param, args=(one, n)).sum() for o, n in zip(owners, names))
+            plugin.autograd.backward(ctx, [loss])
+            fut = opt.step_async(ctx)
+        context_ids.append(ctx)
+        assert fut.wait() is None
+    for owner, name, value in zip(owners, names, start):
+        for _ in range(tries):  # the steps' float64 operations, one by one
+            value = value - 1.0
+        assert torch.equal(rpc.rpc_sync(owner, optim_remote.param_value, args=(name,)), value), owner
+    deadline = time.time() + 10  # torch's cleanup messages are asynchronous
+    for owner in owners:
+        while rpc.rpc_sync(owner, optim_remote.contexts_known, args=(context_ids,)) and time.time() < deadline:
+            time.sleep(0.05)
+        assert rpc.rpc_sync(owner, optim_remote.contexts_known, args=(context_ids,)) == [], owner
+
+
+def test_step_of_a_released_context_raises_and_creates_none(cluster):
+    rrefs = make_remote_params()
+    opt = DistributedOptimizer(torch.optim.SGD, list(rrefs.values()), lr=0.1)
+    before = remote_values()
+    for ctx in forward_backward(0):
+        pass
+    with pytest.raises(RuntimeError, match=rf"step\({ctx}\): no distributed autograd context {ctx} on this worker"):
+        opt.step(ctx)
+    with pytest.raises(RuntimeError, match="no distributed autograd context"):
+        opt.step_async(ctx)
+    for name, value in remote_values().items():
+        assert torch.equal(value, before[name]), name
+    time.sleep(0.2)
+    for owner in ("worker1", "worker2"):
+        assert rpc.rpc_sync(owner, optim_remote.contexts_known, args=([ctx],)) == [], owner
+
+
+def test_an_owner_the_backward_pass_never_reached_skips_its_parameters(cluster):
+    """The forward pass uses only p1 (worker1): p2 and p3 (worker2, which never sees the
+    context) are skipped, as torch.optim skips parameters whose .grad is None."""
+    rrefs = make_remote_params()
+    opt = DistributedOptimizer(torch.optim.SGD, list(rrefs.values()), lr=0.5)
+    before = remote_values()
+    with dist_autograd.context() as ctx:
+        y = rpc.rpc_sync("worker1", optim_remote.use_param, args=(torch.ones(4, dtype=torch.float64), "p1"))
+        plugin.autograd.backward(ctx, [y.sum()])
+        opt.step(ctx)
+    after = remote_values()
+    torch.testing.assert_close(after["p1"], before["p1"] - 0.5, rtol=0, atol=1e-12)
+    assert torch.equal(after["p2"], before["p2"]) and torch.equal(after["p3"], before["p3"])
 
 
 def trainer_steps(param_rref, steps):
@@ -212,30 +287,126 @@ def test_adam_runs_fused_unless_told_otherwise():
     assert ScriptLocalOptimizer.create(torch.optim.SGD, p, lr=0.1).optimizer.options()[0]["fused"] is None
 
 
-def test_local_optimizers_over_the_same_parameters_share_a_lock():
+def test_local_optimizers_that_share_a_parameter_share_its_lock():
+    """a holds the locks of [p0, p1]: b (the same set, reversed) and d (only p1) wait for it;
+    c (another tensor) does not."""
     p = [torch.zeros(3, requires_grad=True), torch.zeros(2, requires_grad=True)]
     a = ScriptLocalOptimizer.create(torch.optim.SGD, p, lr=0.1)
     b = ScriptLocalOptimizer.create(torch.optim.Adam, list(reversed(p)))
     c = ScriptLocalOptimizer.create(torch.optim.SGD, [torch.zeros(3, requires_grad=True)], lr=0.1)
+    d = ScriptLocalOptimizer.create(torch.optim.SGD, [p[1]], lr=0.1)
     a._lock.__enter__()
     try:
-        # b waits for the lock a holds; c does not
-        done = threading.Event()
-        t = threading.Thread(target=lambda: (b.step_gradients([torch.ones(2), torch.ones(3)]), done.set()))
-        t.start()
+        done = {name: threading.Event() for name in "bd"}
+        threads = [
+            threading.Thread(target=lambda: (b.step_gradients([torch.ones(2), torch.ones(3)]), done["b"].set())),
+            threading.Thread(target=lambda: (d.step_gradients([torch.ones(2)]), done["d"].set())),
+        ]
+        for t in threads:
+            t.start()
         c.step_gradients([torch.ones(3)])
-        assert not done.wait(0.2)
+        assert not done["b"].wait(0.2) and not done["d"].is_set()
     finally:
         a._lock.__exit__(None, None, None)
-    assert done.wait(10)
-    t.join()
+    for name in "bd":
+        assert done[name].wait(10), name
+    for t in threads:
+        t.join()
 
 
-def test_owner_steps_while_its_gil_is_held(cluster):
+def test_overlapping_parameter_sets_lose_no_update_and_do_not_deadlock():
+    """Four threads step optimizers over overlapping sets that form a cycle ([p, q], [q, r],
+    [r, p]) and the whole set, 30 SGD steps each (lr=1, gradients of ones) on 1M-element
+    tensors: every update lands, exactly, and no thread waits forever."""
+    n, steps = 1 << 20, 30
+    p, q, r = (torch.zeros(n, requires_grad=True) for _ in range(3))
+    sets = [[p, q], [q, r], [r, p], [r, q, p]]
+    optimizers = [ScriptLocalOptimizer.create(torch.optim.SGD, s, lr=1.0) for s in sets]
+    errors = []
+
+    def run(opt, size):
+        try:
+            for _ in range(steps):
+                opt.step_gradients([torch.ones(n)] * size)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(o, len(s)), daemon=True) for o, s in zip(optimizers, sets)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a step is stuck (deadlock)"
+    assert not errors
+    for tensor in (p, q, r):  # each is in three of the four sets
+        assert torch.equal(tensor.detach(), torch.full((n,), -3.0 * steps))
+
+
+def test_locks_of_freed_parameters_are_freed():
+    """One lock per parameter, shared by the optimizers over it, freed with the last of them."""
+    import gc
+
+    def count():
+        return torch.ops.dist_engine._optimizer_debug_info()["num_param_locks"]
+
+    gc.collect()
+    before = count()
+    shared = torch.zeros(2, requires_grad=True)
+    optimizers = [
+        ScriptLocalOptimizer.create(torch.optim.SGD, [shared, torch.zeros(2, requires_grad=True)], lr=0.1)
+        for _ in range(50)
+    ]
+    assert count() == before + 51  # the shared parameter has one lock
+    del optimizers
+    gc.collect()
+    assert count() == before
+
+
+def overlapping_trainer(param_names, param_rrefs, steps):
+    """Runs on a trainer: its own DistributedOptimizer (SGD, lr=1) over some of the server's
+    parameters, stepping with gradients of ones."""
+    opt = DistributedOptimizer(torch.optim.SGD, param_rrefs, lr=1.0)
+    owner = param_rrefs[0].owner()
+    one = torch.tensor(1.0, dtype=torch.float64)
+    for _ in range(steps):
+        with dist_autograd.context() as ctx:
+            loss = sum(rpc.rpc_sync(owner, optim_remote.use_param, args=(one, name)).sum() for name in param_names)
+            plugin.autograd.backward(ctx, [loss])
+            opt.step(ctx)
+    return steps
+
+
+def test_overlapping_optimizers_from_two_trainers_lose_no_update(cluster):
+    """The issue's case: one trainer's optimizer over [w, b], the other's over [w], stepping
+    concurrently on one server: w ends exactly 2 x 20 updates lower, b 20 lower."""
+    n, steps = 1 << 22, 20
+    w = rpc.rpc_sync("worker3", optim_remote.make_param, args=("ov_w", (n,), 7))
+    b = rpc.rpc_sync("worker3", optim_remote.make_param, args=("ov_b", (n // 4,), 8))
+    start = {name: rpc.rpc_sync("worker3", optim_remote.param_value, args=(name,)) for name in ("ov_w", "ov_b")}
+    futs = [
+        rpc.rpc_async("worker1", overlapping_trainer, args=(["ov_w", "ov_b"], [w, b], steps)),
+        rpc.rpc_async("worker2", overlapping_trainer, args=(["ov_w"], [w], steps)),
+    ]
+    assert [f.wait() for f in futs] == [steps, steps]
+    w_end = rpc.rpc_sync("worker3", optim_remote.param_value, args=("ov_w",))
+    b_end = rpc.rpc_sync("worker3", optim_remote.param_value, args=("ov_b",))
+    expected_w = start["ov_w"].clone()
+    expected_b = start["ov_b"].clone()
+    for _ in range(2 * steps):  # the same float64 operations as the steps, in one thread
+        expected_w -= 1.0
+    for _ in range(steps):
+        expected_b -= 1.0
+    assert int((w_end != expected_w).sum()) == 0
+    assert torch.equal(b_end, expected_b)
+
+
+@pytest.mark.parametrize("names", [["p1"], ["p1", "p2"]], ids=["one-owner", "two-phase"])
+def test_owner_steps_while_its_gil_is_held(cluster, names):
     """A step completes on an owner whose GIL a Python thread holds (one long C call): the
-    step runs as TorchScript from the RPC to the update, without the GIL."""
+    step runs as TorchScript from the RPC to the update, without the GIL (both phases of a
+    step over two owners too)."""
     rrefs = make_remote_params()
-    opt = DistributedOptimizer(torch.optim.NAdam, [rrefs["p1"]], lr=0.01)
+    opt = DistributedOptimizer(torch.optim.NAdam, [rrefs[n] for n in names], lr=0.01)
     for ctx in forward_backward(0):
         rpc.rpc_sync("worker1", optim_remote.start_gil_hog, args=(4,))
         time.sleep(1.0)  # the hog has started and holds worker1's GIL

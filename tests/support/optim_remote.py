@@ -87,3 +87,50 @@ def param_sum(name: str) -> Tensor:
     """The sum of the parameter, computed on its owner: its gradient there is the gradient of
     a sum, a stride-0 view of one element in torch's backward."""
     return PARAMS[name].sum()
+
+
+# --- holding the locks of a parameter, on its owner ---------------------------------------
+
+_HOLDS: Dict[str, threading.Event] = {}
+
+
+def hold_param_lock(name: str, seconds: float) -> None:
+    """Takes the step locks of parameter ``name`` on this worker (through a local optimizer
+    of its own over it) from a thread, and keeps them until release_param_lock(name) or
+    ``seconds`` pass: a step over the parameter waits meanwhile. Returns once they are held."""
+    import plugin.optim
+
+    module = plugin.optim.ScriptLocalOptimizer.create(torch.optim.SGD, [PARAMS[name]], lr=0.0)
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        module._lock.__enter__()
+        held.set()
+        release.wait(seconds)
+        module._lock.__exit__(None, None, None)
+
+    _HOLDS[name] = release
+    threading.Thread(target=hold, daemon=True).start()
+    held.wait()
+
+
+def release_param_lock(name: str) -> None:
+    _HOLDS.pop(name).set()
+
+
+def optimizer_debug_info() -> Dict[str, int]:
+    return dict(torch.ops.dist_engine._optimizer_debug_info())
+
+
+def contexts_known(context_ids: List[int]) -> List[int]:
+    """The ids among ``context_ids`` that are live distributed autograd contexts here."""
+    import torch.distributed.autograd as dist_autograd
+
+    known = []
+    for context_id in context_ids:
+        try:
+            dist_autograd._is_valid_context(context_id)
+            known.append(context_id)
+        except RuntimeError:
+            pass
+    return known

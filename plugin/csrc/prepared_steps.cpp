@@ -1,0 +1,108 @@
+#include "prepared_steps.h"
+
+#include "worker_error.h"
+
+#include <c10/util/Exception.h>
+
+#include <chrono>
+#include <mutex>
+#include <unordered_map>
+
+namespace dist_engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Parked {
+  Gradients gradients;
+  Clock::time_point deadline;
+  int64_t leaseMs;
+};
+
+struct Table {
+  std::mutex mu;
+  std::unordered_map<int64_t, Parked> steps;
+  int64_t nextToken = 1;
+};
+
+Table& table() {
+  static auto* t = new Table();  // leaky: RPC threads may call in while the process exits
+  return *t;
+}
+
+// Removes the expired entries; returns them, to be freed outside the mutex.
+std::vector<Parked> sweepLocked(Table& t, Clock::time_point now) {
+  std::vector<Parked> expired;
+  for (auto it = t.steps.begin(); it != t.steps.end();) {
+    if (it->second.deadline <= now) {
+      expired.push_back(std::move(it->second));
+      it = t.steps.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return expired;
+}
+
+}  // namespace
+
+int64_t parkStep(Gradients gradients, int64_t leaseMs) {
+  TORCH_CHECK(leaseMs > 0, "parkStep: lease_ms must be positive, got ", leaseMs);
+  auto& t = table();
+  auto now = Clock::now();
+  std::vector<Parked> expired;
+  std::lock_guard<std::mutex> guard(t.mu);
+  expired = sweepLocked(t, now);
+  int64_t token = t.nextToken++;
+  t.steps.emplace(token, Parked{std::move(gradients), now + std::chrono::milliseconds(leaseMs), leaseMs});
+  return token;
+}
+
+Gradients takeStep(int64_t token) {
+  auto& t = table();
+  std::optional<Parked> found;
+  {
+    std::lock_guard<std::mutex> guard(t.mu);
+    auto it = t.steps.find(token);
+    if (it != t.steps.end()) {
+      found = std::move(it->second);
+      t.steps.erase(it);
+    }
+  }
+  TORCH_CHECK(
+      found.has_value(),
+      workerError(
+          "in an optimizer step",
+          "the prepared step " + std::to_string(token) +
+              " is unknown here (its lease expired, or it was dropped); nothing was applied on this worker"));
+  TORCH_CHECK(
+      Clock::now() < found->deadline,
+      workerError(
+          "in an optimizer step",
+          "the prepared step " + std::to_string(token) + " expired (lease " + std::to_string(found->leaseMs) +
+              " ms) before its commit arrived; nothing was applied on this worker"));
+  return std::move(found->gradients);
+}
+
+bool dropStep(int64_t token) {
+  auto& t = table();
+  std::optional<Parked> found;
+  std::lock_guard<std::mutex> guard(t.mu);
+  auto it = t.steps.find(token);
+  if (it == t.steps.end()) {
+    return false;
+  }
+  found = std::move(it->second);
+  t.steps.erase(it);
+  return true;
+}
+
+int64_t numParkedSteps() {
+  auto& t = table();
+  std::vector<Parked> expired;
+  std::lock_guard<std::mutex> guard(t.mu);
+  expired = sweepLocked(t, Clock::now());
+  return static_cast<int64_t>(t.steps.size());
+}
+
+}  // namespace dist_engine

@@ -1,0 +1,74 @@
+"""The distributed optimizer when an owner dies (SIGKILL) or freezes (SIGSTOP) mid-call.
+
+Each scenario runs in a fresh group of real processes (tests/support/optim_faults.py), with
+an RPC timeout of 4 s; every process is killed at the end, and no scenario runs longer
+than a minute.
+"""
+import multiprocessing
+import os
+import queue as queue_module
+import signal
+
+import pytest
+import torch
+
+from tests.support import optim_faults
+from tests.support.cluster import free_port
+
+LIMIT_S = 60
+
+
+def run(scenario):
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=optim_faults.serve, args=(rank, port, scenario, queue), daemon=True)
+             for rank in range(len(optim_faults.NAMES))]
+    for p in procs:
+        p.start()
+    try:
+        result = queue.get(timeout=LIMIT_S)
+    except queue_module.Empty:
+        pytest.fail(f"scenario {scenario} did not report within {LIMIT_S} s")
+    finally:
+        for p in procs:
+            if p.is_alive():
+                os.kill(p.pid, signal.SIGCONT)
+                p.kill()
+            p.join(timeout=10)
+    assert "crash" not in result, result.get("crash")
+    return result
+
+
+def unchanged(result):
+    return result["before"]["param"] == result["after"]["param"]
+
+
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_owner_lost_before_the_step_changes_no_owner(how):
+    r = run(f"{how}_before_step")
+    assert r["error"] is not None and "step(" in r["error"]
+    assert "failed on owner 'victim'" in r["error"] and "no owner applied the step" in r["error"], r["error"]
+    assert ("no answer within the RPC timeout" if how == "stop" else "connection to it was lost") in r["error"]
+    assert r["elapsed"] < 1.2 * r["rpc_timeout"], r["elapsed"]
+    assert unchanged(r)  # prepared, then dropped
+    assert r["after"]["info"]["num_prepared_steps"] == 0
+
+
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_owner_lost_between_the_phases_is_named_with_the_owners_that_applied(how):
+    r = run(f"{how}_mid_commit")
+    assert r["error"] is not None, r
+    assert "failed on owner 'victim'" in r["error"], r["error"]
+    assert "applied on owners ['healthy'] and not confirmed on ['victim']" in r["error"], r["error"]
+    assert r["elapsed"] < 1.2 * r["rpc_timeout"], r["elapsed"]
+    assert not unchanged(r)  # the healthy owner applied its part
+    before, after = (torch.tensor(r[k]["param"], dtype=torch.float64) for k in ("before", "after"))
+    torch.testing.assert_close(after, before - 1.0, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_state_dict_of_a_lost_owner_names_it(how):
+    r = run(f"{how}_state_dict")
+    assert r["error"] is not None and "state_dict() failed on owner 'victim'" in r["error"], r["error"]
+    assert r["elapsed"] < 1.2 * r["rpc_timeout"], r["elapsed"]

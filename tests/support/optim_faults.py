@@ -1,0 +1,104 @@
+"""Fault scenarios for the distributed optimizer, each in a fresh RPC group of its own.
+
+A group is three processes: ``trainer`` (the driver: it builds the optimizer, runs the
+scenario and reports), ``healthy`` and ``victim`` (owners of one parameter each). The
+driver stops (SIGSTOP) or kills (SIGKILL) the victim at the scenario's point and reports
+what the caller saw: the error message, the time the call took, and the healthy owner's
+parameter and optimizer state before and after. The group is never shut down: the test
+kills every process when the driver has reported (or when its time is up).
+"""
+import os
+import signal
+import threading
+import time
+import traceback
+import warnings
+
+import torch
+import torch.distributed.autograd as dist_autograd
+import torch.distributed.rpc as rpc
+
+from tests.support import optim_remote
+
+NAMES = ["trainer", "healthy", "victim"]
+RPC_TIMEOUT = 4.0  # seconds, the group's default RPC timeout
+
+
+def forward_backward_in(ctx):
+    import plugin.autograd
+
+    one = torch.tensor(1.0, dtype=torch.float64)
+    loss = sum(rpc.rpc_sync(owner, optim_remote.use_param, args=(one, owner)).sum() for owner in ("healthy", "victim"))
+    plugin.autograd.backward(ctx, [loss])
+
+
+def healthy_view():
+    return {
+        # a list, not a tensor: tensors cross a multiprocessing queue by shared memory,
+        # which needs the sender alive when the test reads them
+        "param": rpc.rpc_sync("healthy", optim_remote.param_value, args=("healthy",)).tolist(),
+        "info": rpc.rpc_sync("healthy", optim_remote.optimizer_debug_info),
+    }
+
+
+def run_scenario(scenario):
+    import plugin.optim
+
+    rrefs = [rpc.rpc_sync(owner, optim_remote.make_param, args=(owner, (1000,), seed)) for seed, owner in enumerate(("healthy", "victim"))]
+    opt = plugin.optim.DistributedOptimizer(torch.optim.SGD, rrefs, lr=1.0, momentum=0.9)
+    victim_pid = rpc.rpc_sync("victim", os.getpid)
+    result = {"before": healthy_view(), "rpc_timeout": RPC_TIMEOUT}
+    how = signal.SIGKILL if scenario.startswith("kill") else signal.SIGSTOP
+    with dist_autograd.context() as ctx:
+        forward_backward_in(ctx)
+        started = time.monotonic()
+        try:
+            if scenario.endswith("before_step"):
+                os.kill(victim_pid, how)
+                started = time.monotonic()
+                opt.step(ctx)
+            elif scenario.endswith("mid_commit"):
+                # the victim's step waits for its parameter's lock, held there by a thread,
+                # once phase 1 has ended on both owners: the healthy owner applies, the
+                # victim has not yet when it is stopped or killed
+                rpc.rpc_sync("victim", optim_remote.hold_param_lock, args=("victim", 60.0))
+                started = time.monotonic()
+                fut = opt.step_async(ctx)
+                time.sleep(0.5)
+                os.kill(victim_pid, how)
+                fut.wait()
+            elif scenario.endswith("state_dict"):
+                os.kill(victim_pid, how)
+                started = time.monotonic()
+                opt.state_dict()
+            result["error"] = None
+        except Exception as e:  # noqa: BLE001 (reported)
+            result["error"] = f"{type(e).__name__}: {e}"
+        result["elapsed"] = time.monotonic() - started
+    time.sleep(0.5)  # let the healthy owner handle the drop of its prepared step, if any
+    result["after"] = healthy_view()
+    return result
+
+
+def serve(rank, port, scenario, queue):
+    os.environ["MASTER_ADDR"] = "localhost"
+    os.environ["MASTER_PORT"] = str(port)
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import plugin  # noqa: F401
+    import plugin.optim
+    import plugin.rpc
+
+    # compile the local optimizer before the clock of the short RPC timeout runs: on a busy
+    # machine the first compilation alone can take longer than the timeout
+    plugin.optim.ScriptLocalOptimizer.create(torch.optim.SGD, [torch.zeros(1, requires_grad=True)], lr=1.0, momentum=0.9)
+    plugin.rpc.init_rpc(rank=rank, world_size=len(NAMES), master_port=port, worker_names=NAMES,
+                        num_worker_threads=4, rpc_timeout=RPC_TIMEOUT)
+    if rank != 0:
+        threading.Event().wait()  # serves until the test kills it
+    try:
+        queue.put(run_scenario(scenario))
+    except BaseException:  # noqa: BLE001 (the test shows it)
+        queue.put({"crash": traceback.format_exc()})
+    queue.close()
+    queue.join_thread()  # flushed before the hard exit
+    os._exit(0)  # no shutdown: a peer is dead or stopped
