@@ -23,6 +23,15 @@
 // compiler vectorizes for the baseline instruction set).
 #pragma once
 
+// The kernels' loops are only fast when the compiler turns ATen's portable Vectorized
+// (arrays of T) into vector instructions: -O3 vectorizes them, and without math errno
+// std::sqrt (Vectorized::sqrt's element function) becomes an inline vector square root
+// instead of a libm call per element (nothing here reads errno). GCC only; set before any
+// include so that the inline functions these files instantiate get the same options.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3", "no-math-errno")
+#endif
+
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -183,6 +192,31 @@ inline void runContiguous(std::array<T*, K> ptrs, int64_t n, const S& s, const B
   using V = Vectorized<T>;
   constexpr int64_t W = V::size();
   int64_t j = 0;
+#if !defined(CPU_CAPABILITY_AVX2) && !defined(CPU_CAPABILITY_AVX512)
+  // Built without CPU-specific flags, Vectorized is ATen's portable array type, which GCC
+  // leaves mostly scalar (seen: sqrtss/divss in the object code). The same body over plain T,
+  // in a loop the compiler may vectorize itself (no aliasing between the K arrays: each is a
+  // different tensor), uses the baseline vector instructions instead.
+  if constexpr (true) {
+    T* __restrict__ q[K];
+    for (int k = 0; k < K; ++k) {
+      q[k] = ptrs[k];
+    }
+#pragma GCC ivdep
+    for (int64_t e = 0; e < n; ++e) {
+      std::array<T, K> x;
+      for (int k = 0; k < K; ++k) {
+        x[k] = q[k][e];
+      }
+      body(s, x);
+      q[0][e] = x[0];
+      for (int k = 2; k < K; ++k) {
+        q[k][e] = x[k];
+      }
+    }
+    return;
+  }
+#endif
   for (; j + W <= n; j += W) {
     std::array<V, K> x;
     for (int k = 0; k < K; ++k) {
