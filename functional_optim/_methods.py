@@ -1,10 +1,22 @@
-"""Methods that every optimizer class shares verbatim, written once.
+"""The methods of the optimizer classes, written once.
 
-TorchScript classes cannot inherit, so each optimizer class binds these functions in its body
-(``get_state = _methods.get_state``); TorchScript compiles them as methods of that class. Each
-class writes its own ``__init__``, ``step``, ``step_param`` and ``set_group`` (the parts that
-depend on the algorithm); everything else of the state protocol (see
-:mod:`functional_optim.state_protocol`) and the eager-only conveniences live here.
+TorchScript classes cannot inherit, so each optimizer class is decorated with
+:func:`with_shared_methods`, which binds these functions into the class (``Adam.step is
+_methods.step``); TorchScript compiles them as methods of each class that holds them. What
+differs between the optimizers is reached through three hooks that each class defines:
+
+* ``_check(h, o)``: validate a group's hyperparameters ``h`` and options ``o`` (raise with
+  torch's messages);
+* ``_sparse_error(h, impl) -> Optional[str]``: the ``RuntimeError`` message for a sparse
+  gradient in a group with hyperparameters ``h`` and implementation ``impl``, or ``None``
+  when such a group takes sparse gradients;
+* ``_group_step(g, indices, grads, sparse)``: update the parameters ``indices`` of group ``g``
+  (called under ``torch.no_grad()``, after every check has passed).
+
+The constructor of each class builds its dicts of hyperparameters and options and then calls
+``self._s = self._new_state(params, hparams, options)`` and ``self._init_groups()``. The rest of
+the state protocol (see :mod:`functional_optim.state_protocol`) and the eager-only conveniences
+live here too.
 """
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -12,12 +24,116 @@ import torch
 from torch import Tensor
 
 from . import state_protocol
+from ._state import GroupedState
 
 __all__ = [
-    "param_group_indices", "hyperparameters", "options", "set_hyperparameter", "set_option",
-    "get_state", "set_state", "state_dict", "load_state_dict", "eager_defaults", "eager_parse",
-    "eager_attach", "eager_repr",
+    "with_shared_methods", "step", "step_param", "set_group", "param_group_indices",
+    "hyperparameters", "options", "set_hyperparameter", "set_option", "get_state", "set_state",
+    "state_dict", "load_state_dict", "eager_defaults", "eager_parse", "eager_attach", "eager_repr",
 ]
+
+
+def _new_state(
+    self, params: List[Tensor], hparams: Dict[str, float], options: Dict[str, Optional[bool]]
+) -> GroupedState:
+    """The constructor's checks and parsing: the state container for ``params``.
+
+    ``hparams`` and ``options`` are the constructor's arguments (pairs split). Eagerly, numbers
+    are coerced (:func:`eager_defaults`) and ``params`` may be torch-style param-group dicts
+    (:func:`eager_parse`); under TorchScript it is one list of tensors, one group.
+    """
+    if not torch.jit.is_scripting():
+        hparams, options = self._eager_defaults(hparams, options)
+    self._check(hparams, options)
+    groups: List[List[Tensor]] = [params]
+    group_hparams: List[Dict[str, float]] = [hparams]
+    group_options: List[Dict[str, Optional[bool]]] = [options]
+    if not torch.jit.is_scripting():
+        groups, group_hparams, group_options = self._eager_parse(params, hparams, options)
+    return GroupedState(groups, group_hparams, group_options)
+
+
+def _init_groups(self) -> None:
+    """The constructor's end, once ``self._s`` exists: validate and install every group's values
+    (:meth:`set_group`), and eagerly create ``param_groups``."""
+    for g in range(self._s.num_groups()):
+        self.set_group(g, self._s.hparams[g], self._s.options[g])
+    if not torch.jit.is_scripting():
+        self._eager_attach()
+
+
+def step(self, gradients: List[Optional[Tensor]]) -> None:
+    """Update every parameter whose gradient is not None, in place.
+
+    Args:
+        gradients (List[Optional[Tensor]]): one entry per parameter in flat order (group after
+            group): a tensor of the parameter's shape, dtype and device (dense; sparse COO only
+            for the optimizers whose class says they take it), or ``None`` to skip that
+            parameter (its state is untouched, as in torch when ``.grad`` is None).
+
+    Raises:
+        ValueError: wrong number of gradients, or a gradient whose shape, dtype or device
+            differs from its parameter's (``"gradients[3]: expected shape [4, 5], ..."``: the
+            message names the index).
+        RuntimeError: a sparse gradient that its group does not take (torch's message).
+
+    Nothing is modified when it raises.
+    """
+    indices, grads, sparse = self._s.check_gradients(gradients)
+    with torch.no_grad():
+        for g in range(len(indices)):
+            if len(indices[g]) > 0:
+                self._group_step(g, indices[g], grads[g], sparse[g])
+
+
+def step_param(self, param: Tensor, grad: Optional[Tensor]) -> None:
+    """Update one parameter with its group's hyperparameters; ``grad=None`` does nothing.
+
+    Args:
+        param (Tensor): one of the optimizer's parameters: the tensor object given at
+            construction (found by identity, not by value).
+        grad (Optional[Tensor]): its gradient, a tensor of the parameter's shape, dtype and
+            device (dense; sparse COO only where :meth:`step` takes it); ``None`` leaves the
+            parameter and its state untouched.
+
+    Raises:
+        ValueError: ``param`` is not a parameter of this optimizer, or ``grad``'s shape, dtype
+            or device differs from the parameter's.
+        RuntimeError: ``grad`` is sparse and its group does not take sparse gradients (torch's
+            message).
+
+    Nothing is modified when it raises.
+    """
+    i = self._s.find(param)
+    if grad is not None:
+        self._s.check_gradient(i, grad)
+        with torch.no_grad():
+            self._group_step(self._s.group_of[i], [i], [grad], grad.is_sparse)
+
+
+def set_group(self, group: int, hyperparameters: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
+    """Change several values of one group at once, used from the next step on.
+
+    All new values are validated together, with the constructor's conditions and torch's
+    messages, before any is set.
+
+    Args:
+        group (int): index of the parameter group, from 0.
+        hyperparameters (Dict[str, float]): new numeric values by the names
+            :meth:`hyperparameters` lists (pairs split: ``beta1``, ``beta2``, ...); may be empty.
+        options (Dict[str, Optional[bool]]): new flags by the names :meth:`options` lists;
+            may be empty.
+
+    Raises:
+        ValueError: no such group or name, or invalid values (as the constructor).
+        RuntimeError: ``fused`` together with ``foreach``, or ``fused`` for a parameter that is
+            not floating point (torch's messages).
+    """
+    h = self._s.updated_hparams(group, hyperparameters)
+    o = self._s.updated_options(group, options)
+    self._check(h, o)
+    impl = self._s.choose_group_impl(group, o)
+    self._s.commit(group, h, o, impl, self._sparse_error(h, impl))
 
 
 def param_group_indices(self) -> List[List[int]]:
@@ -219,3 +335,44 @@ def eager_repr(self) -> str:
         lines.append(f"Parameter Group {g}")
         lines.extend(f"    {k}: {v}" for k, v in sorted(group.items()) if k != "params")
     return "\n".join(lines + [")"])
+
+
+# Compiled by TorchScript as methods of each optimizer class: each is bound under its own name
+# (TorchScript leaves out a function bound under another name).
+_COMPILED = (
+    _new_state, _init_groups, step, step_param, set_group, param_group_indices, hyperparameters,
+    options, set_hyperparameter, set_option, get_state, set_state,
+)
+# Eager only (``@torch.jit.unused``): bound under these names.
+_EAGER = {
+    "state_dict": state_dict, "load_state_dict": load_state_dict, "_eager_defaults": eager_defaults,
+    "_eager_parse": eager_parse, "_eager_attach": eager_attach, "__repr__": eager_repr,
+}
+_HOOKS = ("_check", "_group_step", "_sparse_error")
+
+
+def with_shared_methods(cls: type) -> type:
+    """Class decorator: bind this module's methods into the optimizer class ``cls``.
+
+    Args:
+        cls (type): a TorchScript-compatible optimizer class that defines ``__init__`` and the
+            hooks ``_check``, ``_group_step`` and ``_sparse_error`` (see the module docstring),
+            and none of the shared methods.
+
+    Returns:
+        type: ``cls`` itself, with the shared methods as attributes.
+
+    Raises:
+        TypeError: ``cls`` lacks a hook or defines a shared method itself.
+    """
+    missing = [name for name in _HOOKS if name not in vars(cls)]
+    if missing:
+        raise TypeError(f"{cls.__name__} must define {missing}")
+    shared = {fn.__name__: fn for fn in _COMPILED}
+    shared.update(_EAGER)
+    clash = sorted(name for name in shared if name in vars(cls))
+    if clash:
+        raise TypeError(f"{cls.__name__} defines {clash}, which with_shared_methods binds")
+    for name, fn in shared.items():
+        setattr(cls, name, fn)
+    return cls

@@ -19,6 +19,9 @@ Layout (all TorchScript-typed):
   (the common case) does not rebuild them: ``cache_state[g]`` is valid while ``cache_valid[g]``.
 * ``full_indices[g]`` (group ``g``'s flat indices) and ``whole_parts[g]`` (``[[0, ..., n - 1]]``):
   made once, handed out on every whole-group step instead of new lists; never modified.
+* ``impl[g]`` (``"single"``, ``"foreach"`` or ``"fused"``) and ``sparse_errors[g]`` (the
+  ``RuntimeError`` message for a sparse gradient in group ``g``, ``None`` when the group takes
+  them): derived from the group's values whenever they are committed.
 """
 from typing import Dict, List, Optional, Tuple, Union
 
@@ -29,7 +32,7 @@ from . import _validation
 
 __all__ = [
     "GroupedState", "TUPLE_HYPERPARAMETERS", "choose_impl", "split_by_device_dtype",
-    "flag", "commit_group", "device_dtype_splits", "take", "scalar_list", "new_step",
+    "flag", "device_dtype_splits", "take", "scalar_list", "new_step", "foreach_gradients",
 ]
 
 # torch.optim keeps these hyperparameters as pairs; the typed dicts keep their two halves.
@@ -120,6 +123,7 @@ class GroupedState:
         self.options: List[Dict[str, Optional[bool]]] = options
         self.state: List[Dict[str, Tensor]] = []
         self.impl: List[str] = []
+        self.sparse_errors: List[Optional[str]] = []
         self.homogeneous: List[bool] = []
         self.cache_valid: List[bool] = []
         self.cache_params: List[List[Tensor]] = []
@@ -140,6 +144,7 @@ class GroupedState:
                 self.state.append(_no_state())
             self.offsets.append(len(self.params))
             self.impl.append("single")
+            self.sparse_errors.append(None)
             self.homogeneous.append(len(split_by_device_dtype(group)) == 1)
             self.cache_valid.append(False)
             self.cache_params.append(group)
@@ -180,22 +185,34 @@ class GroupedState:
         return self.index[param]
 
     def check_gradients(
-        self, gradients: List[Optional[Tensor]], sparse_error: str
+        self, gradients: List[Optional[Tensor]]
     ) -> Tuple[List[List[int]], List[List[Tensor]], List[bool]]:
-        """:func:`functional_optim._validation.check_gradients` for these parameters.
+        """:func:`functional_optim._validation.check_gradients` for these parameters and their
+        groups' ``sparse_errors``.
 
         A group whose gradients are all present gets ``full_indices[g]`` itself (not a copy) as
         its indices: read it, never modify it.
         """
         return _validation.check_gradients(
-            self.params, gradients, self.offsets, sparse_error, self.cache_params, self.full_indices
+            self.params, gradients, self.offsets, self.sparse_errors, self.cache_params, self.full_indices
         )
+
+    def check_gradient(self, i: int, grad: Tensor) -> None:
+        """:func:`functional_optim._validation.check_one_gradient` for flat parameter ``i``."""
+        _validation.check_one_gradient(i, self.params[i], grad, self.sparse_errors[self.group_of[i]])
 
     def params_at(self, indices: List[int]) -> List[Tensor]:
         out: List[Tensor] = []
         for i in indices:
             out.append(self.params[i])
         return out
+
+    def params_of(self, g: int, indices: List[int]) -> List[Tensor]:
+        """The parameters ``indices`` (all in group ``g``): the cached group list itself (read
+        only) for a whole-group request, else a new list."""
+        if self.is_full(g, indices):
+            return self.cache_params[g]
+        return self.params_at(indices)
 
     # ----------------------------------------------------------------- state lists
     def is_full(self, g: int, indices: List[int]) -> bool:
@@ -204,6 +221,26 @@ class GroupedState:
     def needs_init(self, g: int, indices: List[int]) -> bool:
         """False when ``indices`` is the whole group and its state lists are cached."""
         return not (self.cache_valid[g] and self.is_full(g, indices))
+
+    def init_state(self, g: int, indices: List[int], fused: bool, fills: Dict[str, float]) -> None:
+        """Create the state that the parameters ``indices`` (all in group ``g``) still lack, as
+        torch does at a parameter's first step.
+
+        Each such parameter gets ``'step'`` (:func:`new_step`; float32 on the parameter's device
+        when ``fused``), then, in the order of ``fills``, a tensor like the parameter (shape,
+        dtype, device, memory format) filled with the value given for each key (e.g.
+        ``{"exp_avg": 0.0, "exp_avg_sq": 0.0}``). Keys already present are left alone. Costs
+        nothing for a whole-group step whose state lists are cached.
+        """
+        if self.needs_init(g, indices):
+            for i in indices:
+                state = self.state[i]
+                p = self.params[i]
+                if "step" not in state:
+                    state["step"] = new_step(p, fused)
+                for key, value in fills.items():
+                    if key not in state:
+                        state[key] = torch.full_like(p, value, memory_format=torch.preserve_format)
 
     def state_lists(self, g: int, indices: List[int], keys: List[str]) -> Dict[str, List[Tensor]]:
         """The state tensors of ``indices`` (all in group ``g``) as one list per key.
@@ -323,11 +360,31 @@ class GroupedState:
             o[name] = value
         return o
 
-    def commit(self, group: int, hparams: Dict[str, float], options: Dict[str, Optional[bool]], impl: str) -> None:
-        """Install a group's validated hyperparameters and options (drops its cached lists)."""
+    def choose_group_impl(self, group: int, options: Dict[str, Optional[bool]]) -> str:
+        """The implementation group ``group`` would use with ``options`` (:func:`choose_impl`).
+
+        Raises:
+            RuntimeError: ``fused=True`` with a parameter that is not floating point (torch's
+                message).
+        """
+        params = self.cache_params[group]
+        fused: Optional[bool] = None
+        if "fused" in options:
+            fused = options["fused"]
+        impl = choose_impl(params, options["foreach"], fused)
+        if impl == "fused":
+            _validation.check_fused_params(params)
+        return impl
+
+    def commit(
+        self, group: int, hparams: Dict[str, float], options: Dict[str, Optional[bool]], impl: str,
+        sparse_error: Optional[str],
+    ) -> None:
+        """Install a group's validated values and what follows from them (drops its cached lists)."""
         self.hparams[group] = hparams
         self.options[group] = options
         self.impl[group] = impl
+        self.sparse_errors[group] = sparse_error
         self.invalidate(group)
         if not torch.jit.is_scripting():
             self.refresh_param_group(group)
@@ -345,24 +402,6 @@ def flag(options: Dict[str, Optional[bool]], name: str) -> bool:
     """``options[name]`` as a plain bool (None counts as False)."""
     value = options[name]
     return value is not None and value
-
-
-def commit_group(
-    s: GroupedState, group: int, hparams: Dict[str, float], options: Dict[str, Optional[bool]]
-) -> None:
-    """Choose the group's implementation and install its (already validated) values.
-
-    Raises:
-        RuntimeError: ``fused=True`` with a parameter that is not floating point (torch's message).
-    """
-    params = s.cache_params[group]
-    fused: Optional[bool] = None
-    if "fused" in options:
-        fused = options["fused"]
-    impl = choose_impl(params, options["foreach"], fused)
-    if impl == "fused":
-        _validation.check_fused_params(params)
-    s.commit(group, hparams, options, impl)
 
 
 def device_dtype_splits(s: GroupedState, g: int, params: List[Tensor]) -> List[List[int]]:
@@ -394,6 +433,23 @@ def take(tensors: List[Tensor], positions: List[int]) -> List[Tensor]:
     for k in positions:
         out.append(tensors[k])
     return out
+
+
+def foreach_gradients(params: List[Tensor], grads: List[Tensor], weight_decay: float, maximize: bool) -> List[Tensor]:
+    """The gradients a multi-tensor step uses: negated when ``maximize``, plus ``weight_decay``
+    times the parameter (L2) when it is not 0, as torch's ``_multi_tensor_*`` functions do.
+
+    The caller's tensors are not changed: when either applies, the result is a new list of new
+    tensors; otherwise it is ``grads`` itself.
+    """
+    if maximize:
+        grads = torch._foreach_neg(grads)
+    if weight_decay != 0:
+        if maximize:
+            torch._foreach_add_(grads, params, alpha=weight_decay)
+        else:
+            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+    return grads
 
 
 def scalar_list(values: List[float]) -> List[Union[float, int, complex]]:

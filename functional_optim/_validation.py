@@ -57,28 +57,28 @@ def describe(t: Tensor) -> str:
     )
 
 
-def check_one_gradient(index: int, param: Tensor, grad: Tensor, sparse_error: str) -> None:
+def check_one_gradient(index: int, param: Tensor, grad: Tensor, sparse_error: Optional[str]) -> None:
     """Check that ``grad`` can be the gradient of ``param``.
 
     Args:
         index: the flat parameter index, used in the message (``"gradients[3]: ..."``).
         param: the parameter.
         grad: its gradient: same shape, dtype and device as ``param``; sparse COO only when
-            ``sparse_error`` is empty.
+            ``sparse_error`` is None.
         sparse_error: the message of the ``RuntimeError`` raised for a sparse gradient (the text
-            torch uses, e.g. ``"Adam does not support sparse gradients, ..."``), or ``""`` when the
-            optimizer accepts sparse gradients.
+            torch uses, e.g. ``"Adam does not support sparse gradients, ..."``), or ``None`` when
+            the parameter's group accepts sparse gradients.
 
     Raises:
         ValueError: shape, dtype or device differ, naming the index and both descriptions.
-        RuntimeError: ``grad`` is sparse and the optimizer does not take sparse gradients.
+        RuntimeError: ``grad`` is sparse and its group does not take sparse gradients.
     """
     if grad.dtype != param.dtype or grad.device != param.device or grad.shape != param.shape:
         raise ValueError(
             "gradients[" + str(index) + "]: expected " + describe(param)
             + " (like its parameter); got " + describe(grad)
         )
-    if grad.is_sparse and sparse_error != "":
+    if grad.is_sparse and sparse_error is not None:
         raise RuntimeError(sparse_error)
 
 
@@ -86,7 +86,7 @@ def check_gradients(
     params: List[Tensor],
     gradients: List[Optional[Tensor]],
     offsets: List[int],
-    sparse_error: str,
+    sparse_errors: List[Optional[str]],
     groups: List[List[Tensor]],
     group_indices: List[List[int]],
 ) -> Tuple[List[List[int]], List[List[Tensor]], List[bool]]:
@@ -96,7 +96,7 @@ def check_gradients(
         params: the optimizer's parameters, flat, in group order.
         gradients: one entry per parameter; ``None`` skips that parameter.
         offsets: group ``g`` holds the flat indices ``offsets[g] <= i < offsets[g + 1]``.
-        sparse_error: see :func:`check_one_gradient`.
+        sparse_errors: for each group, its ``sparse_error`` (see :func:`check_one_gradient`).
         groups: the parameters of each group (``params[offsets[g]:offsets[g + 1]]``).
         group_indices: ``list(range(offsets[g], offsets[g + 1]))`` for each group, made once by
             the caller; returned (not copied) for a group whose gradients are all present, so
@@ -109,7 +109,7 @@ def check_gradients(
     Raises:
         ValueError: ``len(gradients) != len(params)``, or a gradient whose shape, dtype or
             device differs from its parameter (the message names the index).
-        RuntimeError: a sparse gradient for an optimizer that does not take them.
+        RuntimeError: a sparse gradient in a group that does not take them.
 
     Every step pays for this loop, and TorchScript pays per interpreted instruction, so the
     common case is kept lean: a gradient that is not sparse (COO) and has its parameter's dtype,
@@ -144,7 +144,7 @@ def check_gradients(
                     grad.is_nested or grad.is_sparse or not grad.is_same_size(param)
                     or grad.dtype != param.dtype or grad.device != param.device
                 ):
-                    check_one_gradient(start + k, param, grad, sparse_error)
+                    check_one_gradient(start + k, param, grad, sparse_errors[g])
                     if grad.is_sparse:
                         sparse_seen.append(True)
                 group_grads.append(grad)

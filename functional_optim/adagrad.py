@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from . import _methods, _validation
-from ._state import GroupedState, choose_impl, commit_group, device_dtype_splits, flag, new_step, scalar_list, take
+from ._state import GroupedState, choose_impl, device_dtype_splits, flag, foreach_gradients, scalar_list, take
 
 __all__ = ["Adagrad", "adagrad"]
 
@@ -80,14 +80,8 @@ def _multi_tensor_adagrad(
             lr_decay=lr_decay, eps=eps, has_sparse_grad=True, maximize=maximize,
         )
         return
-    if maximize:
-        grads = torch._foreach_neg(grads)
     torch._foreach_add_(state_steps, 1.0)
-    if weight_decay != 0:
-        if maximize:
-            torch._foreach_add_(grads, params, alpha=weight_decay)
-        else:
-            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+    grads = foreach_gradients(params, grads, weight_decay, maximize)
     minus_clr: List[float] = []
     for step_t in state_steps:
         minus_clr.append(-lr / (1 + (float(step_t.item()) - 1) * lr_decay))
@@ -184,9 +178,6 @@ def adagrad(
         )
 
 
-def _sparse_error() -> str:
-    return ""
-
 
 def check_adagrad_hyperparameters(h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
     """torch's checks for Adagrad (``"Invalid lr_decay value: ..."`` etc.)."""
@@ -198,13 +189,8 @@ def check_adagrad_hyperparameters(h: Dict[str, float], o: Dict[str, Optional[boo
     _validation.check_impl_flags(o["foreach"], o["fused"], False, flag(o, "differentiable"))
 
 
-def _init_adagrad_state(s: GroupedState, i: int, initial_accumulator_value: float) -> None:
-    state = s.state[i]
-    p = s.params[i]
-    if "step" not in state:
-        state["step"] = new_step(p, s.impl[s.group_of[i]] == "fused")
-    if "sum" not in state:
-        state["sum"] = torch.full_like(p, initial_accumulator_value, memory_format=torch.preserve_format)
+def _init_adagrad_state(s: GroupedState, g: int, indices: List[int], initial_accumulator_value: float) -> None:
+    s.init_state(g, indices, s.impl[g] == "fused", {"sum": initial_accumulator_value})
 
 
 def adagrad_group_step(
@@ -214,11 +200,9 @@ def adagrad_group_step(
     """Step the parameters ``indices`` (all in group ``g``) of an Adagrad optimizer."""
     h = s.hparams[g]
     o = s.options[g]
-    if s.needs_init(g, indices):
-        for i in indices:
-            _init_adagrad_state(s, i, initial_accumulator_value)
+    _init_adagrad_state(s, g, indices, initial_accumulator_value)
     lists = s.state_lists(g, indices, ["step", "sum"])
-    params = s.cache_params[g] if s.is_full(g, indices) else s.params_at(indices)
+    params = s.params_of(g, indices)
     for part in device_dtype_splits(s, g, params):
         adagrad(
             take(params, part),
@@ -236,6 +220,7 @@ def adagrad_group_step(
         )
 
 
+@_methods.with_shared_methods
 class Adagrad:
     r"""Adagrad, as ``torch.optim.Adagrad``, with gradients passed in; eager or TorchScript.
 
@@ -308,108 +293,21 @@ class Adagrad:
         options: Dict[str, Optional[bool]] = {
             "foreach": foreach, "maximize": maximize, "differentiable": differentiable, "fused": fused,
         }
-        if not torch.jit.is_scripting():
-            hparams, options = self._eager_defaults(hparams, options)
-        check_adagrad_hyperparameters(hparams, options)
-        self._initial_accumulator_value: float = hparams["initial_accumulator_value"]
-        groups: List[List[Tensor]] = [params]
-        group_hparams: List[Dict[str, float]] = [hparams]
-        group_options: List[Dict[str, Optional[bool]]] = [options]
-        if not torch.jit.is_scripting():
-            groups, group_hparams, group_options = self._eager_parse(params, hparams, options)
-        self._s = GroupedState(groups, group_hparams, group_options)
-        for g in range(len(groups)):
-            self.set_group(g, group_hparams[g], group_options[g])
-        for i in range(len(self._s.params)):
-            _init_adagrad_state(self._s, i, self._initial_accumulator_value)
-        if not torch.jit.is_scripting():
-            self._eager_attach()
+        self._s = self._new_state(params, hparams, options)
+        self._initial_accumulator_value: float = float(initial_accumulator_value)
+        self._init_groups()
+        for g in range(self._s.num_groups()):  # torch creates Adagrad's state at construction
+            _init_adagrad_state(self._s, g, self._s.full_indices[g], self._initial_accumulator_value)
 
-    def _check_sparse(self, g: int, sparse: bool) -> None:
-        if sparse:
-            if self._s.hparams[g]["weight_decay"] != 0:
-                raise RuntimeError("weight_decay option is not compatible with sparse gradients")
-            if self._s.impl[g] == "fused":
-                raise RuntimeError("`fused` does not support sparse grad or complex param")
-
-    def step(self, gradients: List[Optional[Tensor]]) -> None:
-        """Update every parameter whose gradient is not None, in place.
-
-        Args:
-            gradients: one entry per parameter in flat order: a tensor of the parameter's shape,
-                dtype and device (dense or sparse COO), or None to skip it.
-
-        Raises:
-            ValueError: wrong number of gradients, or a gradient whose shape, dtype or device
-                differs from its parameter's (the message names the index).
-            RuntimeError: a sparse gradient with weight decay or in a fused group (torch's
-                messages). Nothing is modified when it raises.
-        """
-        indices, grads, sparse = self._s.check_gradients(gradients, _sparse_error())
-        for g in range(len(indices)):
-            self._check_sparse(g, sparse[g])
-        with torch.no_grad():
-            for g in range(len(indices)):
-                if len(indices[g]) > 0:
-                    adagrad_group_step(self._s, g, indices[g], grads[g], sparse[g], self._initial_accumulator_value)
-
-    def step_param(self, param: Tensor, grad: Optional[Tensor]) -> None:
-        """Update one parameter with its group's hyperparameters; ``grad=None`` does nothing.
-
-        Args:
-            param (Tensor): one of the optimizer's parameters: the tensor object given at
-                construction (found by identity, not by value).
-            grad (Optional[Tensor]): its gradient, a dense or sparse COO tensor of the parameter's shape, dtype
-                and device; ``None`` leaves the parameter and its state untouched.
-
-        Raises:
-            ValueError: ``param`` is not a parameter of this optimizer, or ``grad``'s shape, dtype
-                or device differs from the parameter's.
-            RuntimeError: ``grad`` is sparse and the group has weight decay or is fused (torch's messages).
-
-        Nothing is modified when it raises.
-        """
-        i = self._s.find(param)
-        if grad is not None:
-            _validation.check_one_gradient(i, param, grad, _sparse_error())
-            g = self._s.group_of[i]
-            self._check_sparse(g, grad.is_sparse)
-            with torch.no_grad():
-                adagrad_group_step(self._s, g, [i], [grad], grad.is_sparse, self._initial_accumulator_value)
-
-    def set_group(self, group: int, hyperparameters: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
-        """Change several values of one group at once, used from the next step on.
-
-        All new values are validated together, with the constructor's conditions and torch's
-        messages, before any is set.
-
-        Args:
-            group (int): index of the parameter group, from 0.
-            hyperparameters (Dict[str, float]): new numeric values by the names
-                :meth:`hyperparameters` lists (pairs split: ``beta1``, ``beta2``, ...); may be empty.
-            options (Dict[str, Optional[bool]]): new flags by the names :meth:`options` lists;
-                may be empty.
-
-        Raises:
-            ValueError: no such group or name, or invalid values (as the constructor).
-            RuntimeError: ``fused`` together with ``foreach``, or ``fused`` for a parameter that is
-                not floating point (torch's messages).
-        """
-        h = self._s.updated_hparams(group, hyperparameters)
-        o = self._s.updated_options(group, options)
+    def _check(self, h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
         check_adagrad_hyperparameters(h, o)
-        commit_group(self._s, group, h, o)
 
-    param_group_indices = _methods.param_group_indices
-    hyperparameters = _methods.hyperparameters
-    options = _methods.options
-    set_hyperparameter = _methods.set_hyperparameter
-    set_option = _methods.set_option
-    get_state = _methods.get_state
-    set_state = _methods.set_state
-    state_dict = _methods.state_dict
-    load_state_dict = _methods.load_state_dict
-    _eager_defaults = _methods.eager_defaults
-    _eager_parse = _methods.eager_parse
-    _eager_attach = _methods.eager_attach
-    __repr__ = _methods.eager_repr
+    def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
+        adagrad_group_step(self._s, g, indices, grads, sparse, self._initial_accumulator_value)
+
+    def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
+        if h["weight_decay"] != 0:
+            return "weight_decay option is not compatible with sparse gradients"
+        if impl == "fused":
+            return "`fused` does not support sparse grad or complex param"
+        return None

@@ -12,18 +12,9 @@ import torch
 from torch import Tensor
 
 from . import _methods, _validation
-from ._state import (
-    GroupedState, choose_impl, commit_group, device_dtype_splits, flag, new_step,
-    scalar_list, take,
-)
+from ._state import GroupedState, choose_impl, device_dtype_splits, flag, foreach_gradients, scalar_list, take
 
 __all__ = ["Adam", "adam"]
-
-
-
-def _sparse_error() -> str:
-    """torch's message for a sparse gradient (TorchScript cannot read module-level strings)."""
-    return "Adam does not support sparse gradients, please consider SparseAdam instead"
 
 
 def _single_tensor_adam(
@@ -89,16 +80,10 @@ def _multi_tensor_adam(
 ) -> None:
     if len(params) == 0:
         return
-    if maximize:
-        grads = torch._foreach_neg(grads)
     torch._foreach_add_(state_steps, 1.0)
-    if weight_decay != 0:
-        if decoupled_weight_decay:
-            torch._foreach_mul_(params, 1 - lr * weight_decay)
-        elif maximize:
-            torch._foreach_add_(grads, params, alpha=weight_decay)
-        else:
-            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+    if decoupled_weight_decay and weight_decay != 0:
+        torch._foreach_mul_(params, 1 - lr * weight_decay)
+    grads = foreach_gradients(params, grads, 0.0 if decoupled_weight_decay else weight_decay, maximize)
     torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
     torch._foreach_mul_(exp_avg_sqs, beta2)
     torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
@@ -239,23 +224,12 @@ def adam_group_step(s: GroupedState, g: int, indices: List[int], grads: List[Ten
     o = s.options[g]
     amsgrad = flag(o, "amsgrad")
     fused = s.impl[g] == "fused"
-    if s.needs_init(g, indices):
-        for i in indices:
-            state = s.state[i]
-            p = s.params[i]
-            if "step" not in state:
-                state["step"] = new_step(p, fused)
-            if "exp_avg" not in state:
-                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            if "exp_avg_sq" not in state:
-                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            if amsgrad and "max_exp_avg_sq" not in state:
-                state["max_exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-    keys = ["step", "exp_avg", "exp_avg_sq"]
+    fills: Dict[str, float] = {"exp_avg": 0.0, "exp_avg_sq": 0.0}
     if amsgrad:
-        keys.append("max_exp_avg_sq")
-    lists = s.state_lists(g, indices, keys)
-    params = s.cache_params[g] if s.is_full(g, indices) else s.params_at(indices)
+        fills["max_exp_avg_sq"] = 0.0
+    s.init_state(g, indices, fused, fills)
+    lists = s.state_lists(g, indices, ["step"] + list(fills.keys()))
+    params = s.params_of(g, indices)
     empty: List[Tensor] = []
     for part in device_dtype_splits(s, g, params):
         whole = len(part) == len(params)
@@ -279,6 +253,7 @@ def adam_group_step(s: GroupedState, g: int, indices: List[int], grads: List[Ten
         )
 
 
+@_methods.with_shared_methods
 class Adam:
     r"""Adam, as ``torch.optim.Adam``, with gradients passed in; eager or TorchScript.
 
@@ -357,100 +332,14 @@ class Adam:
             "amsgrad": amsgrad, "maximize": maximize, "foreach": foreach, "capturable": capturable,
             "differentiable": differentiable, "fused": fused, "decoupled_weight_decay": decoupled_weight_decay,
         }
-        if not torch.jit.is_scripting():
-            hparams, options = self._eager_defaults(hparams, options)
-        check_adam_hyperparameters(hparams, options)
-        groups: List[List[Tensor]] = [params]
-        group_hparams: List[Dict[str, float]] = [hparams]
-        group_options: List[Dict[str, Optional[bool]]] = [options]
-        if not torch.jit.is_scripting():
-            groups, group_hparams, group_options = self._eager_parse(params, hparams, options)
-        self._s = GroupedState(groups, group_hparams, group_options)
-        for g in range(len(groups)):
-            self.set_group(g, group_hparams[g], group_options[g])
-        if not torch.jit.is_scripting():
-            self._eager_attach()
+        self._s = self._new_state(params, hparams, options)
+        self._init_groups()
 
-    # ------------------------------------------------------------------ stepping
-    def step(self, gradients: List[Optional[Tensor]]) -> None:
-        """Update every parameter whose gradient is not None, in place.
-
-        Args:
-            gradients: one entry per parameter in flat order (group after group); each a dense
-                tensor of its parameter's shape, dtype and device, or None to skip it (its state
-                is untouched, as in torch when ``.grad`` is None).
-
-        Raises:
-            ValueError: wrong number of gradients, or a gradient whose shape, dtype or device
-                differs from its parameter's (``"gradients[3]: expected shape [4, 5], ..."``).
-            RuntimeError: a sparse gradient (torch's message).
-
-        Nothing is modified when it raises.
-        """
-        indices, grads, sparse = self._s.check_gradients(gradients, _sparse_error())
-        with torch.no_grad():
-            for g in range(len(indices)):
-                if len(indices[g]) > 0:
-                    adam_group_step(self._s, g, indices[g], grads[g])
-
-    def step_param(self, param: Tensor, grad: Optional[Tensor]) -> None:
-        """Update one parameter with its group's hyperparameters; ``grad=None`` does nothing.
-
-        Args:
-            param (Tensor): one of the optimizer's parameters: the tensor object given at
-                construction (found by identity, not by value).
-            grad (Optional[Tensor]): its gradient, a dense tensor of the parameter's shape, dtype
-                and device; ``None`` leaves the parameter and its state untouched.
-
-        Raises:
-            ValueError: ``param`` is not a parameter of this optimizer, or ``grad``'s shape, dtype
-                or device differs from the parameter's.
-            RuntimeError: ``grad`` is sparse (torch's message).
-
-        Nothing is modified when it raises.
-        """
-        i = self._s.find(param)
-        if grad is not None:
-            _validation.check_one_gradient(i, param, grad, _sparse_error())
-            with torch.no_grad():
-                adam_group_step(self._s, self._s.group_of[i], [i], [grad])
-
-    # ------------------------------------------------------------------ state protocol
-    param_group_indices = _methods.param_group_indices
-    hyperparameters = _methods.hyperparameters
-    options = _methods.options
-    set_hyperparameter = _methods.set_hyperparameter
-    set_option = _methods.set_option
-    get_state = _methods.get_state
-    set_state = _methods.set_state
-
-    def set_group(self, group: int, hyperparameters: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
-        """Change several values of one group at once, used from the next step on.
-
-        All new values are validated together, with the constructor's conditions and torch's
-        messages, before any is set.
-
-        Args:
-            group (int): index of the parameter group, from 0.
-            hyperparameters (Dict[str, float]): new numeric values by the names
-                :meth:`hyperparameters` lists (pairs split: ``beta1``, ``beta2``, ...); may be empty.
-            options (Dict[str, Optional[bool]]): new flags by the names :meth:`options` lists;
-                may be empty.
-
-        Raises:
-            ValueError: no such group or name, or invalid values (as the constructor).
-            RuntimeError: ``fused`` together with ``foreach``, or ``fused`` for a parameter that is
-                not floating point (torch's messages).
-        """
-        h = self._s.updated_hparams(group, hyperparameters)
-        o = self._s.updated_options(group, options)
+    def _check(self, h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
         check_adam_hyperparameters(h, o)
-        commit_group(self._s, group, h, o)
 
-    # ------------------------------------------------------------------ eager only
-    state_dict = _methods.state_dict
-    load_state_dict = _methods.load_state_dict
-    _eager_defaults = _methods.eager_defaults
-    _eager_parse = _methods.eager_parse
-    _eager_attach = _methods.eager_attach
-    __repr__ = _methods.eager_repr
+    def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
+        adam_group_step(self._s, g, indices, grads)
+
+    def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
+        return "Adam does not support sparse gradients, please consider SparseAdam instead"

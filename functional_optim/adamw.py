@@ -8,18 +8,13 @@ those of :mod:`functional_optim.adam` (``torch._fused_adamw_`` for the fused pat
 """
 from typing import Dict, List, Optional, Tuple
 
-import torch
 from torch import Tensor
 
-from . import _methods, _validation
-from ._state import GroupedState, commit_group
+from . import _methods
 from .adam import adam, adam_group_step, check_adam_hyperparameters
 
 __all__ = ["AdamW", "adamw"]
 
-
-def _sparse_error() -> str:
-    return "Adam does not support sparse gradients, please consider SparseAdam instead"
 
 
 def adamw(
@@ -67,6 +62,7 @@ def adamw(
     )
 
 
+@_methods.with_shared_methods
 class AdamW:
     r"""AdamW, as ``torch.optim.AdamW``, with gradients passed in; eager or TorchScript.
 
@@ -129,93 +125,14 @@ class AdamW:
             "amsgrad": amsgrad, "maximize": maximize, "foreach": foreach, "capturable": capturable,
             "differentiable": differentiable, "fused": fused, "decoupled_weight_decay": True,
         }
-        if not torch.jit.is_scripting():
-            hparams, options = self._eager_defaults(hparams, options)
-        check_adam_hyperparameters(hparams, options)
-        groups: List[List[Tensor]] = [params]
-        group_hparams: List[Dict[str, float]] = [hparams]
-        group_options: List[Dict[str, Optional[bool]]] = [options]
-        if not torch.jit.is_scripting():
-            groups, group_hparams, group_options = self._eager_parse(params, hparams, options)
-        self._s = GroupedState(groups, group_hparams, group_options)
-        for g in range(len(groups)):
-            self.set_group(g, group_hparams[g], group_options[g])
-        if not torch.jit.is_scripting():
-            self._eager_attach()
+        self._s = self._new_state(params, hparams, options)
+        self._init_groups()
 
-    def step(self, gradients: List[Optional[Tensor]]) -> None:
-        """Update every parameter whose gradient is not None, in place.
-
-        Args:
-            gradients: one entry per parameter in flat order: a dense tensor of the parameter's
-                shape, dtype and device, or None to skip it.
-
-        Raises:
-            ValueError: wrong number of gradients, or a gradient whose shape, dtype or device
-                differs from its parameter's (the message names the index).
-            RuntimeError: a sparse gradient (torch's message). Nothing is modified when it raises.
-        """
-        indices, grads, sparse = self._s.check_gradients(gradients, _sparse_error())
-        with torch.no_grad():
-            for g in range(len(indices)):
-                if len(indices[g]) > 0:
-                    adam_group_step(self._s, g, indices[g], grads[g])
-
-    def step_param(self, param: Tensor, grad: Optional[Tensor]) -> None:
-        """Update one parameter with its group's hyperparameters; ``grad=None`` does nothing.
-
-        Args:
-            param (Tensor): one of the optimizer's parameters: the tensor object given at
-                construction (found by identity, not by value).
-            grad (Optional[Tensor]): its gradient, a dense tensor of the parameter's shape, dtype
-                and device; ``None`` leaves the parameter and its state untouched.
-
-        Raises:
-            ValueError: ``param`` is not a parameter of this optimizer, or ``grad``'s shape, dtype
-                or device differs from the parameter's.
-            RuntimeError: ``grad`` is sparse (torch's message).
-
-        Nothing is modified when it raises.
-        """
-        i = self._s.find(param)
-        if grad is not None:
-            _validation.check_one_gradient(i, param, grad, _sparse_error())
-            with torch.no_grad():
-                adam_group_step(self._s, self._s.group_of[i], [i], [grad])
-
-    def set_group(self, group: int, hyperparameters: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
-        """Change several values of one group at once, used from the next step on.
-
-        All new values are validated together, with the constructor's conditions and torch's
-        messages, before any is set.
-
-        Args:
-            group (int): index of the parameter group, from 0.
-            hyperparameters (Dict[str, float]): new numeric values by the names
-                :meth:`hyperparameters` lists (pairs split: ``beta1``, ``beta2``, ...); may be empty.
-            options (Dict[str, Optional[bool]]): new flags by the names :meth:`options` lists;
-                may be empty.
-
-        Raises:
-            ValueError: no such group or name, or invalid values (as the constructor).
-            RuntimeError: ``fused`` together with ``foreach``, or ``fused`` for a parameter that is
-                not floating point (torch's messages).
-        """
-        h = self._s.updated_hparams(group, hyperparameters)
-        o = self._s.updated_options(group, options)
+    def _check(self, h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
         check_adam_hyperparameters(h, o)
-        commit_group(self._s, group, h, o)
 
-    param_group_indices = _methods.param_group_indices
-    hyperparameters = _methods.hyperparameters
-    options = _methods.options
-    set_hyperparameter = _methods.set_hyperparameter
-    set_option = _methods.set_option
-    get_state = _methods.get_state
-    set_state = _methods.set_state
-    state_dict = _methods.state_dict
-    load_state_dict = _methods.load_state_dict
-    _eager_defaults = _methods.eager_defaults
-    _eager_parse = _methods.eager_parse
-    _eager_attach = _methods.eager_attach
-    __repr__ = _methods.eager_repr
+    def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
+        adam_group_step(self._s, g, indices, grads)
+
+    def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
+        return "Adam does not support sparse gradients, please consider SparseAdam instead"

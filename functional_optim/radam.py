@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _methods, _validation
-from ._state import GroupedState, choose_impl, commit_group, flag, new_step, scalar_list
+from ._state import GroupedState, choose_impl, flag, foreach_gradients, scalar_list
 
 __all__ = ["RAdam", "radam"]
 
@@ -80,20 +80,14 @@ def _multi_tensor_radam(
     if len(params) == 0:
         return
     torch._foreach_add_(state_steps, 1.0)
-    if maximize:
-        grads = torch._foreach_neg(grads)
     rho_inf = 2 / (1 - beta2) - 1
     rho_t_list: List[float] = []
     for step_t in state_steps:
         step = float(step_t.item())
         rho_t_list.append(rho_inf - 2 * step * (beta2**step) / (1 - beta2**step))
-    if weight_decay != 0:
-        if decoupled_weight_decay:
-            torch._foreach_mul_(params, 1 - lr * weight_decay)
-        elif maximize:
-            torch._foreach_add_(grads, params, alpha=weight_decay)
-        else:
-            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+    if decoupled_weight_decay and weight_decay != 0:
+        torch._foreach_mul_(params, 1 - lr * weight_decay)
+    grads = foreach_gradients(params, grads, 0.0 if decoupled_weight_decay else weight_decay, maximize)
     torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
     torch._foreach_mul_(exp_avg_sqs, beta2)
     torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
@@ -170,9 +164,6 @@ def radam(
         )
 
 
-def _sparse_error() -> str:
-    return "RAdam does not support sparse gradients"
-
 
 def check_radam_hyperparameters(h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
     """torch's checks for RAdam."""
@@ -187,17 +178,9 @@ def radam_group_step(s: GroupedState, g: int, indices: List[int], grads: List[Te
     """Step the parameters ``indices`` (all in group ``g``) of an RAdam optimizer."""
     h = s.hparams[g]
     o = s.options[g]
-    if s.needs_init(g, indices):
-        for i in indices:
-            state = s.state[i]
-            p = s.params[i]
-            if "step" not in state:
-                state["step"] = new_step(p, False)
-            for key in ["exp_avg", "exp_avg_sq"]:
-                if key not in state:
-                    state[key] = torch.zeros_like(p, memory_format=torch.preserve_format)
+    s.init_state(g, indices, False, {"exp_avg": 0.0, "exp_avg_sq": 0.0})
     lists = s.state_lists(g, indices, ["step", "exp_avg", "exp_avg_sq"])
-    params = s.cache_params[g] if s.is_full(g, indices) else s.params_at(indices)
+    params = s.params_of(g, indices)
     radam(
         params, grads, lists["exp_avg"], lists["exp_avg_sq"], lists["step"],
         foreach=s.impl[g] == "foreach", beta1=h["beta1"], beta2=h["beta2"], lr=h["lr"],
@@ -206,6 +189,7 @@ def radam_group_step(s: GroupedState, g: int, indices: List[int], grads: List[Te
     )
 
 
+@_methods.with_shared_methods
 class RAdam:
     r"""RAdam (rectified Adam), as ``torch.optim.RAdam``; eager or TorchScript.
 
@@ -273,93 +257,14 @@ class RAdam:
             "maximize": maximize, "foreach": foreach, "capturable": capturable,
             "decoupled_weight_decay": decoupled_weight_decay, "differentiable": differentiable,
         }
-        if not torch.jit.is_scripting():
-            hparams, options = self._eager_defaults(hparams, options)
-        check_radam_hyperparameters(hparams, options)
-        groups: List[List[Tensor]] = [params]
-        group_hparams: List[Dict[str, float]] = [hparams]
-        group_options: List[Dict[str, Optional[bool]]] = [options]
-        if not torch.jit.is_scripting():
-            groups, group_hparams, group_options = self._eager_parse(params, hparams, options)
-        self._s = GroupedState(groups, group_hparams, group_options)
-        for g in range(len(groups)):
-            self.set_group(g, group_hparams[g], group_options[g])
-        if not torch.jit.is_scripting():
-            self._eager_attach()
+        self._s = self._new_state(params, hparams, options)
+        self._init_groups()
 
-    def step(self, gradients: List[Optional[Tensor]]) -> None:
-        """Update every parameter whose gradient is not None, in place.
-
-        Args:
-            gradients: one entry per parameter in flat order: a dense tensor of the parameter's
-                shape, dtype and device, or None to skip it.
-
-        Raises:
-            ValueError: wrong number of gradients, or a gradient whose shape, dtype or device
-                differs from its parameter's (the message names the index).
-            RuntimeError: a sparse gradient (torch's message). Nothing is modified when it raises.
-        """
-        indices, grads, sparse = self._s.check_gradients(gradients, _sparse_error())
-        with torch.no_grad():
-            for g in range(len(indices)):
-                if len(indices[g]) > 0:
-                    radam_group_step(self._s, g, indices[g], grads[g])
-
-    def step_param(self, param: Tensor, grad: Optional[Tensor]) -> None:
-        """Update one parameter with its group's hyperparameters; ``grad=None`` does nothing.
-
-        Args:
-            param (Tensor): one of the optimizer's parameters: the tensor object given at
-                construction (found by identity, not by value).
-            grad (Optional[Tensor]): its gradient, a dense tensor of the parameter's shape, dtype
-                and device; ``None`` leaves the parameter and its state untouched.
-
-        Raises:
-            ValueError: ``param`` is not a parameter of this optimizer, or ``grad``'s shape, dtype
-                or device differs from the parameter's.
-            RuntimeError: ``grad`` is sparse (torch's message).
-
-        Nothing is modified when it raises.
-        """
-        i = self._s.find(param)
-        if grad is not None:
-            _validation.check_one_gradient(i, param, grad, _sparse_error())
-            with torch.no_grad():
-                radam_group_step(self._s, self._s.group_of[i], [i], [grad])
-
-    def set_group(self, group: int, hyperparameters: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
-        """Change several values of one group at once, used from the next step on.
-
-        All new values are validated together, with the constructor's conditions and torch's
-        messages, before any is set.
-
-        Args:
-            group (int): index of the parameter group, from 0.
-            hyperparameters (Dict[str, float]): new numeric values by the names
-                :meth:`hyperparameters` lists (pairs split: ``beta1``, ``beta2``, ...); may be empty.
-            options (Dict[str, Optional[bool]]): new flags by the names :meth:`options` lists;
-                may be empty.
-
-        Raises:
-            ValueError: no such group or name, or invalid values (as the constructor).
-            RuntimeError: ``fused`` together with ``foreach``, or ``fused`` for a parameter that is
-                not floating point (torch's messages).
-        """
-        h = self._s.updated_hparams(group, hyperparameters)
-        o = self._s.updated_options(group, options)
+    def _check(self, h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
         check_radam_hyperparameters(h, o)
-        commit_group(self._s, group, h, o)
 
-    param_group_indices = _methods.param_group_indices
-    hyperparameters = _methods.hyperparameters
-    options = _methods.options
-    set_hyperparameter = _methods.set_hyperparameter
-    set_option = _methods.set_option
-    get_state = _methods.get_state
-    set_state = _methods.set_state
-    state_dict = _methods.state_dict
-    load_state_dict = _methods.load_state_dict
-    _eager_defaults = _methods.eager_defaults
-    _eager_parse = _methods.eager_parse
-    _eager_attach = _methods.eager_attach
-    __repr__ = _methods.eager_repr
+    def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
+        radam_group_step(self._s, g, indices, grads)
+
+    def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
+        return "RAdam does not support sparse gradients"

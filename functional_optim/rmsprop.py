@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _methods, _validation
-from ._state import GroupedState, choose_impl, commit_group, flag, new_step
+from ._state import GroupedState, choose_impl, flag, foreach_gradients
 
 __all__ = ["RMSprop", "rmsprop"]
 
@@ -73,14 +73,8 @@ def _multi_tensor_rmsprop(
 ) -> None:
     if len(params) == 0:
         return
-    if maximize:
-        grads = torch._foreach_neg(grads)
     torch._foreach_add_(state_steps, 1.0)
-    if weight_decay != 0:
-        if maximize:
-            torch._foreach_add_(grads, params, alpha=weight_decay)
-        else:
-            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+    grads = foreach_gradients(params, grads, weight_decay, maximize)
     torch._foreach_mul_(square_avgs, alpha)
     torch._foreach_addcmul_(square_avgs, grads, grads, value=1 - alpha)
     if centered:
@@ -154,9 +148,6 @@ def rmsprop(
         )
 
 
-def _sparse_error() -> str:
-    return "RMSprop does not support sparse gradients"
-
 
 def check_rmsprop_hyperparameters(h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
     """torch's checks for RMSprop."""
@@ -174,22 +165,14 @@ def rmsprop_group_step(s: GroupedState, g: int, indices: List[int], grads: List[
     o = s.options[g]
     momentum = h["momentum"]
     centered = flag(o, "centered")
-    keys = ["step", "square_avg"]
+    fills: Dict[str, float] = {"square_avg": 0.0}
     if momentum > 0:
-        keys.append("momentum_buffer")
+        fills["momentum_buffer"] = 0.0
     if centered:
-        keys.append("grad_avg")
-    if s.needs_init(g, indices):
-        for i in indices:
-            state = s.state[i]
-            p = s.params[i]
-            if "step" not in state:
-                state["step"] = new_step(p, False)
-            for key in keys:
-                if key not in state:
-                    state[key] = torch.zeros_like(p, memory_format=torch.preserve_format)
-    lists = s.state_lists(g, indices, keys)
-    params = s.cache_params[g] if s.is_full(g, indices) else s.params_at(indices)
+        fills["grad_avg"] = 0.0
+    s.init_state(g, indices, False, fills)
+    lists = s.state_lists(g, indices, ["step"] + list(fills.keys()))
+    params = s.params_of(g, indices)
     empty: List[Tensor] = []
     rmsprop(
         params,
@@ -209,6 +192,7 @@ def rmsprop_group_step(s: GroupedState, g: int, indices: List[int], grads: List[
     )
 
 
+@_methods.with_shared_methods
 class RMSprop:
     r"""RMSprop, as ``torch.optim.RMSprop``, with gradients passed in; eager or TorchScript.
 
@@ -278,93 +262,14 @@ class RMSprop:
             "centered": centered, "capturable": capturable, "foreach": foreach,
             "maximize": maximize, "differentiable": differentiable,
         }
-        if not torch.jit.is_scripting():
-            hparams, options = self._eager_defaults(hparams, options)
-        check_rmsprop_hyperparameters(hparams, options)
-        groups: List[List[Tensor]] = [params]
-        group_hparams: List[Dict[str, float]] = [hparams]
-        group_options: List[Dict[str, Optional[bool]]] = [options]
-        if not torch.jit.is_scripting():
-            groups, group_hparams, group_options = self._eager_parse(params, hparams, options)
-        self._s = GroupedState(groups, group_hparams, group_options)
-        for g in range(len(groups)):
-            self.set_group(g, group_hparams[g], group_options[g])
-        if not torch.jit.is_scripting():
-            self._eager_attach()
+        self._s = self._new_state(params, hparams, options)
+        self._init_groups()
 
-    def step(self, gradients: List[Optional[Tensor]]) -> None:
-        """Update every parameter whose gradient is not None, in place.
-
-        Args:
-            gradients: one entry per parameter in flat order: a dense tensor of the parameter's
-                shape, dtype and device, or None to skip it.
-
-        Raises:
-            ValueError: wrong number of gradients, or a gradient whose shape, dtype or device
-                differs from its parameter's (the message names the index).
-            RuntimeError: a sparse gradient (torch's message). Nothing is modified when it raises.
-        """
-        indices, grads, sparse = self._s.check_gradients(gradients, _sparse_error())
-        with torch.no_grad():
-            for g in range(len(indices)):
-                if len(indices[g]) > 0:
-                    rmsprop_group_step(self._s, g, indices[g], grads[g])
-
-    def step_param(self, param: Tensor, grad: Optional[Tensor]) -> None:
-        """Update one parameter with its group's hyperparameters; ``grad=None`` does nothing.
-
-        Args:
-            param (Tensor): one of the optimizer's parameters: the tensor object given at
-                construction (found by identity, not by value).
-            grad (Optional[Tensor]): its gradient, a dense tensor of the parameter's shape, dtype
-                and device; ``None`` leaves the parameter and its state untouched.
-
-        Raises:
-            ValueError: ``param`` is not a parameter of this optimizer, or ``grad``'s shape, dtype
-                or device differs from the parameter's.
-            RuntimeError: ``grad`` is sparse (torch's message).
-
-        Nothing is modified when it raises.
-        """
-        i = self._s.find(param)
-        if grad is not None:
-            _validation.check_one_gradient(i, param, grad, _sparse_error())
-            with torch.no_grad():
-                rmsprop_group_step(self._s, self._s.group_of[i], [i], [grad])
-
-    def set_group(self, group: int, hyperparameters: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
-        """Change several values of one group at once, used from the next step on.
-
-        All new values are validated together, with the constructor's conditions and torch's
-        messages, before any is set.
-
-        Args:
-            group (int): index of the parameter group, from 0.
-            hyperparameters (Dict[str, float]): new numeric values by the names
-                :meth:`hyperparameters` lists (pairs split: ``beta1``, ``beta2``, ...); may be empty.
-            options (Dict[str, Optional[bool]]): new flags by the names :meth:`options` lists;
-                may be empty.
-
-        Raises:
-            ValueError: no such group or name, or invalid values (as the constructor).
-            RuntimeError: ``fused`` together with ``foreach``, or ``fused`` for a parameter that is
-                not floating point (torch's messages).
-        """
-        h = self._s.updated_hparams(group, hyperparameters)
-        o = self._s.updated_options(group, options)
+    def _check(self, h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
         check_rmsprop_hyperparameters(h, o)
-        commit_group(self._s, group, h, o)
 
-    param_group_indices = _methods.param_group_indices
-    hyperparameters = _methods.hyperparameters
-    options = _methods.options
-    set_hyperparameter = _methods.set_hyperparameter
-    set_option = _methods.set_option
-    get_state = _methods.get_state
-    set_state = _methods.set_state
-    state_dict = _methods.state_dict
-    load_state_dict = _methods.load_state_dict
-    _eager_defaults = _methods.eager_defaults
-    _eager_parse = _methods.eager_parse
-    _eager_attach = _methods.eager_attach
-    __repr__ = _methods.eager_repr
+    def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
+        rmsprop_group_step(self._s, g, indices, grads)
+
+    def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
+        return "RMSprop does not support sparse gradients"

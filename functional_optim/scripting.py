@@ -50,19 +50,14 @@ class OptimizerModule(torch.nn.Module):
         self.optim = optimizer
 
     def forward(self, gradients: List[Optional[Tensor]]) -> None:
-        """One optimizer step, as :meth:`step`: calling the module steps the optimizer.
+        """Calling the module is :meth:`step`: one optimizer step.
 
         Args:
-            gradients (List[Optional[Tensor]]): one entry per parameter in flat order (group
-                after group): a tensor of the parameter's shape, dtype and device, or ``None`` to
-                skip that parameter.
+            gradients (List[Optional[Tensor]]): as for :meth:`step`: per parameter, a tensor of
+                its shape, dtype and device, or ``None``.
 
         Raises:
-            ValueError: wrong number of gradients, or a gradient whose shape, dtype or device
-                differs from its parameter's (``torch.jit.Error``, a ``RuntimeError``, with the same message once scripted).
-            RuntimeError: a gradient the optimizer does not take (sparse, ...).
-
-        Nothing is modified when it raises.
+            ValueError, RuntimeError: as :meth:`step`; nothing is modified then.
         """
         self.optim.step(gradients)
 

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _methods, _validation
-from ._state import GroupedState, choose_impl, commit_group, device_dtype_splits, flag, take
+from ._state import GroupedState, choose_impl, device_dtype_splits, flag, foreach_gradients, take
 
 __all__ = ["SGD", "sgd"]
 
@@ -75,7 +75,7 @@ def _multi_tensor_sgd(
                 has_sparse_grad=has_sparse_grad,
             )
             return
-    grads = _multi_tensor_sgd_gradients(params, grads, weight_decay=weight_decay, maximize=maximize)
+    grads = foreach_gradients(params, grads, weight_decay, maximize)
     if momentum != 0:
         bufs = []
         for i in range(len(momentum_buffer_list)):
@@ -107,7 +107,7 @@ def _multi_tensor_sgd_buffers(
     has_sparse_grad: bool,
 ) -> None:
     """:func:`_multi_tensor_sgd` with ``momentum != 0`` once every parameter has its buffer."""
-    grads = _multi_tensor_sgd_gradients(params, grads, weight_decay=weight_decay, maximize=maximize)
+    grads = foreach_gradients(params, grads, weight_decay, maximize)
     torch._foreach_mul_(bufs, momentum)
     torch._foreach_add_(bufs, grads, alpha=1 - dampening)
     _multi_tensor_sgd_momentum_update(
@@ -133,20 +133,6 @@ def _multi_tensor_sgd_momentum_update(
     else:
         grads = bufs
     _multi_tensor_sgd_update(params, grads, lr=lr, has_sparse_grad=has_sparse_grad)
-
-
-def _multi_tensor_sgd_gradients(
-    params: List[Tensor], grads: List[Tensor], *, weight_decay: float, maximize: bool
-) -> List[Tensor]:
-    """The multi-tensor step's gradients after ``maximize`` and ``weight_decay`` (new lists)."""
-    if maximize:
-        grads = torch._foreach_neg(grads)
-    if weight_decay != 0:
-        if maximize:
-            torch._foreach_add_(grads, params, alpha=weight_decay)
-        else:
-            grads = torch._foreach_add(grads, params, alpha=weight_decay)
-    return grads
 
 
 def _multi_tensor_sgd_update(params: List[Tensor], grads: List[Tensor], *, lr: float, has_sparse_grad: bool) -> None:
@@ -276,9 +262,6 @@ def sgd(
         )
 
 
-def _sparse_error() -> str:
-    return ""
-
 
 def check_sgd_hyperparameters(h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
     """torch's checks for SGD (``"Invalid learning rate: ..."``, Nesterov conditions, ...)."""
@@ -327,7 +310,7 @@ def sgd_group_step(s: GroupedState, g: int, indices: List[int], grads: List[Tens
     elif momentum != 0:
         for i in indices:
             buffers.append(s.state[i].get("momentum_buffer"))
-    params = s.cache_params[g] if s.is_full(g, indices) else s.params_at(indices)
+    params = s.params_of(g, indices)
     if has_sparse_grad and impl == "fused":
         impl = "single"
     for part in device_dtype_splits(s, g, params):
@@ -363,6 +346,7 @@ def sgd_group_step(s: GroupedState, g: int, indices: List[int], grads: List[Tens
             s.state_lists(g, indices, ["momentum_buffer"])
 
 
+@_methods.with_shared_methods
 class SGD:
     r"""Stochastic gradient descent, as ``torch.optim.SGD``, with gradients passed in; eager or
     TorchScript.
@@ -432,101 +416,16 @@ class SGD:
             "nesterov": nesterov, "maximize": maximize, "foreach": foreach,
             "differentiable": differentiable, "fused": fused,
         }
-        if not torch.jit.is_scripting():
-            hparams, options = self._eager_defaults(hparams, options)
-        check_sgd_hyperparameters(hparams, options)
-        groups: List[List[Tensor]] = [params]
-        group_hparams: List[Dict[str, float]] = [hparams]
-        group_options: List[Dict[str, Optional[bool]]] = [options]
-        if not torch.jit.is_scripting():
-            groups, group_hparams, group_options = self._eager_parse(params, hparams, options)
-        self._s = GroupedState(groups, group_hparams, group_options)
-        for g in range(len(groups)):
-            self.set_group(g, group_hparams[g], group_options[g])
-        if not torch.jit.is_scripting():
-            self._eager_attach()
+        self._s = self._new_state(params, hparams, options)
+        self._init_groups()
 
-    def step(self, gradients: List[Optional[Tensor]]) -> None:
-        """Update every parameter whose gradient is not None, in place.
-
-        Args:
-            gradients: one entry per parameter in flat order (group after group): a tensor of
-                the parameter's shape, dtype and device (dense or sparse COO), or None to skip it.
-
-        Raises:
-            ValueError: wrong number of gradients, or a gradient whose shape, dtype or device
-                differs from its parameter's (the message names the index).
-            RuntimeError: a sparse gradient in a fused group (torch's message).
-
-        Nothing is modified when it raises.
-        """
-        indices, grads, sparse = self._s.check_gradients(gradients, _sparse_error())
-        for g in range(len(indices)):
-            if sparse[g] and self._s.impl[g] == "fused":
-                raise RuntimeError("`_fused_sgd` does not support sparse gradients")
-        with torch.no_grad():
-            for g in range(len(indices)):
-                if len(indices[g]) > 0:
-                    sgd_group_step(self._s, g, indices[g], grads[g], sparse[g])
-
-    def step_param(self, param: Tensor, grad: Optional[Tensor]) -> None:
-        """Update one parameter with its group's hyperparameters; ``grad=None`` does nothing.
-
-        Args:
-            param (Tensor): one of the optimizer's parameters: the tensor object given at
-                construction (found by identity, not by value).
-            grad (Optional[Tensor]): its gradient, a dense or sparse COO tensor of the parameter's shape, dtype
-                and device; ``None`` leaves the parameter and its state untouched.
-
-        Raises:
-            ValueError: ``param`` is not a parameter of this optimizer, or ``grad``'s shape, dtype
-                or device differs from the parameter's.
-            RuntimeError: ``grad`` is sparse and the group is fused (torch's message).
-
-        Nothing is modified when it raises.
-        """
-        i = self._s.find(param)
-        if grad is not None:
-            _validation.check_one_gradient(i, param, grad, _sparse_error())
-            g = self._s.group_of[i]
-            if grad.is_sparse and self._s.impl[g] == "fused":
-                raise RuntimeError("`_fused_sgd` does not support sparse gradients")
-            with torch.no_grad():
-                sgd_group_step(self._s, g, [i], [grad], grad.is_sparse)
-
-    def set_group(self, group: int, hyperparameters: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
-        """Change several values of one group at once, used from the next step on.
-
-        All new values are validated together, with the constructor's conditions and torch's
-        messages, before any is set.
-
-        Args:
-            group (int): index of the parameter group, from 0.
-            hyperparameters (Dict[str, float]): new numeric values by the names
-                :meth:`hyperparameters` lists (pairs split: ``beta1``, ``beta2``, ...); may be empty.
-            options (Dict[str, Optional[bool]]): new flags by the names :meth:`options` lists;
-                may be empty.
-
-        Raises:
-            ValueError: no such group or name, or invalid values (as the constructor).
-            RuntimeError: ``fused`` together with ``foreach``, or ``fused`` for a parameter that is
-                not floating point (torch's messages).
-        """
-        h = self._s.updated_hparams(group, hyperparameters)
-        o = self._s.updated_options(group, options)
+    def _check(self, h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
         check_sgd_hyperparameters(h, o)
-        commit_group(self._s, group, h, o)
 
-    param_group_indices = _methods.param_group_indices
-    hyperparameters = _methods.hyperparameters
-    options = _methods.options
-    set_hyperparameter = _methods.set_hyperparameter
-    set_option = _methods.set_option
-    get_state = _methods.get_state
-    set_state = _methods.set_state
-    state_dict = _methods.state_dict
-    load_state_dict = _methods.load_state_dict
-    _eager_defaults = _methods.eager_defaults
-    _eager_parse = _methods.eager_parse
-    _eager_attach = _methods.eager_attach
-    __repr__ = _methods.eager_repr
+    def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
+        sgd_group_step(self._s, g, indices, grads, sparse)
+
+    def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
+        if impl == "fused":
+            return "`_fused_sgd` does not support sparse gradients"
+        return None

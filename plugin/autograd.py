@@ -16,6 +16,8 @@ import torch
 import torch.distributed.autograd as _dist_autograd
 from torch import Tensor
 
+from . import ops
+
 __all__ = ["backward", "get_gradients", "context", "debug_info"]
 
 
@@ -56,7 +58,7 @@ def backward(context_id: int, roots: List[Tensor], retain_graph: bool = False, m
     """
     if mode != "smart" and mode != "fast":
         raise ValueError(f'backward(): mode must be "smart" or "fast", got "{mode}"')
-    torch.ops.dist_engine.backward(context_id, roots, retain_graph, mode)
+    ops.backward(context_id, roots, retain_graph, mode)
 
 
 def get_gradients(context_id: int) -> Dict[Tensor, Tensor]:
@@ -75,7 +77,7 @@ def get_gradients(context_id: int) -> Dict[Tensor, Tensor]:
     Raises:
         RuntimeError: the context id is unknown on this worker.
     """
-    return torch.ops.dist_engine.get_gradients(context_id)
+    return ops.get_gradients(context_id)
 
 
 class context:
@@ -106,7 +108,7 @@ class context:
         try:
             return self._torch_context.__exit__(exc_type, exc_value, traceback)
         finally:
-            torch.ops.dist_engine._release_context(self._context_id)
+            ops._release_context(self._context_id)
 
 
 def debug_info() -> Dict[str, int]:
@@ -121,4 +123,4 @@ def debug_info() -> Dict[str, int]:
 
     Raises nothing.
     """
-    return dict(torch.ops.dist_engine._debug_info())
+    return dict(ops._debug_info())

@@ -1,14 +1,20 @@
-"""Starting TensorPipe RPC for the plugin, from arguments or from torchrun's environment."""
+"""Starting and stopping TensorPipe RPC for the plugin: start-up from arguments or from
+torchrun's environment, checked across the group before torch's rendezvous, and a shutdown
+that returns when a worker has died."""
 import os
+import threading
+import time
 import warnings
-from typing import Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 import torch
 import torch.distributed.rpc as _rpc
 
 from ._device_maps import resolve_device_maps
+from ._errors import remote_error_summary
+from ._rendezvous import RendezvousError, check_group, init_method_for
 
-__all__ = ["init_rpc", "resolve_device_maps"]
+__all__ = ["RendezvousError", "init_rpc", "resolve_device_maps", "shutdown"]
 
 
 def _setting(value, env: str, what: str, convert=str, default=None):
@@ -36,6 +42,7 @@ def init_rpc(
     device_maps: Optional[Mapping] = None,
     worker_names: Optional[Sequence[str]] = None,
     transports: Optional[Sequence[str]] = None,
+    init_timeout: float = 120.0,
 ) -> _rpc.WorkerInfo:
     """Starts TensorPipe RPC on this process and returns its ``WorkerInfo``.
 
@@ -43,6 +50,20 @@ def init_rpc(
     ``MASTER_ADDR`` (default ``localhost``), ``MASTER_PORT`` and ``LOCAL_RANK`` (the CUDA
     device made current, when CUDA is available). Workers are named ``worker0`` ..
     ``worker{world_size-1}`` unless ``worker_names`` says otherwise.
+
+    Before torch's rendezvous starts, the processes compare what each was given, through
+    the rendezvous store: the world size, the ``worker_names`` list, and their ranks (each
+    rank exactly once). Rank 0 decides, and every process that arrived raises the same
+    :class:`RendezvousError`, naming the ranks, workers, hosts and process ids that
+    disagreed, when they disagree or when not all ranks arrived within ``init_timeout``
+    seconds. After a disagreement rank 0, whose process hosts the store, stays until the
+    ranks that some process expects have arrived and read why, or until its
+    ``init_timeout`` has passed. A process that arrives after a complete, consistent group
+    has started gets the error alone (the group cannot tell it from another job's
+    process). Rank 0 hosts the store at ``master_addr:master_port``; under torchrun,
+    torchrun's agent does. After the check, torch's own start-up (its process group, the
+    exchange of addresses) waits at most ``rpc_timeout`` per store operation. Algorithm
+    and limits: the "Start-up and shutdown" section of ``docs/failures.md``.
 
     Device maps are one world-wide table given identically to every rank,
     ``{worker: {peer: {device: device}}}``; row ``device_maps[a][b]`` says where a tensor
@@ -67,6 +88,8 @@ def init_rpc(
             includes shared memory, whose reactor thread busy-polls a CPU core in every
             process even when idle (fastest messages, but on a machine with fewer cores than
             processes the polling competes with the work).
+        init_timeout (float): seconds to wait for every rank to arrive at the start-up
+            check (rank 0's store first, then the others). Default: 120.
 
     Returns:
         torch.distributed.rpc.WorkerInfo: this worker's name and id.
@@ -78,6 +101,10 @@ def init_rpc(
             itself, a map that cannot be inverted, two rows that disagree, or a device that
             does not exist on this worker. Nothing has started when it raises.
         TypeError: ``device_maps`` is not nested dicts.
+        RendezvousError: the start-up check failed: ranks that disagree on the world size
+            or on ``worker_names``, a rank started twice, a rank (or rank 0's store) that
+            did not arrive within ``init_timeout``, or this process arrived after its group
+            had started. RPC has not started.
     """
     rank = _setting(rank, "RANK", "rank", int)
     world_size = _setting(world_size, "WORLD_SIZE", "world size", int)
@@ -96,6 +123,8 @@ def init_rpc(
         raise ValueError(f"init_rpc(): num_worker_threads must be >= 1, got {num_worker_threads}")
     if rpc_timeout < 0:
         raise ValueError(f"init_rpc(): rpc_timeout must be >= 0 seconds, got {rpc_timeout}")
+    if not init_timeout > 0:
+        raise ValueError(f"init_rpc(): init_timeout must be > 0 seconds, got {init_timeout}")
 
     cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     maps = resolve_device_maps(device_maps or {}, name, names, cuda_count)
@@ -110,10 +139,7 @@ def init_rpc(
         # TensorPipeRpcBackendOptions (torch documents no other way to choose it).
         extra["_transports"] = list(transports)
     options = _rpc.TensorPipeRpcBackendOptions(
-        num_worker_threads=num_worker_threads,
-        rpc_timeout=rpc_timeout,
-        init_method=f"tcp://{master_addr}:{master_port}",
-        **extra,
+        num_worker_threads=num_worker_threads, rpc_timeout=rpc_timeout, init_method="env://", **extra
     )
     devices = set()
     for peer, mapping in maps.items():
@@ -124,8 +150,206 @@ def init_rpc(
 
     from . import _handlers  # noqa: F401  (peers call the engine's handlers by name)
 
+    store = check_group(master_addr, master_port, rank, world_size, name, names, init_timeout)
+    options.init_method = init_method_for(store, rank, world_size)
+    with _arrivals:
+        _arrived.clear()
     with warnings.catch_warnings():
         # torch's own rendezvous code warns about its own use of a deprecated API
         warnings.filterwarnings("ignore", message="You are using a Backend .* as a ProcessGroup", category=UserWarning)
         _rpc.init_rpc(name, rank=rank, world_size=world_size, rpc_backend_options=options)
     return _rpc.get_worker_info()
+
+
+# Shutdown. Each worker tells every peer that it has reached shutdown(); the peers' RPC
+# threads record it here.
+_arrivals = threading.Condition()
+_arrived = set()
+
+
+def _note_arrival(worker: str) -> bool:
+    """Called by RPC from a peer that has reached :func:`shutdown`."""
+    with _arrivals:
+        _arrived.add(worker)
+        _arrivals.notify_all()
+    return True
+
+
+def _worker_names() -> List[str]:
+    # torch has no public list of an RPC group's workers: the current agent's
+    # get_worker_infos() is what torch's own _all_gather uses (checked on torch 2.13).
+    infos = _rpc.api._get_current_rpc_agent().get_worker_infos()
+    return [info.name for info in sorted(infos, key=lambda info: info.id)]
+
+
+def _remaining(deadline: Optional[float]) -> float:
+    """Seconds left before ``deadline`` (None: no bound, which torch spells 0)."""
+    return 0.0 if deadline is None else max(0.001, deadline - time.monotonic())
+
+
+# Seconds between two liveness probes of a peer that has not reached shutdown yet.
+_PROBE_INTERVAL = 0.5
+
+
+def shutdown(graceful: bool = True, timeout: Optional[float] = None) -> List[str]:
+    """Stops RPC on this worker; returns the workers a graceful shutdown could not wait for.
+
+    A graceful shutdown (torch's ``rpc.shutdown()``) waits until every worker has called it,
+    then for outstanding work, so that no worker stops while a peer still needs it. When a
+    worker has died, torch's waits for it without bound. This one tells every peer that this
+    worker has arrived, then waits for each peer to arrive too, while probing the peers that
+    have not arrived (one small RPC every 0.5 s, a builtin op that needs no GIL there):
+
+    - a peer that answers is alive and still working, and is waited for, as torch does
+      (until ``timeout``, when one is given);
+    - a peer whose probe fails (at once for a process that has exited: its connection is
+      closed) or is not answered within the RPC timeout (a hung process or host) is
+      *unreachable*.
+
+    When every peer has arrived, it runs torch's graceful shutdown, bounded by the RPC
+    timeout (or the time left). Otherwise it warns, naming each unreachable worker (and
+    why), each one that did not arrive within ``timeout``, and each one that arrived and
+    then stopped without waiting for this one; shuts down without waiting
+    (``graceful=False``); and returns the names of the first two kinds. So after a worker
+    died, every survivor returns once the survivors have all arrived, within the RPC
+    timeout of the death (at once, on one machine).
+
+    Why a warning and a returned list, not an exception: shutdown usually runs in a
+    ``finally`` block or at exit, where an exception would hide the one that is being
+    handled, and this worker's RPC is stopped either way; a caller that must fail checks
+    the list.
+
+    Every worker of the group must shut down with this function: a peer that calls
+    torch's ``rpc.shutdown()`` instead never announces its arrival (it is waited for as a
+    live peer, or reported as late when ``timeout`` is given). Each worker sends one
+    message to each peer, ``N * (N - 1)`` in all, plus the probes while it waits.
+
+    Args:
+        graceful (bool): wait for the other workers (True), or stop this worker at once
+            (False, torch's ``rpc.shutdown(graceful=False)``). Default: True.
+        timeout (float, optional): seconds to wait in all, for live peers too. Default:
+            ``None``: live peers are waited for without bound, as torch does, and an
+            unresponsive one for the RPC timeout (``rpc_timeout`` of :func:`init_rpc`;
+            if that is 0, without bound: only peers that have exited are detected).
+
+    Returns:
+        List[str]: the names of the workers that were unreachable or did not arrive within
+        ``timeout``, in rank order; empty after a graceful shutdown, when every worker
+        arrived (even if some stopped before this one; the warning says so), or when
+        ``graceful`` is False.
+
+    Raises:
+        ValueError: ``timeout`` is not positive.
+        RuntimeError: RPC is not running on this process (from torch).
+
+    Warns:
+        RuntimeWarning: the graceful shutdown fell back to a shutdown without waiting; the
+        message names the workers and the reasons. Also when torch's graceful shutdown
+        failed after every worker had arrived (a worker died in between).
+    """
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"shutdown(): timeout must be > 0 seconds (or None), got {timeout}")
+    try:
+        if not graceful:
+            _rpc.shutdown(graceful=False)
+            return []
+        return _shutdown_gracefully(timeout)
+    finally:
+        with _arrivals:
+            _arrived.clear()
+
+
+def _shutdown_gracefully(timeout: Optional[float]) -> List[str]:
+    rpc_timeout = _rpc.get_rpc_timeout()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    me = _rpc.get_worker_info().name
+    peers = [name for name in _worker_names() if name != me]
+    answered = set()  # peers that answered our announcement
+    failed: Dict[str, str] = {}  # peers an RPC to which failed: why
+    probing = set()  # peers with a probe in flight
+    next_probe = {peer: 0.0 for peer in peers}
+
+    def rpc_timeout_now() -> float:
+        # torch's RPC timeout argument: 0 means none
+        if deadline is None:
+            return rpc_timeout
+        return _remaining(deadline) if rpc_timeout == 0 else min(rpc_timeout, _remaining(deadline))
+
+    def on_answer(peer, probe):
+        def callback(future):
+            try:
+                future.wait()
+                error = None
+            except Exception as e:  # noqa: BLE001 (any failure means: not reachable)
+                error = remote_error_summary(e)
+            with _arrivals:
+                if probe:
+                    probing.discard(peer)
+                    next_probe[peer] = time.monotonic() + _PROBE_INTERVAL
+                elif error is None:
+                    answered.add(peer)
+                if error is not None:
+                    failed.setdefault(peer, error)
+                _arrivals.notify_all()
+
+        return callback
+
+    def send(peer, fn, args, probe):
+        try:
+            future = _rpc.rpc_async(peer, fn, args=args, timeout=rpc_timeout_now())
+        except Exception as e:  # noqa: BLE001
+            with _arrivals:
+                failed.setdefault(peer, remote_error_summary(e))
+                probing.discard(peer)
+            return
+        future.add_done_callback(on_answer(peer, probe))
+
+    for peer in peers:
+        send(peer, _note_arrival, (me,), probe=False)
+
+    def settled(peer):
+        # Our announcement got an answer (or failed), and the peer arrived (or failed).
+        return peer in failed or (peer in answered and peer in _arrived)
+
+    with _arrivals:
+        while not all(settled(p) for p in peers):
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            now = time.monotonic()
+            for peer in peers:
+                if peer in _arrived or peer in failed or peer in probing or now < next_probe[peer]:
+                    continue
+                probing.add(peer)
+                # a builtin op: the peer answers from its RPC threads without the GIL
+                send(peer, torch.add, (torch.zeros(()), 0), probe=True)
+            _arrivals.wait(timeout=0.1 if deadline is None else min(0.1, _remaining(deadline)))
+        unreachable = {p: failed[p] for p in peers if p in failed and p not in _arrived}
+        left = [p for p in peers if p in failed and p in _arrived]
+        late = [p for p in peers if not settled(p)]
+
+    if not failed and not late:
+        try:
+            _rpc.shutdown(graceful=True, timeout=rpc_timeout_now())
+        except Exception as e:  # noqa: BLE001 (torch has shut the agent down in any case)
+            warnings.warn(
+                f"plugin.rpc.shutdown(): every worker had arrived, but torch's graceful shutdown of {me!r} "
+                f"failed (a worker died meanwhile?): {remote_error_summary(e)}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return []
+
+    reasons = [f"{p!r} is unreachable ({why})" for p, why in unreachable.items()]
+    if late:
+        reasons.append(f"{', '.join(repr(p) for p in late)} did not reach shutdown() within {timeout:g} s")
+    if left:
+        # They arrived, then stopped without waiting for this worker (their own timeout,
+        # or another worker's failure); a message to them fails now.
+        reasons.append(f"{', '.join(repr(p) for p in left)} reached shutdown() and stopped before this worker did")
+    warnings.warn(
+        f"plugin.rpc.shutdown(): {me!r} shut down without waiting for the other workers: " + "; ".join(reasons),
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    _rpc.shutdown(graceful=False)
+    return [p for p in peers if p in unreachable or p in late]

@@ -32,20 +32,6 @@ void ContextRegistry::freeLater(std::vector<EntryPtr>&& released) {
   at::launch([entries = std::move(released)]() mutable { entries.clear(); });
 }
 
-namespace {
-
-// Lives inside torch's context (see ContextRegistry::entry) and tells the registry
-// when the context is destroyed.
-struct ReleaseGuard : torch::CustomClassHolder {
-  explicit ReleaseGuard(int64_t contextId) : contextId(contextId) {}
-  ~ReleaseGuard() override {
-    ContextRegistry::get().contextDestroyed(contextId);
-  }
-  const int64_t contextId;
-};
-
-}  // namespace
-
 EntryPtr ContextRegistry::entry(const ContextPtr& ctx) {
   std::vector<EntryPtr> released;
   EntryPtr result;
@@ -61,13 +47,12 @@ EntryPtr ContextRegistry::entry(const ContextPtr& ctx) {
   }
   freeLater(std::move(released));
   // Free the entry when torch destroys the context, as torch frees its own gradients
-  // then. The hook: a completed future handed to DistAutogradContext::addOutstandingRpc
-  // stays in the context until the context is destroyed (only torch's own engine clears
-  // that list earlier, when it runs a backward pass in the same context; the entry is
-  // then kept, and swept once the context is gone). Its value holds a ReleaseGuard.
-  auto hook = c10::make_intrusive<c10::ivalue::Future>(c10::AnyType::get());
-  hook->markCompleted(c10::IValue::make_capsule(c10::make_intrusive<ReleaseGuard>(ctx->contextId())));
-  ctx->addOutstandingRpc(hook);
+  // then. (If torch's own engine runs a backward pass in the same context, the hook
+  // fires early: contextDestroyed keeps the entry of a live context, and the sweep
+  // drops it once the context is gone.)
+  callWhenContextDestroyed(*ctx, [contextId = ctx->contextId()] {
+    ContextRegistry::get().contextDestroyed(contextId);
+  });
   return result;
 }
 

@@ -8,18 +8,12 @@
 
 namespace dist_engine {
 
-// The gradients gathered in `buffer`. (InputBuffer::variables does the same but is
-// not exported from libtorch; `buffer` is a public member.)
-inline variable_list takeInputs(InputBuffer&& buffer) {
-  return std::move(buffer.buffer);
-}
-
 // Tensor pre-hooks (hooks registered on the tensors this node computes the
 // gradient of) and retains_grad hooks, then the node's own pre-hooks.
 variable_list callPreHooks(Node& fn, variable_list inputs);
 
 // Runs `fn` on `inputs` and returns its validated outputs (one per next edge:
-// reduced to the input's shape, cast to its dtype; see validate_outputs). With
+// reduced to the input's shape, cast to its dtype; see validateOutputs). With
 // keepGraph false the node's saved tensors are freed, as in torch.
 variable_list callFunction(Node& fn, InputBuffer&& inputs, bool keepGraph);
 

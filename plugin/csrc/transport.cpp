@@ -1,10 +1,9 @@
 #include "transport.h"
 
+#include "compat.h"
+
 #include <torch/csrc/distributed/autograd/context/container.h>
-#include <torch/csrc/distributed/rpc/message.h>
 #include <torch/csrc/distributed/rpc/rpc_agent.h>
-#include <torch/csrc/distributed/rpc/script_call.h>
-#include <torch/csrc/distributed/rpc/utils.h>
 
 #include <mutex>
 #include <optional>
@@ -52,11 +51,10 @@ c10::intrusive_ptr<Future> callHandler(
     const c10::TypePtr& returnType) {
   auto rpcAgent = agent();
   const auto& dst = rpcAgent->getWorkerInfo(static_cast<rpc::worker_id_t>(workerId));
-  rpc::ScriptCall call(name, std::move(args), asyncExecution);
   // The agent's own send, not rpcTorchscript: rpcTorchscript attaches send/recv
   // autograd functions when the calling thread has a current distributed autograd
   // context, and a backward pass must not grow the graph it is running.
-  auto messageFuture = rpcAgent->send(dst, std::move(call).toMessage());
+  auto messageFuture = rpcAgent->send(dst, scriptCallMessage(name, std::move(args), asyncExecution));
   auto result = c10::make_intrusive<Future>(returnType);
   messageFuture->addCallback([result](Future& done) {
     if (done.hasError()) {
@@ -64,7 +62,7 @@ c10::intrusive_ptr<Future> callHandler(
       return;
     }
     try {
-      result->markCompleted(rpc::deserializeRespToIValue(*done.value().toCustomClass<rpc::Message>()));
+      result->markCompleted(replyValue(done));
     } catch (const std::exception&) {
       result->setError(std::current_exception());
     }
@@ -96,7 +94,7 @@ c10::intrusive_ptr<Future> sendGradients(
     bool retainGraph,
     bool smart,
     const std::vector<int64_t>& reached) {
-  const int64_t dst = messageId >> 48;
+  const int64_t dst = workerIdOf(messageId);
   auto rpcAgent = agent();
   // CUDA gradients travel under this worker's device map to the peer. A device the
   // map does not cover goes through the CPU; the peer moves the gradient back to

@@ -216,7 +216,7 @@ def test_step_param_errors_change_nothing(info, scripted):
 
 
 # ----------------------------------------------------------------------------- gradient check
-def _reference_check_gradients(params, gradients, offsets, sparse_error):
+def _reference_check_gradients(params, gradients, offsets, sparse_errors):
     """The straightforward gradient check (one full check per gradient, in index order) that
     ``_validation.check_gradients`` must agree with, result for result and error for error."""
     if len(gradients) != len(params):
@@ -236,8 +236,8 @@ def _reference_check_gradients(params, gradients, offsets, sparse_error):
                         "gradients[" + str(i) + "]: expected " + _validation.describe(param)
                         + " (like its parameter); got " + _validation.describe(grad)
                     )
-                if grad.is_sparse and sparse_error != "":
-                    raise RuntimeError(sparse_error)
+                if grad.is_sparse and sparse_errors[g] is not None:
+                    raise RuntimeError(sparse_errors[g])
                 group_sparse = group_sparse or grad.is_sparse
                 group_indices.append(i)
                 group_grads.append(grad)
@@ -286,8 +286,10 @@ def _gradient_cases(n_cases: int = 400):
             gradients = gradients[:-1]
         groups = [params[offsets[g]:offsets[g + 1]] for g in range(len(sizes))]
         full = [list(range(offsets[g], offsets[g + 1])) for g in range(len(sizes))]
-        sparse_error = "" if case % 2 == 0 else "Foo does not support sparse gradients"
-        yield params, gradients, offsets, sparse_error, groups, full
+        # per group: None (takes sparse gradients) or the message; mixed within a case
+        sparse_errors = [None if (case + g * (case % 3)) % 2 == 0 else "Foo does not support sparse gradients"
+                         for g in range(len(sizes))]
+        yield params, gradients, offsets, sparse_errors, groups, full
 
 
 def _outcome(fn, *args):
@@ -313,10 +315,10 @@ def test_check_gradients_agrees_with_reference(scripted):
     check = _jit.script(_validation.check_gradients) if scripted else _validation.check_gradients
     outcomes = set()
     nested_seen = False
-    for params, gradients, offsets, sparse_error, groups, full in _gradient_cases():
-        expected = _outcome(_reference_check_gradients, params, gradients, offsets, sparse_error)
+    for params, gradients, offsets, sparse_errors, groups, full in _gradient_cases():
+        expected = _outcome(_reference_check_gradients, params, gradients, offsets, sparse_errors)
         # The same tensors come back (ids compared): TorchScript keeps a tensor's Python object.
-        assert _outcome(check, params, gradients, offsets, sparse_error, groups, full) == expected
+        assert _outcome(check, params, gradients, offsets, sparse_errors, groups, full) == expected
         outcomes.add(expected[0] if expected[0] == "ok" else expected[1])
         nested_seen = nested_seen or (expected[0] == "raised" and "Nested" in expected[2])
     assert outcomes == {"ok", "ValueError", "RuntimeError"}

@@ -48,41 +48,39 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("info, impl", CASES)
-def test_torch_state_loads_into_ours(info, impl):
+def _check_state_transfer(info, impl, from_torch):
+    """Step one side (torch's optimizer when ``from_torch``, else ours) 7 times while the other
+    does not step; copy its parameters and then its state dict into the other; step both and
+    compare."""
     config = _richest_config(info)
     reference, torch_params, ours, our_params = _pair(info, config, impl)
-    _steps(reference, torch_params, ours, config, 0, 7, seed=5, step_ours=False)
-    # Ours has not stepped: copy the parameters, then the optimizer state.
+    _steps(reference, torch_params, ours, config, 0, 7, seed=5, step_torch=from_torch, step_ours=not from_torch)
+    source, target = (reference, ours) if from_torch else (ours, reference)
     with torch.no_grad():
         for mine, theirs in zip(our_params, torch_params):
-            mine.copy_(theirs)
-    saved = copy.deepcopy(reference.state_dict())
-    ours.load_state_dict(copy.deepcopy(saved))
+            if from_torch:
+                mine.copy_(theirs)
+            else:
+                theirs.copy_(mine)
+    saved = copy.deepcopy(source.state_dict())
+    target.load_state_dict(copy.deepcopy(saved))
     # torch casts while loading (e.g. NAdam's 'mu_product' takes the parameter's dtype), so
-    # compare with torch after it has loaded the same dict.
-    reference.load_state_dict(saved)
+    # both sides load the same dict before they are compared.
+    source.load_state_dict(saved)
     assert_same_state(reference.state_dict(), ours.state_dict(), DTYPE)
     _steps(reference, torch_params, ours, config, 7, 15, seed=6)
     assert_same_params(torch_params, our_params, DTYPE)
     assert_same_state(reference.state_dict(), ours.state_dict(), DTYPE)
+
+
+@pytest.mark.parametrize("info, impl", CASES)
+def test_torch_state_loads_into_ours(info, impl):
+    _check_state_transfer(info, impl, from_torch=True)
 
 
 @pytest.mark.parametrize("info, impl", CASES)
 def test_our_state_loads_into_torch(info, impl):
-    config = _richest_config(info)
-    reference, torch_params, ours, our_params = _pair(info, config, impl)
-    _steps(reference, torch_params, ours, config, 0, 7, seed=5, step_torch=False)
-    with torch.no_grad():
-        for theirs, mine in zip(torch_params, our_params):
-            theirs.copy_(mine)
-    saved = copy.deepcopy(ours.state_dict())
-    reference.load_state_dict(copy.deepcopy(saved))
-    ours.load_state_dict(saved)  # the same casts on both sides (see the test above)
-    assert_same_state(reference.state_dict(), ours.state_dict(), DTYPE)
-    _steps(reference, torch_params, ours, config, 7, 15, seed=6)
-    assert_same_params(torch_params, our_params, DTYPE)
-    assert_same_state(reference.state_dict(), ours.state_dict(), DTYPE)
+    _check_state_transfer(info, impl, from_torch=False)
 
 
 @pytest.mark.parametrize("info", C.INFOS, ids=str)

@@ -36,7 +36,7 @@ def main():
             plugin.autograd.backward(ctx, [y.sum()])
             grad = plugin.autograd.get_gradients(ctx)[x]
         print(f"OK {info.name} {rpc.get_worker_info('worker1').name} {grad.tolist()}", flush=True)
-    rpc.shutdown()
+    plugin.rpc.shutdown()
 
 
 if __name__ == "__main__":

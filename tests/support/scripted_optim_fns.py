@@ -1,24 +1,32 @@
 """TorchScript functions that create and step each optimizer inside TorchScript.
 
-Written out per class (TorchScript needs the concrete class in each signature); compiled with
-``functional_optim._jit.script`` by the tests that use them.
+TorchScript needs the concrete class in each signature, so the two functions are written once,
+as a template, and made for every optimizer of the config table (``optim_configs.INFOS``):
+``train_sgd``, ``step_sgd``, ``train_adam``, ... and the maps :data:`TRAIN` and :data:`STEP`
+(optimizer name -> function). The tests compile them with ``functional_optim._jit.script``.
+
+TorchScript compiles a function from its source (``inspect.getsource``), so each generated
+source is registered in ``linecache`` under a file name of its own (an entry without a
+modification time, which ``linecache.checkcache`` never drops), as interactive shells do for
+the code typed into them.
 """
-from typing import Dict, List, Optional
+import linecache
+from typing import Callable, Dict, List, Optional
 
 from torch import Tensor
 
-from functional_optim import SGD, Adam, AdamW, Adagrad, RMSprop, Adamax, Adadelta, Rprop, NAdam, RAdam
+from tests.support import optim_configs as C
 
-
-def train_sgd(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: float) -> Dict[int, Dict[str, Tensor]]:
-    """Create a SGD inside TorchScript, step it once per entry of ``grads``, return its state."""
-    opt = SGD(params, lr=lr)
+_TEMPLATE = '''
+def train_{name}(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: float) -> Dict[int, Dict[str, Tensor]]:
+    """Create a {cls} inside TorchScript, step it once per entry of ``grads``, return its state."""
+    opt = {cls}(params, lr=lr)
     for step_grads in grads:
         opt.step(step_grads)
     return opt.get_state()
 
 
-def step_sgd(opt: SGD, grads: List[List[Optional[Tensor]]]) -> None:
+def step_{name}(opt: {cls}, grads: List[List[Optional[Tensor]]]) -> None:
     """Step an optimizer handed in from Python once per entry of ``grads``.
 
     TorchScript converts an eager optimizer into a copy of its containers (the tensors are
@@ -26,160 +34,27 @@ def step_sgd(opt: SGD, grads: List[List[Optional[Tensor]]]) -> None:
     """
     for step_grads in grads:
         opt.step(step_grads)
-
-def train_adam(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: float) -> Dict[int, Dict[str, Tensor]]:
-    """Create a Adam inside TorchScript, step it once per entry of ``grads``, return its state."""
-    opt = Adam(params, lr=lr)
-    for step_grads in grads:
-        opt.step(step_grads)
-    return opt.get_state()
+'''
 
 
-def step_adam(opt: Adam, grads: List[List[Optional[Tensor]]]) -> None:
-    """Step an optimizer handed in from Python once per entry of ``grads``.
-
-    TorchScript converts an eager optimizer into a copy of its containers (the tensors are
-    shared), so state created here lives as long as this call: step it within one call.
-    """
-    for step_grads in grads:
-        opt.step(step_grads)
-
-def train_adamw(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: float) -> Dict[int, Dict[str, Tensor]]:
-    """Create a AdamW inside TorchScript, step it once per entry of ``grads``, return its state."""
-    opt = AdamW(params, lr=lr)
-    for step_grads in grads:
-        opt.step(step_grads)
-    return opt.get_state()
+def _make(info: C.OptimInfo) -> Dict[str, Callable]:
+    """``train_<name>`` and ``step_<name>`` for one optimizer, by name."""
+    name = info.name.lower()
+    source = _TEMPLATE.format(name=name, cls=info.name)
+    filename = f"<{__name__}: {info.name}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = {
+        "__name__": __name__, "Dict": Dict, "List": List, "Optional": Optional, "Tensor": Tensor,
+        info.name: info.ours,
+    }
+    exec(compile(source, filename, "exec"), namespace)
+    return {f"train_{name}": namespace[f"train_{name}"], f"step_{name}": namespace[f"step_{name}"]}
 
 
-def step_adamw(opt: AdamW, grads: List[List[Optional[Tensor]]]) -> None:
-    """Step an optimizer handed in from Python once per entry of ``grads``.
-
-    TorchScript converts an eager optimizer into a copy of its containers (the tensors are
-    shared), so state created here lives as long as this call: step it within one call.
-    """
-    for step_grads in grads:
-        opt.step(step_grads)
-
-def train_adagrad(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: float) -> Dict[int, Dict[str, Tensor]]:
-    """Create a Adagrad inside TorchScript, step it once per entry of ``grads``, return its state."""
-    opt = Adagrad(params, lr=lr)
-    for step_grads in grads:
-        opt.step(step_grads)
-    return opt.get_state()
-
-
-def step_adagrad(opt: Adagrad, grads: List[List[Optional[Tensor]]]) -> None:
-    """Step an optimizer handed in from Python once per entry of ``grads``.
-
-    TorchScript converts an eager optimizer into a copy of its containers (the tensors are
-    shared), so state created here lives as long as this call: step it within one call.
-    """
-    for step_grads in grads:
-        opt.step(step_grads)
-
-def train_rmsprop(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: float) -> Dict[int, Dict[str, Tensor]]:
-    """Create a RMSprop inside TorchScript, step it once per entry of ``grads``, return its state."""
-    opt = RMSprop(params, lr=lr)
-    for step_grads in grads:
-        opt.step(step_grads)
-    return opt.get_state()
-
-
-def step_rmsprop(opt: RMSprop, grads: List[List[Optional[Tensor]]]) -> None:
-    """Step an optimizer handed in from Python once per entry of ``grads``.
-
-    TorchScript converts an eager optimizer into a copy of its containers (the tensors are
-    shared), so state created here lives as long as this call: step it within one call.
-    """
-    for step_grads in grads:
-        opt.step(step_grads)
-
-def train_adamax(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: float) -> Dict[int, Dict[str, Tensor]]:
-    """Create a Adamax inside TorchScript, step it once per entry of ``grads``, return its state."""
-    opt = Adamax(params, lr=lr)
-    for step_grads in grads:
-        opt.step(step_grads)
-    return opt.get_state()
-
-
-def step_adamax(opt: Adamax, grads: List[List[Optional[Tensor]]]) -> None:
-    """Step an optimizer handed in from Python once per entry of ``grads``.
-
-    TorchScript converts an eager optimizer into a copy of its containers (the tensors are
-    shared), so state created here lives as long as this call: step it within one call.
-    """
-    for step_grads in grads:
-        opt.step(step_grads)
-
-def train_adadelta(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: float) -> Dict[int, Dict[str, Tensor]]:
-    """Create a Adadelta inside TorchScript, step it once per entry of ``grads``, return its state."""
-    opt = Adadelta(params, lr=lr)
-    for step_grads in grads:
-        opt.step(step_grads)
-    return opt.get_state()
-
-
-def step_adadelta(opt: Adadelta, grads: List[List[Optional[Tensor]]]) -> None:
-    """Step an optimizer handed in from Python once per entry of ``grads``.
-
-    TorchScript converts an eager optimizer into a copy of its containers (the tensors are
-    shared), so state created here lives as long as this call: step it within one call.
-    """
-    for step_grads in grads:
-        opt.step(step_grads)
-
-def train_rprop(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: float) -> Dict[int, Dict[str, Tensor]]:
-    """Create a Rprop inside TorchScript, step it once per entry of ``grads``, return its state."""
-    opt = Rprop(params, lr=lr)
-    for step_grads in grads:
-        opt.step(step_grads)
-    return opt.get_state()
-
-
-def step_rprop(opt: Rprop, grads: List[List[Optional[Tensor]]]) -> None:
-    """Step an optimizer handed in from Python once per entry of ``grads``.
-
-    TorchScript converts an eager optimizer into a copy of its containers (the tensors are
-    shared), so state created here lives as long as this call: step it within one call.
-    """
-    for step_grads in grads:
-        opt.step(step_grads)
-
-def train_nadam(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: float) -> Dict[int, Dict[str, Tensor]]:
-    """Create a NAdam inside TorchScript, step it once per entry of ``grads``, return its state."""
-    opt = NAdam(params, lr=lr)
-    for step_grads in grads:
-        opt.step(step_grads)
-    return opt.get_state()
-
-
-def step_nadam(opt: NAdam, grads: List[List[Optional[Tensor]]]) -> None:
-    """Step an optimizer handed in from Python once per entry of ``grads``.
-
-    TorchScript converts an eager optimizer into a copy of its containers (the tensors are
-    shared), so state created here lives as long as this call: step it within one call.
-    """
-    for step_grads in grads:
-        opt.step(step_grads)
-
-def train_radam(params: List[Tensor], grads: List[List[Optional[Tensor]]], lr: float) -> Dict[int, Dict[str, Tensor]]:
-    """Create a RAdam inside TorchScript, step it once per entry of ``grads``, return its state."""
-    opt = RAdam(params, lr=lr)
-    for step_grads in grads:
-        opt.step(step_grads)
-    return opt.get_state()
-
-
-def step_radam(opt: RAdam, grads: List[List[Optional[Tensor]]]) -> None:
-    """Step an optimizer handed in from Python once per entry of ``grads``.
-
-    TorchScript converts an eager optimizer into a copy of its containers (the tensors are
-    shared), so state created here lives as long as this call: step it within one call.
-    """
-    for step_grads in grads:
-        opt.step(step_grads)
-
-
-TRAIN = {"SGD": train_sgd, "Adam": train_adam, "AdamW": train_adamw, "Adagrad": train_adagrad, "RMSprop": train_rmsprop, "Adamax": train_adamax, "Adadelta": train_adadelta, "Rprop": train_rprop, "NAdam": train_nadam, "RAdam": train_radam}
-STEP = {"SGD": step_sgd, "Adam": step_adam, "AdamW": step_adamw, "Adagrad": step_adagrad, "RMSprop": step_rmsprop, "Adamax": step_adamax, "Adadelta": step_adadelta, "Rprop": step_rprop, "NAdam": step_nadam, "RAdam": step_radam}
+TRAIN: Dict[str, Callable] = {}
+STEP: Dict[str, Callable] = {}
+for _info in C.INFOS:
+    _functions = _make(_info)
+    globals().update(_functions)
+    TRAIN[_info.name] = _functions["train_" + _info.name.lower()]
+    STEP[_info.name] = _functions["step_" + _info.name.lower()]
