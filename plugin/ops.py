@@ -11,6 +11,11 @@ too, and the compiled graph calls the op itself (``dist_engine::<name>``), witho
 and without the GIL. The names ``torch.ops.dist_engine.*`` keep working; calling them or
 these functions is the same.
 
+The library also declares the fused CPU optimizer ops, ``torch.ops.gilfree_optim.<name>_``
+(schemas in the same file, kernels in ``plugin/csrc/fused_*.cpp``); their Python face is
+``functional_optim/_kernels.py``, because ``functional_optim`` calls them and must not import
+this package.
+
 Functions whose names start with an underscore wrap the engine's RPC handlers and
 bookkeeping ops, and the distributed optimizer's; they are for the package's own modules
 (``plugin/_handlers.py``, :mod:`plugin.autograd`, :mod:`plugin.optim`).

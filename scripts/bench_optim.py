@@ -28,6 +28,13 @@ in-place ``add_`` (reads two tensors, writes one).
 Each optimizer is timed in a fresh process (``--same-process`` times all in this one): what
 memory a 64 MB tensor gets depends on what the process allocated before.
 
+Fused kernels (issue 12): for each optimizer, with 1 and 2 intra-op threads, our fused op
+``torch.ops.gilfree_optim.<name>_`` called directly (``ours-kernel``), torch's fused step where
+torch has one, torch's fused Adam on workload B (the per-byte anchor) and, when ``deepspeed`` is
+installed, ``DeepSpeedCPUAdam`` for Adam/AdamW; each row gives the median step against the
+bandwidth floor (bytes the step must move / in-place ``add_`` bandwidth measured with the same
+thread count, both printed).
+
 Usage: ``python scripts/bench_optim.py [--quick] [--out results/bench_optim.json] [--only Adam,SGD]``
 """
 import argparse
@@ -125,6 +132,178 @@ def build_variants(name: str, shapes: List[Tuple[int, ...]], fused_phase: bool) 
         module = script_optimizer(ours(params, **kwargs, **flags[path]))
         variants[f"ours-script-{path}"] = lambda m=module: m.step(grads_opt)
     return variants
+
+
+# --- Fused CPU kernels (torch.ops.gilfree_optim): one op call per step -------------------------
+
+def kernel_step(name: str, params: List[torch.Tensor], grads: List[torch.Tensor]) -> Callable[[], None]:
+    """A step of our fused op ``gilfree_optim.<name>_`` with the hyperparameters of OPTIMIZERS.
+
+    State is created as torch.optim creates it (zeros; Rprop's step sizes = lr; NAdam's
+    mu_product = 1), so the op moves the same bytes as torch's step.
+    """
+    from functional_optim import _kernels
+
+    op = _kernels.op_for(name.lower())
+    z = lambda: [torch.zeros_like(p) for p in params]  # noqa: E731
+    steps = [torch.tensor(0.0) for _ in params]
+    lr = OPTIMIZERS[name][2]["lr"]
+    adam = dict(lr=lr, beta1=0.9, beta2=0.999, eps=1e-8, maximize=False)
+    if name == "SGD":
+        bufs = z()
+        first = [True]
+
+        def step() -> None:
+            op(params, grads, bufs, lr=lr, weight_decay=0.0, momentum=0.9, dampening=0.0, nesterov=False,
+               maximize=False, is_first_step=first[0])
+            first[0] = False
+        return step
+    if name in ("Adam", "AdamW"):
+        m, v = z(), z()
+        wd = 0.01 if name == "AdamW" else 0.0
+        return lambda: op(params, grads, m, v, [], steps, weight_decay=wd, amsgrad=False, **adam)
+    if name == "Adagrad":
+        sums = z()
+        return lambda: op(params, grads, sums, steps, lr=lr, lr_decay=0.0, weight_decay=0.0, eps=1e-10, maximize=False)
+    if name == "RMSprop":
+        sq = z()
+        return lambda: op(params, grads, sq, [], [], steps, lr=lr, alpha=0.99, eps=1e-8, weight_decay=0.0,
+                          momentum=0.0, centered=False, maximize=False)
+    if name == "Adamax":
+        m, u = z(), z()
+        return lambda: op(params, grads, m, u, steps, lr=lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0,
+                          maximize=False)
+    if name == "Adadelta":
+        sq, acc = z(), z()
+        return lambda: op(params, grads, sq, acc, steps, lr=lr, rho=0.9, eps=1e-6, weight_decay=0.0, maximize=False)
+    if name == "Rprop":
+        prev = z()
+        sizes = [torch.full_like(p, lr) for p in params]
+        return lambda: op(params, grads, prev, sizes, steps, step_size_min=1e-6, step_size_max=50.0, etaminus=0.5,
+                          etaplus=1.2, maximize=False)
+    if name == "NAdam":
+        m, v = z(), z()
+        mus = [torch.tensor(1.0) for _ in params]
+        return lambda: op(params, grads, m, v, mus, steps, weight_decay=0.0, momentum_decay=4e-3,
+                          decoupled_weight_decay=False, **adam)
+    if name == "RAdam":
+        m, v = z(), z()
+        return lambda: op(params, grads, m, v, steps, weight_decay=0.0, decoupled_weight_decay=False, **adam)
+    raise KeyError(name)
+
+
+def print_kernel_targets(kernels: Dict[str, Any]) -> None:
+    """The issue-12 targets, per thread count: (A) ours <= 1.3x the floor, ours <= 1.0x torch's
+    fused step (SGD/Adam/AdamW/Adagrad) and DeepSpeed's CPU Adam; (B) ours <= 0.7x torch's fused
+    Adam per byte moved, and <= 1.0x DeepSpeed's."""
+    print("\n== fused-kernel targets: A ours/floor <= 1.3, A/B ours/torch-fused <= 1.0, "
+          "B ours/torch-fused-Adam per byte <= 0.7, A/B ours/deepspeed <= 1.0 ==")
+    for name, per_threads in kernels.items():
+        for threads, rows in per_threads.items():
+            a, b = rows["A"], rows["B"]
+            parts = [f"A floor {a['ours/floor']:.2f}x (torch fused {a['torch-fused/floor']:.2f}x)"
+                     if "torch-fused/floor" in a else f"A floor {a['ours/floor']:.2f}x"]
+            for key in ("ours/torch-fused", "ours/deepspeed"):
+                for w, row in (("A", a), ("B", b)):
+                    if key in row:
+                        parts.append(f"{w} {key} {row[key]:.2f}x")
+            if "ours/torch-fused-Adam_per_byte" in b:
+                parts.append(f"B per byte vs torch fused Adam {b['ours/torch-fused-Adam_per_byte']:.2f}x")
+            print(f"{name} [{threads} thread(s)]: " + ", ".join(parts))
+
+
+def deepspeed_adam() -> Tuple[Optional[type], str]:
+    """DeepSpeed's CPU Adam class, or None and the reason it is not measured."""
+    try:
+        from deepspeed.ops.adam import DeepSpeedCPUAdam  # builds its C++ op with ninja at first use
+    except Exception as e:  # noqa: BLE001 - any failure means: no DeepSpeed row
+        return None, f"deepspeed not importable: {type(e).__name__}: {e}"
+    return DeepSpeedCPUAdam, ""
+
+
+def build_kernel_variants(name: str, shapes: List[Tuple[int, ...]], anchor_adam: bool) -> Dict[str, Callable[[], None]]:
+    """ours-kernel (our fused op), torch-fused (torch.optim fused=True) and, for Adam/AdamW,
+    deepspeed-cpu-adam; ``anchor_adam`` adds torch's fused Adam (the per-byte anchor)."""
+    torch_class, _, kwargs, has_fused, _ = OPTIMIZERS[name]
+    gen = torch.Generator().manual_seed(0)
+    base = [torch.randn(s, generator=gen) for s in shapes]
+    grads = [torch.randn(s, generator=gen) * 1e-2 for s in shapes]
+    variants: Dict[str, Callable[[], None]] = {}
+    variants["ours-kernel"] = kernel_step(name, [p.clone() for p in base], grads)
+    if has_fused:
+        params = [torch.nn.Parameter(p.clone()) for p in base]
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        variants["torch-fused"] = torch_class(params, **kwargs, fused=True).step
+    if anchor_adam and name != "Adam":
+        params = [torch.nn.Parameter(p.clone()) for p in base]
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        variants["torch-fused-Adam"] = torch.optim.Adam(params, lr=1e-3, fused=True).step
+    if name in ("Adam", "AdamW"):
+        ds, _ = deepspeed_adam()
+        if ds is not None:
+            params = [torch.nn.Parameter(p.clone()) for p in base]
+            for p, g in zip(params, grads):
+                p.grad = g.clone()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                opt = ds(params, lr=1e-3, adamw_mode=(name == "AdamW"),
+                         weight_decay=0.01 if name == "AdamW" else 0.0)
+            variants["deepspeed-cpu-adam"] = opt.step
+    return variants
+
+
+def kernel_rows(name: str, workloads: Dict[str, List[Tuple[int, ...]]], quick: bool) -> Dict[str, Any]:
+    """Fused-kernel rows of one optimizer for 1 and 2 intra-op threads.
+
+    For each thread count: the in-place ``add_`` bandwidth (measured with that many threads),
+    then per workload the median step of each variant, its bandwidth floor ratio (median /
+    (bytes it must move / add_ bandwidth)) and the ratios the targets use.
+    """
+    words = OPTIMIZERS[name][4]
+    rounds, per_round, warmup = (2, 2, 1) if quick else (8, 3, 2)
+    bw_numel = 1 << 16 if quick else 64 * 1024 * 1024
+    out: Dict[str, Any] = {}
+    saved = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            bandwidth = measure_bandwidth(bw_numel, 5 if quick else 10)
+            per_threads: Dict[str, Any] = {"bandwidth_inplace_add_GBps": bandwidth}
+            for workload, shapes in workloads.items():
+                numel = sum(int(torch.Size(s).numel()) for s in shapes)
+                samples: Dict[str, List[float]] = {}
+                for reverse in (False, True):
+                    variants = build_kernel_variants(name, shapes, anchor_adam=(workload == "B"))
+                    if reverse:
+                        variants = dict(reversed(list(variants.items())))
+                    for key, values in time_variants(variants, rounds, per_round, warmup, raw=True).items():
+                        samples.setdefault(key, []).extend(values)
+                    del variants
+                timed = summarize(samples)
+                floor_ms = words * 4 * numel / (bandwidth * 1e9) * 1e3
+                row: Dict[str, Any] = {"bytes": words * 4 * numel, "floor_ms": floor_ms, "variants": timed}
+                ours = timed["ours-kernel"]["median_ms"]
+                row["ours/floor"] = ours / floor_ms
+                if "torch-fused" in timed:
+                    row["torch-fused/floor"] = timed["torch-fused"]["median_ms"] / floor_ms
+                    row["ours/torch-fused"] = ours / timed["torch-fused"]["median_ms"]
+                if "deepspeed-cpu-adam" in timed:
+                    row["ours/deepspeed"] = ours / timed["deepspeed-cpu-adam"]["median_ms"]
+                adam_ms = timed["torch-fused"]["median_ms"] if name == "Adam" else (
+                    timed["torch-fused-Adam"]["median_ms"] if "torch-fused-Adam" in timed else None)
+                if adam_ms is not None:
+                    # Per byte moved: ours / (torch fused Adam, which moves 7 words per element).
+                    row["ours/torch-fused-Adam_per_byte"] = (ours / words) / (adam_ms / 7)
+                per_threads[workload] = row
+                print(f"  [{threads} thread(s)] {name} {workload}: add_ {bandwidth:.1f} GB/s, floor {floor_ms:.3f} ms; "
+                      + ", ".join(f"{k} {v['median_ms']:.3f} ms" for k, v in timed.items())
+                      + "; " + ", ".join(f"{k} {v:.2f}x" for k, v in row.items() if "/" in k))
+            out[str(threads)] = per_threads
+    finally:
+        torch.set_num_threads(saved)
+    return out
 
 
 def summarize(times: Dict[str, List[float]]) -> Dict[str, Dict[str, float]]:
@@ -225,6 +404,14 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
             interesting = {k: v for k, v in r.items() if k.endswith(best_torch) or k.endswith("torch-functional")}
             print("   ratios: " + ", ".join(f"{k} {v:.2f}x" for k, v in interesting.items()))
 
+    print("\n== fused kernels (ours: torch.ops.gilfree_optim) vs the bandwidth floor, 1 and 2 threads ==")
+    kernels = {name: kernel_rows(name, workloads, args.quick) for name in names}
+    ds_class, ds_reason = deepspeed_adam()
+    if ds_class is None:
+        print(f"no DeepSpeed row: {ds_reason}")
+
+    print_kernel_targets(kernels)
+
     targets = {}
     for name in ["SGD", "Adam", "Adagrad"]:
         if name in names:
@@ -254,6 +441,8 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         "results": results,
         "ratios": ratios,
         "targets": targets,
+        "kernels": kernels,
+        "deepspeed": ds_reason or "measured",
     }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
@@ -290,8 +479,10 @@ def run_isolated(names: List[str], args: argparse.Namespace) -> Dict[str, Any]:
                 for workload, per_name in report["ratios"].items():
                     merged["ratios"].setdefault(workload, {}).update(per_name)
                 merged["targets"].update(report["targets"])
+                merged["kernels"].update(report["kernels"])
     assert merged is not None
     merged["isolated"] = True
+    print_kernel_targets(merged["kernels"])
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(merged, f, indent=1)

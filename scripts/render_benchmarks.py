@@ -103,7 +103,41 @@ def render_bench_optim(data: Dict[str, Any]) -> str:
         rows = [[name] + [_ms(medians[workload][name].get(v)) for v in present] for name in order
                 if name in medians[workload]]
         out.append(_table(["optimizer"] + [f"`{v}`" for v in present], rows))
+    if "kernels" in data:
+        out.append("")
+        out.extend(_render_kernels(data))
     return "\n".join(out)
+
+
+def _render_kernels(data: Dict[str, Any]) -> List[str]:
+    """Issue 12: our fused ops (`torch.ops.gilfree_optim`) against the bandwidth floor."""
+    out = [
+        "Fused kernels (issue 12): our op `torch.ops.gilfree_optim.<name>_` called directly, against the "
+        "bandwidth floor (bytes the step must move / in-place `add_` bandwidth measured with the same thread "
+        f"count) and torch's fused step; DeepSpeed: {data.get('deepspeed', 'not measured')}. Targets: (A) ours "
+        "<= 1.3x the floor and <= 1.0x torch's fused step and DeepSpeed's CPU Adam; (B) ours <= 0.7x torch's "
+        "fused Adam per byte moved.",
+        "",
+    ]
+    rows = []
+    for name, per_threads in data["kernels"].items():
+        for threads, r in per_threads.items():
+            a, b = r["A"], r["B"]
+            rows.append([
+                name, threads, f"{r['bandwidth_inplace_add_GBps']:.1f}",
+                _ms(a["variants"]["ours-kernel"]["median_ms"]), f"{a['ours/floor']:.2f}x, {_verdict(a['ours/floor'], 1.3)}",
+                f"{a['ours/torch-fused']:.2f}x, {_verdict(a['ours/torch-fused'], 1.0)}" if "ours/torch-fused" in a else "–",
+                f"{a['ours/deepspeed']:.2f}x" if "ours/deepspeed" in a else "–",
+                _ms(b["variants"]["ours-kernel"]["median_ms"]),
+                f"{b['ours/torch-fused-Adam_per_byte']:.2f}x, {_verdict(b['ours/torch-fused-Adam_per_byte'], 0.7)}",
+                f"{b['ours/deepspeed']:.2f}x" if "ours/deepspeed" in b else "–",
+            ])
+    out.append(_table(
+        ["optimizer", "threads", "add_ GB/s", "(A) ours ms", "(A) ours / floor", "(A) ours / torch fused",
+         "(A) ours / DeepSpeed", "(B) ours ms", "(B) ours / torch fused Adam per byte", "(B) ours / DeepSpeed"],
+        rows,
+    ))
+    return out
 
 
 # --- results/bench_backward.json (scripts/bench_backward.py) -----------------------------------

@@ -1,0 +1,119 @@
+"""Loads the fused CPU optimizer kernels: the ops ``torch.ops.gilfree_optim.<name>_``.
+
+The kernels live in the project's op library (built from ``plugin/csrc``: ``fused_optim.h``
+and one ``fused_<name>.cpp`` per optimizer; schemas in ``plugin/csrc/ops.cpp``), in their own
+op namespace, ``gilfree_optim``, apart from the engine's ``dist_engine`` ops.
+``functional_optim`` must not import the ``plugin`` package (``plugin`` imports
+``functional_optim``), so this module finds the library file itself: ``$GILFREE_RPC_LIBRARY``
+when set, else the ``_C*.so`` next to the ``plugin`` package, located with
+``importlib.util.find_spec`` (which reads the package's location without running it).
+Loading is ``torch.ops.load_library``; when ``plugin`` loads the same file too, the second load
+is a no-op (one ``dlopen`` of one path).
+
+The ops must be registered before a function that calls them is scripted: the fused paths
+call :func:`load` first (the eager entry points below do, and so do the classes), and a
+missing library turns ``fused=True`` into an error that names the file looked for, not into
+a silent fallback.
+"""
+import glob
+import importlib.machinery
+import importlib.util
+import os
+from typing import List, Optional
+
+import torch
+
+__all__ = ["LIBRARY_ENV_VAR", "find_library", "load", "available", "OPTIMIZERS"]
+
+# Same variable as plugin._library: a library built elsewhere (the CMake build, say).
+LIBRARY_ENV_VAR = "GILFREE_RPC_LIBRARY"
+
+# The optimizers with a fused CPU kernel here: op torch.ops.gilfree_optim.<name>_.
+OPTIMIZERS: List[str] = [
+    "sgd", "adam", "adamw", "adagrad", "rmsprop", "adamax", "adadelta", "rprop", "nadam", "radam",
+]
+
+_state = {"path": None, "error": None}
+
+
+def find_library() -> str:
+    """Path of the op library: ``$GILFREE_RPC_LIBRARY`` or ``<plugin package>/_C*.so``.
+
+    Raises:
+        ImportError: no library file was found (the plugin was not built).
+    """
+    override = os.environ.get(LIBRARY_ENV_VAR)
+    if override:
+        return override
+    spec = importlib.util.find_spec("plugin")
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in folders:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            candidates = glob.glob(os.path.join(folder, "_C" + suffix))
+            if candidates:
+                return candidates[0]
+    raise ImportError(
+        f"functional_optim: no op library (_C*.so) found in {folders or 'the plugin package'} and "
+        f"${LIBRARY_ENV_VAR} is not set; the fused CPU kernels need it (build it with "
+        f"`pip install --no-build-isolation -e .`)"
+    )
+
+
+def load() -> str:
+    """Loads the op library once per process (registering ``torch.ops.gilfree_optim``).
+
+    Returns:
+        The library's path.
+
+    Raises:
+        ImportError: the library is missing, fails to load, or lacks the ``gilfree_optim`` ops
+            (built from older sources); the message names the file.
+    """
+    if _state["path"] is not None:
+        return _state["path"]
+    if _state["error"] is not None:
+        raise ImportError(_state["error"])
+    try:
+        path = find_library()
+        try:
+            torch.ops.load_library(path)
+        except (OSError, RuntimeError) as e:
+            reason = f"{e}: {e.__cause__}" if e.__cause__ is not None else str(e)
+            raise ImportError(f"functional_optim: failed to load the op library {path}: {reason}") from e
+        if not hasattr(torch.ops.gilfree_optim, "adam_"):
+            raise ImportError(
+                f"functional_optim: the op library {path} has no fused optimizer kernels "
+                f"(torch.ops.gilfree_optim); rebuild it from this source tree"
+            )
+    except ImportError as e:
+        _state["error"] = str(e)
+        raise
+    _state["path"] = path
+    return path
+
+
+def available() -> bool:
+    """Whether the fused CPU kernels can be used (loads the library on the first call)."""
+    try:
+        load()
+    except ImportError:
+        return False
+    return True
+
+
+def op_for(name: str):
+    """The fused op ``torch.ops.gilfree_optim.<name>_`` (``name`` in :data:`OPTIMIZERS`).
+
+    Raises:
+        ValueError: unknown optimizer name.
+        ImportError: the op library cannot be loaded (see :func:`load`).
+    """
+    if name not in OPTIMIZERS:
+        raise ValueError(f"functional_optim: no fused kernel named {name!r}; known: {OPTIMIZERS}")
+    load()
+    return getattr(torch.ops.gilfree_optim, name + "_")
+
+
+def default_error() -> Optional[str]:
+    """Why the kernels are unavailable (``None`` when loaded or not tried yet)."""
+    return _state["error"]

@@ -1,0 +1,57 @@
+// Fused Adamax step (schemas in ops.cpp; machinery in fused_optim.h).
+//
+// Per element, as torch.optim.adamax's single-tensor step (torch 2.13):
+//   g = maximize ? -grad : grad;  g += wd * p
+//   m = lerp(m, g, 1 - beta1)
+//   u = max(u * beta2, |g| + eps)
+//   p += -(lr / (1 - beta1^step)) * m / u
+#include "fused_optim.h"
+
+#include <torch/library.h>
+
+namespace gilfree_optim {
+namespace {
+
+struct AdamaxScalars {
+  double clr;
+};
+
+template <bool kMeta>
+void adamaxKernel(
+    at::TensorList params, at::TensorList grads, at::TensorList expAvgs, at::TensorList expInfs,
+    at::TensorList steps, double lr, double beta1, double beta2, double eps, double weightDecay, bool maximize) {
+  const char* op = "adamax_";
+  checkTensorLists(op, params, {{"grads", grads}, {"exp_avgs", expAvgs}, {"exp_infs", expInfs}});
+  checkSteps(op, params, steps);
+  if constexpr (kMeta) {
+    return;
+  } else {
+    checkCpu(op, params);
+    std::vector<AdamaxScalars> scalars;
+    for (const double step : incrementSteps(steps)) {
+      scalars.push_back({lr / (1 - std::pow(beta1, step))});
+    }
+    forEachElement<4>(op, {params, grads, expAvgs, expInfs}, scalars, [=](const AdamaxScalars& s, auto& x) {
+      using V = typename std::decay_t<decltype(x)>::value_type;
+      V g = maximize ? V(0) - x[1] : x[1];
+      if (weightDecay != 0) {
+        g = g + cst<V>(weightDecay) * x[0];
+      }
+      x[2] = lerp(x[2], g, 1 - beta1);
+      x[3] = vmax(x[3] * cst<V>(beta2), vabs(g) + cst<V>(eps));
+      x[0] = x[0] + cst<V>(-s.clr) * (x[2] / x[3]);
+    });
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(gilfree_optim, CPU, m) {
+  m.impl("adamax_", TORCH_FN(adamaxKernel<false>));
+}
+
+TORCH_LIBRARY_IMPL(gilfree_optim, Meta, m) {
+  m.impl("adamax_", TORCH_FN(adamaxKernel<true>));
+}
+
+}  // namespace gilfree_optim

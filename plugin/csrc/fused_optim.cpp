@@ -1,0 +1,140 @@
+// Argument checks and step counters shared by the fused optimizer kernels (fused_optim.h).
+#include "fused_optim.h"
+
+#include <sstream>
+
+namespace gilfree_optim {
+namespace {
+
+std::string where(const char* op, const char* list, size_t i) {
+  std::ostringstream s;
+  s << "gilfree_optim::" << op << ": " << list << "[" << i << "]";
+  return s.str();
+}
+
+bool isSupportedDtype(at::ScalarType t) {
+  return t == at::kFloat || t == at::kDouble || t == at::kBFloat16 || t == at::kHalf;
+}
+
+}  // namespace
+
+void checkTensorLists(
+    const char* op,
+    at::TensorList params,
+    std::initializer_list<NamedList> others,
+    std::initializer_list<NamedList> optional) {
+  for (const auto i : c10::irange(params.size())) {
+    const at::Tensor& p = params[i];
+    TORCH_CHECK(p.defined(), where(op, "params", i), " is undefined");
+    TORCH_CHECK(
+        p.layout() == at::kStrided, where(op, "params", i), " has layout ", p.layout(),
+        "; the fused step takes dense (strided) tensors");
+    TORCH_CHECK(
+        isSupportedDtype(p.scalar_type()), where(op, "params", i), " has dtype ", p.scalar_type(),
+        "; the fused step takes float32, float64, bfloat16 and float16 tensors");
+    TORCH_CHECK(
+        p.is_non_overlapping_and_dense(), where(op, "params", i),
+        " is not dense (a view with gaps or overlapping elements); the fused step updates "
+        "dense tensors only");
+  }
+  auto checkList = [&](const NamedList& list, bool isOptional) {
+    if (isOptional && list.tensors.empty()) {
+      return;
+    }
+    TORCH_CHECK(
+        list.tensors.size() == params.size(), "gilfree_optim::", op, ": ", list.name, " has ",
+        list.tensors.size(), " tensors but params has ", params.size(),
+        isOptional ? " (it must be empty when its option is off, or one per parameter)" : "");
+    const bool isGrad = std::string(list.name) == "grads";
+    for (const auto i : c10::irange(params.size())) {
+      const at::Tensor& p = params[i];
+      const at::Tensor& t = list.tensors[i];
+      TORCH_CHECK(t.defined(), where(op, list.name, i), " is undefined");
+      TORCH_CHECK(
+          t.layout() == at::kStrided, where(op, list.name, i), " has layout ", t.layout(),
+          isGrad ? "; the fused step takes dense gradients (sparse gradients need the single-tensor path)"
+                 : "; the fused step takes dense (strided) tensors");
+      TORCH_CHECK(
+          t.scalar_type() == p.scalar_type(), where(op, list.name, i), " has dtype ", t.scalar_type(),
+          " but params[", i, "] has dtype ", p.scalar_type());
+      TORCH_CHECK(
+          t.device() == p.device(), where(op, list.name, i), " is on ", t.device(), " but params[", i,
+          "] is on ", p.device());
+      TORCH_CHECK(
+          t.sizes() == p.sizes(), where(op, list.name, i), " has shape ", t.sizes(), " but params[", i,
+          "] has shape ", p.sizes());
+      if (!isGrad) {
+        TORCH_CHECK(
+            t.strides() == p.strides(), where(op, list.name, i), " has strides ", t.strides(),
+            " but params[", i, "] has strides ", p.strides(), "; state must be laid out like its parameter");
+      }
+    }
+  };
+  for (const auto& list : others) {
+    checkList(list, false);
+  }
+  for (const auto& list : optional) {
+    checkList(list, true);
+  }
+}
+
+void checkSteps(const char* op, at::TensorList params, at::TensorList steps, const char* name) {
+  TORCH_CHECK(
+      steps.size() == params.size(), "gilfree_optim::", op, ": ", name, " has ", steps.size(),
+      " tensors but params has ", params.size());
+  for (const auto i : c10::irange(steps.size())) {
+    const at::Tensor& s = steps[i];
+    TORCH_CHECK(s.defined(), where(op, name, i), " is undefined");
+    TORCH_CHECK(
+        s.numel() == 1 && s.layout() == at::kStrided, where(op, name, i),
+        " must be a one-element tensor (a step counter), got shape ", s.sizes());
+    TORCH_CHECK(
+        s.scalar_type() == at::kFloat || s.scalar_type() == at::kDouble, where(op, name, i),
+        " has dtype ", s.scalar_type(), "; step counters are float32 or float64");
+    TORCH_CHECK(
+        s.device().is_cpu() || s.device().is_meta(), where(op, name, i), " is on ", s.device(),
+        "; the fused CPU step keeps its counters on the CPU");
+  }
+}
+
+void checkCpu(const char* op, at::TensorList params) {
+  for (const auto i : c10::irange(params.size())) {
+    TORCH_CHECK(
+        params[i].device().is_cpu(), where(op, "params", i), " is on ", params[i].device(),
+        "; this fused kernel runs on the CPU only");
+  }
+}
+
+double readScalar(const at::Tensor& t) {
+  if (t.scalar_type() == at::kFloat) {
+    return static_cast<double>(*t.data_ptr<float>());
+  }
+  return *t.data_ptr<double>();
+}
+
+void writeScalar(const at::Tensor& t, double value) {
+  if (t.scalar_type() == at::kFloat) {
+    *t.data_ptr<float>() = static_cast<float>(value);
+  } else {
+    *t.data_ptr<double>() = value;
+  }
+}
+
+std::vector<double> incrementSteps(at::TensorList steps) {
+  std::vector<double> values;
+  values.reserve(steps.size());
+  for (const auto& s : steps) {
+    if (s.scalar_type() == at::kFloat) {
+      float* p = s.data_ptr<float>();
+      *p = *p + 1.0f;
+      values.push_back(static_cast<double>(*p));
+    } else {
+      double* p = s.data_ptr<double>();
+      *p = *p + 1.0;
+      values.push_back(*p);
+    }
+  }
+  return values;
+}
+
+}  // namespace gilfree_optim
