@@ -32,7 +32,7 @@ def _reachability(context_id: int) -> List[int]:
     return torch.ops.dist_engine._reachability(context_id)
 
 
-def _abort_pass(context_id: int, pass_id: int) -> int:
+def _abort_pass(context_id: int, pass_id: int) -> str:
     return torch.ops.dist_engine._abort_pass(context_id, pass_id)
 
 
