@@ -37,7 +37,7 @@ namespace {
 constexpr double kAbortWaitWithoutTimeoutS = 10.0;
 
 constexpr const char* kFastModeHint =
-    ". Fast mode expects a gradient for every send function of the context; "
+    "Fast mode expects a gradient for every send function of the context; "
     "if some RPC outputs do not reach the loss, use mode=\"smart\"";
 
 std::string passLabel(int64_t contextId) {
@@ -188,7 +188,7 @@ std::string Engine::timeoutReport(
     }
   }
   if (allAnswered && pass.mode == Mode::kFast) {
-    what << kFastModeHint;
+    what << " " << kFastModeHint;
   }
   return workerError(passLabel(pass.contextId), what.str());
 }
