@@ -53,6 +53,20 @@ def test_stopped_server_is_named_within_the_timeout(mode):
 
 
 @pytest.mark.timeout(150)
+def test_stuck_backward_function_is_named_within_the_timeout():
+    """worker2 stays alive but its backward function never returns: backward raises within
+    1.2 RPC timeouts; worker2 answers the abort, saying what it was running."""
+    result = run_scenario("stuck_server")
+    assert result["reached_worker2"] and result["finished"]
+    error = result["error"]
+    assert "did not finish within the RPC timeout (3 s)" in error and "No answer" not in error, error
+    assert "worker 'worker2' (id 2) was running BlockingBackwardBackward" in error, error
+    assert "worker 'worker0' (id 0) waited for the gradients of its send functions" in error
+    assert RPC_TIMEOUT * 0.95 < result["elapsed_s"] < 1.2 * RPC_TIMEOUT + SLACK_S, result["elapsed_s"]
+    assert result["running_passes"] == {"worker1": 0, "worker3": 0} and result["root_running_passes"] == 0
+
+
+@pytest.mark.timeout(150)
 def test_killed_server_is_named_promptly():
     """worker2 is killed (SIGKILL) while its part of the pass runs: the agent reports the
     broken connection, so backward raises long before the RPC timeout, naming worker2."""

@@ -62,9 +62,9 @@ def running_on(worker: str) -> bool:
     return debug_info(worker)["num_running_passes"] > 0
 
 
-def server_mid_backward(cluster: Cluster, sig: int, mode: str):
+def server_mid_backward(cluster: Cluster, sig, mode: str):
     """worker0 -> worker1 (mul) -> worker2 (a backward that blocks); once worker2 runs its
-    part, it gets `sig`. Reports backward's error and how long it took, and what the other
+    part, it gets `sig` (None: it stays alive, its backward function stuck). Reports backward's error and how long it took, and what the other
     workers still hold."""
     timeout = cluster.rpc_timeout
     a = torch.rand(4, requires_grad=True)
@@ -73,8 +73,11 @@ def server_mid_backward(cluster: Cluster, sig: int, mode: str):
         c = rpc.rpc_sync("worker2", graphs.udf_blocking_backward, args=(b,))
         thread, outcome = backward_in_thread(ctx, [c.sum()], mode)
         reached = wait_until(lambda: running_on("worker2"), timeout / 2)
-        os.kill(cluster._procs[1].pid, sig)  # worker2
+        if sig is not None:
+            os.kill(cluster._procs[1].pid, sig)  # worker2
         thread.join(timeout=4 * timeout)
+        if sig is None:
+            rpc.rpc_sync("worker2", graphs.release_blocked_backward, timeout=5)
         result = {"reached_worker2": reached is not None, "finished": not thread.is_alive(), **outcome}
         result["running_passes"] = {w: debug_info(w)["num_running_passes"] for w in ("worker1", "worker3")}
         result["root_running_passes"] = plugin.autograd.debug_info()["num_running_passes"]
@@ -139,6 +142,7 @@ SCENARIOS = {
     "stop_server_fast": lambda c: server_mid_backward(c, signal.SIGSTOP, "fast"),
     "stop_server_smart": lambda c: server_mid_backward(c, signal.SIGSTOP, "smart"),
     "kill_server": lambda c: server_mid_backward(c, signal.SIGKILL, "smart"),
+    "stuck_server": lambda c: server_mid_backward(c, None, "smart"),
     "kill_trainer": trainer_killed,
     "slow_trainer": slow_trainer,
 }
