@@ -72,7 +72,8 @@ def server_mid_backward(cluster: Cluster, sig, mode: str):
         b = rpc.rpc_sync("worker1", torch.mul, args=(a, a))
         c = rpc.rpc_sync("worker2", graphs.udf_blocking_backward, args=(b,))
         thread, outcome = backward_in_thread(ctx, [c.sum()], mode)
-        # (worker2 blocks in its part anyway: stopping it later changes nothing but the name)
+        # (the pass cannot get past worker2's blocked backward function: any moment before
+        # the root's deadline will do)
         reached = wait_until(lambda: running_on("worker2"), 0.8 * timeout)
         if sig is not None:
             os.kill(cluster._procs[1].pid, sig)  # worker2
