@@ -8,9 +8,10 @@ from ._library import load_library as _load_library
 
 _load_library()
 
+from . import ops  # noqa: E402
 from . import _handlers  # noqa: E402
 from . import autograd  # noqa: E402
 
 _handlers.register()
 
-__all__ = ["autograd"]
+__all__ = ["autograd", "ops"]

@@ -18,6 +18,8 @@ import torch
 import torch.distributed.autograd as _dist_autograd
 from torch import Tensor
 
+from . import ops
+
 __all__ = ["backward", "get_gradients", "context", "debug_info"]
 
 
@@ -66,7 +68,7 @@ def backward(context_id: int, roots: List[Tensor], retain_graph: bool = False, m
     if mode != "smart" and mode != "fast":
         raise ValueError(f'backward(): mode must be "smart" or "fast", got "{mode}"')
     if torch.jit.is_scripting():
-        torch.ops.dist_engine.backward(context_id, roots, retain_graph, mode)
+        ops.backward(context_id, roots, retain_graph, mode)
     else:
         _backward_keeping_error_types(context_id, roots, retain_graph, mode)
 
@@ -79,7 +81,7 @@ _PYTHON_RAISED = re.compile(r"a Python hook or function raised ([A-Za-z_][A-Za-z
 @torch.jit.unused
 def _backward_keeping_error_types(context_id: int, roots: List[Tensor], retain_graph: bool, mode: str) -> None:
     try:
-        torch.ops.dist_engine.backward(context_id, roots, retain_graph, mode)
+        ops.backward(context_id, roots, retain_graph, mode)
     except RuntimeError as error:
         rebuilt = _rebuild_python_error(error)
         if rebuilt is None:
@@ -119,7 +121,7 @@ def get_gradients(context_id: int) -> Dict[Tensor, Tensor]:
     Raises:
         RuntimeError: the context id is unknown on this worker.
     """
-    return torch.ops.dist_engine.get_gradients(context_id)
+    return ops.get_gradients(context_id)
 
 
 class context:
@@ -150,7 +152,7 @@ class context:
         try:
             return self._torch_context.__exit__(exc_type, exc_value, traceback)
         finally:
-            torch.ops.dist_engine._release_context(self._context_id)
+            ops._release_context(self._context_id)
 
 
 def debug_info() -> Dict[str, int]:
@@ -169,4 +171,4 @@ def debug_info() -> Dict[str, int]:
 
     Raises nothing.
     """
-    return dict(torch.ops.dist_engine._debug_info())
+    return dict(ops._debug_info())

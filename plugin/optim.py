@@ -21,6 +21,7 @@ from torch.distributed.rpc import RRef
 import functional_optim
 from functional_optim import _jit
 
+from . import ops
 from ._errors import raise_on_worker
 from functional_optim.scripting import OptimizerModule, script_class
 
@@ -138,7 +139,7 @@ class ScriptLocalOptimizer(torch.nn.Module):
         Raises:
             RuntimeError: the context id is unknown here, or the optimizer rejects a gradient.
         """
-        gradients = torch.ops.dist_engine.gradients_for(context_id, self._params)
+        gradients = ops.gradients_for(context_id, self._params)
         with self._lock:
             self.optimizer.step(gradients)
 
@@ -188,7 +189,7 @@ def _shared_lock(params: List[Tensor]):
     with _LOCKS_GUARD:
         lock = _LOCKS.get(key)
         if lock is None:
-            lock = _LOCKS[key] = torch.classes.dist_engine.StepLock()
+            lock = _LOCKS[key] = ops.new_step_lock()
         return lock
 
 

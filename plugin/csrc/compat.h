@@ -1,22 +1,75 @@
-// Differences between the torch versions the library builds against (2.11 and newer).
+// Every use of a torch internal by the engine, each behind one named helper.
 //
-// torch 2.13 holds autograd nodes in c10::intrusive_ptr (Edge::function, the send
-// and recv function maps of a DistAutogradContext); torch 2.11 holds them in
-// std::shared_ptr. The engine only needs "an owning pointer to a Node", so it names
-// the type the installed torch uses and builds nodes through makeNode.
+// "Internal" here: a private or undocumented field, type or bit layout, a test on a
+// mangled type name, a behaviour torch does not promise, or a function of torch's own
+// engine or RPC implementation (not of the C++ classes that extensions are meant to
+// use: Node's public API, DistAutogradContainer/Context, RpcAgent, c10::ivalue::Future).
+// The rest of plugin/csrc calls these helpers and touches none of those internals
+// itself, so a torch upgrade has this one file to audit. Each helper says what it
+// relies on and why; all were checked on torch 2.11 and 2.13 (the versions the library
+// builds against; the code names no version, it picks up types from the headers).
+//
+// Audit list (helper: the torch internal it relies on)
+//   NodePtr, makeNode         Edge::function's pointer type (std::shared_ptr in 2.11,
+//                             c10::intrusive_ptr in 2.13)
+//   workerIdOf,               the autograd message id layout: the id of the worker
+//   workerScopedId              that made it in bits 48 and up
+//   gradientEdge              torch::autograd::impl::gradient_edge
+//   takeInputs                InputBuffer::buffer (InputBuffer::variables is not exported)
+//   addInput                  InputBuffer::add's signature
+//   validateOutputs           torch::autograd::validate_outputs (torch's engine)
+//   accumulatedLeaf           AccumulateGrad::variable
+//   isGeneratedBackwardNode   generated backward functions: their mangled type name, and
+//                             that they compute only the outputs whose edge is valid
+//   exceptionText             python_error's message is empty off torch's own threads
+//                             (python_errors.cpp: python_error's members, and the
+//                             pending Python error torch's hooks leave behind)
+//   isPeerUnreachable         TensorPipe's transport errors say "originated at tensorpipe"
+//   callWhenContextDestroyed  DistAutogradContext's outstanding-RPC list, kept until the
+//                             context is destroyed
+//   scriptCallMessage,        rpc::ScriptCall's wire form and the agent's reply future
+//   replyValue                  (a Message custom class, decoded by deserializeRespToIValue)
+//   isRpcTimeout              rpc::getRPCErrorType (parses the error message)
 #pragma once
 
+#include <c10/util/Type.h>
 #include <torch/csrc/autograd/edge.h>
+#include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
+#include <torch/csrc/autograd/input_buffer.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/csrc/distributed/autograd/context/context.h>
+#include <torch/csrc/distributed/rpc/message.h>
+#include <torch/csrc/distributed/rpc/script_call.h>
+#include <torch/csrc/distributed/rpc/utils.h>
 
+#include "python_errors.h"
+
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
+#include <vector>
 
 namespace dist_engine {
 
+// --- autograd nodes -----------------------------------------------------------------
+
+// An owning pointer to an autograd node, of the type the installed torch uses in
+// Edge::function and in a DistAutogradContext's send and recv function maps:
+// std::shared_ptr in torch 2.11, c10::intrusive_ptr in 2.13. Named from Edge::function
+// so that it follows the headers. Checked on torch 2.11 and 2.13.
 using NodePtr = decltype(std::declval<torch::autograd::Edge>().function);
 
+// Builds a node of type T owned by a NodePtr (make_shared or make_intrusive, as the
+// pointer type needs). Checked on torch 2.11 and 2.13.
 template <class T, class... Args>
 NodePtr makeNode(Args&&... args) {
   if constexpr (std::is_same_v<NodePtr, std::shared_ptr<torch::autograd::Node>>) {
@@ -24,6 +77,178 @@ NodePtr makeNode(Args&&... args) {
   } else {
     return c10::make_intrusive<T>(std::forward<Args>(args)...);
   }
+}
+
+// The edge to the node that computes `tensor`'s gradient (its grad_fn, or its
+// AccumulateGrad node for a leaf). torch::autograd::impl::gradient_edge is in torch's
+// `impl` namespace (exported, undocumented); torch's distributed engine uses it for
+// the roots of a pass too. Checked on torch 2.11 and 2.13.
+inline torch::autograd::Edge gradientEdge(const at::Tensor& tensor) {
+  return torch::autograd::impl::gradient_edge(tensor);
+}
+
+// Casts and checks `grads` against `edges` (reduces a broadcast gradient to its input's
+// shape, casts its dtype, checks its device), as torch's engine does with every node's
+// outputs; `formatError` builds the message of an error. torch::autograd::validate_outputs
+// is a function of torch's engine (torch/csrc/autograd/engine.h, exported). Checked on
+// torch 2.11 and 2.13.
+inline void validateOutputs(
+    const torch::autograd::edge_list& edges,
+    torch::autograd::variable_list& grads,
+    const std::function<std::string(const std::string&)>& formatError) {
+  torch::autograd::validate_outputs(edges, grads, formatError);
+}
+
+// The leaf tensor of an AccumulateGrad node, or nullptr for any other node. Reads the
+// public field AccumulateGrad::variable of torch's node class (not a documented API);
+// the dynamic_cast needs the class's RTTI, which libtorch exports. Checked on torch
+// 2.11 and 2.13.
+inline const at::Tensor* accumulatedLeaf(torch::autograd::Node& fn) {
+  auto* leaf = dynamic_cast<torch::autograd::AccumulateGrad*>(&fn);
+  return leaf != nullptr ? &leaf->variable : nullptr;
+}
+
+// Whether `fn` is one of torch's generated backward functions (the classes of
+// torch::autograd::generated, made from derivatives.yaml). The mangled name of the
+// node's type is the only way to tell them from custom functions (PyNode, CppNode):
+// "5torch8autograd9generated" is the Itanium ABI mangling of that namespace (GCC and
+// Clang). The engine relies on what such a node does: it computes an output only when
+// its next edge is valid (Node::task_should_compute_output), so hiding some edges
+// computes some outputs (callFunctionMasked); custom functions compute them all.
+// Checked on torch 2.11 and 2.13.
+inline bool isGeneratedBackwardNode(const torch::autograd::Node& fn) {
+  return std::strstr(typeid(fn).name(), "5torch8autograd9generated") != nullptr;
+}
+
+// --- input buffers ------------------------------------------------------------------
+
+// The gradients gathered in `buffer`. InputBuffer::variables does the same but is not
+// exported from libtorch; InputBuffer::buffer is a public member of this internal
+// struct (torch/csrc/autograd/input_buffer.h). Checked on torch 2.11 and 2.13.
+inline torch::autograd::variable_list takeInputs(torch::autograd::InputBuffer&& buffer) {
+  return std::move(buffer.buffer);
+}
+
+// Adds `var` to input `pos` of `buffer`, synchronizing the producer's and the consumer's
+// streams (CUDA) as torch's engine does. InputBuffer::add is exported, but its parameters
+// change between releases (the consumer node `fn` is the newest). Checked on torch 2.11
+// and 2.13.
+inline void addInput(
+    torch::autograd::InputBuffer& buffer,
+    size_t pos,
+    at::Tensor&& var,
+    const std::optional<c10::Stream>& producerStream,
+    torch::autograd::Node* fn) {
+  buffer.add(pos, std::move(var), producerStream, fn->stream(), fn);
+}
+
+// --- errors -------------------------------------------------------------------------
+
+// The message of an exception raised while running a node. torch's python_error (a
+// Python hook or function raised) builds its message only when torch's own autograd
+// threads ask for it with the GIL held (python_error::persist); on other threads
+// what() is empty by the time the exception gets here. describePythonError
+// (python_errors.cpp, which holds that reliance on python_error's members and on how
+// torch's hooks leave the Python error pending) reads the Python exception itself.
+// plugin/autograd.py finds the words "a Python hook or function raised <Type>: " to
+// raise the same built-in type at the caller. Checked on torch 2.11 and 2.13.
+inline std::string exceptionText(const std::exception& e) {
+  if (const auto* error = dynamic_cast<const c10::Error*>(&e)) {
+    return error->what_without_backtrace();
+  }
+  if (auto python = describePythonError(e)) {
+    return "a Python hook or function raised " + *python;
+  }
+  std::string text = e.what();
+  if (text.empty()) {
+    text = "an exception of type " + c10::demangle(typeid(e).name()) + " without a message";
+  }
+  return text;
+}
+
+// --- distributed autograd contexts --------------------------------------------------
+
+// Calls `onDestroyed` when torch destroys `ctx` (or, rarely, earlier: see below).
+// DistAutogradContext has no destruction callback. The hook: a completed future handed
+// to addOutstandingRpc stays in the context's list of outstanding RPCs until the
+// context is destroyed, and its value (a capsule holding a guard) goes with it. Only
+// torch's own engine clears that list earlier (clearAndWaitForOutstandingRpcsAsync,
+// when it runs a backward pass in the same context); `onDestroyed` then runs while the
+// context lives, so it must check that the context is gone (a weak_ptr) before acting.
+// Checked on torch 2.11 and 2.13.
+inline void callWhenContextDestroyed(
+    torch::distributed::autograd::DistAutogradContext& ctx,
+    std::function<void()> onDestroyed) {
+  struct Guard : torch::CustomClassHolder {
+    explicit Guard(std::function<void()> fn) : fn(std::move(fn)) {}
+    ~Guard() override {
+      fn();
+    }
+    std::function<void()> fn;
+  };
+  auto hook = c10::make_intrusive<c10::ivalue::Future>(c10::AnyType::get());
+  hook->markCompleted(c10::IValue::make_capsule(c10::make_intrusive<Guard>(std::move(onDestroyed))));
+  ctx.addOutstandingRpc(hook);
+}
+
+// --- RPC messages -------------------------------------------------------------------
+
+// The request message that calls the TorchScript function `name` with `args` on a peer
+// (as rpc.rpc_async with a scripted function does), for RpcAgent::send. rpc::ScriptCall
+// and its wire form are torch's RPC internals. With `asyncExecution` the peer answers
+// when the future the function returns completes. Checked on torch 2.11 and 2.13.
+inline c10::intrusive_ptr<torch::distributed::rpc::Message> scriptCallMessage(
+    const c10::QualifiedName& name,
+    std::vector<c10::IValue>&& args,
+    bool asyncExecution) {
+  torch::distributed::rpc::ScriptCall call(name, std::move(args), asyncExecution);
+  return std::move(call).toMessage();
+}
+
+// The value a peer returned, from the completed future of RpcAgent::send for a
+// scriptCallMessage: that future's value is the reply Message (a custom class), decoded
+// by rpc::deserializeRespToIValue. Throws what decoding throws. Checked on torch 2.11
+// and 2.13.
+inline c10::IValue replyValue(c10::ivalue::Future& done) {
+  return torch::distributed::rpc::deserializeRespToIValue(
+      *done.value().toCustomClass<torch::distributed::rpc::Message>());
+}
+
+// Whether a failed RPC future failed because the RPC timed out. rpc::getRPCErrorType
+// tells it by parsing the error message. Checked on torch 2.11 and 2.13.
+inline bool isRpcTimeout(const c10::ivalue::Future& done) {
+  return torch::distributed::rpc::getRPCErrorType(done) == torch::distributed::rpc::RPCErrorType::TIMEOUT;
+}
+
+// Whether a failed RPC future failed because the agent could not reach the peer at
+// all (connection refused, closed or broken), not because it timed out, the peer's
+// handler raised, or the faulty test agent injected a failure. The RPC layer has no
+// error type for it (getRPCErrorType says UNKNOWN_ERROR); TensorPipe ends such futures
+// with its own error text, which always carries "(this error originated at
+// tensorpipe/...)" (tensorpipe/common/error.h). Checked on torch 2.13.
+inline bool isPeerUnreachable(const c10::ivalue::Future& done) {
+  return done.hasError() && !isRpcTimeout(done) &&
+      done.tryRetrieveErrorMessage().find("originated at tensorpipe") != std::string::npos;
+}
+
+// --- ids ----------------------------------------------------------------------------
+
+// Autograd message ids carry the id of the worker that made them (the worker holding
+// the send function) in bits 48 and up, the worker's counter below
+// (DistAutogradContainer, "first 16 bits is the worker_id and the next 48 bits is an
+// auto-incrementing id"; the constant is private to container.cpp). The engine reads it
+// to know where a recv function's gradients go. Pass ids (the engine's own) use the same
+// layout. Checked on torch 2.11 and 2.13.
+constexpr int kWorkerIdShift = 48;
+
+// The worker that made the autograd message id (or pass id) `id`.
+inline int64_t workerIdOf(int64_t id) {
+  return id >> kWorkerIdShift;
+}
+
+// An id made by worker `workerId`, with `sequence` (below 2^48) in the low bits.
+inline int64_t workerScopedId(int64_t workerId, int64_t sequence) {
+  return (workerId << kWorkerIdShift) | sequence;
 }
 
 }  // namespace dist_engine

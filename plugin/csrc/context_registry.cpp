@@ -35,20 +35,6 @@ void ContextRegistry::freeLater(std::vector<EntryPtr>&& released) {
   at::launch([entries = std::move(released)]() mutable { entries.clear(); });
 }
 
-namespace {
-
-// Lives inside torch's context (see ContextRegistry::entry) and tells the registry
-// when the context is destroyed.
-struct ReleaseGuard : torch::CustomClassHolder {
-  explicit ReleaseGuard(int64_t contextId) : contextId(contextId) {}
-  ~ReleaseGuard() override {
-    ContextRegistry::get().contextDestroyed(contextId);
-  }
-  const int64_t contextId;
-};
-
-}  // namespace
-
 EntryPtr ContextRegistry::entry(const ContextPtr& ctx) {
   std::vector<EntryPtr> released;
   EntryPtr result;
@@ -61,18 +47,17 @@ EntryPtr ContextRegistry::entry(const ContextPtr& ctx) {
     released = sweepLocked();
     result = std::make_shared<ContextEntry>(ctx);
     contexts_[ctx->contextId()] = result;
-    auto& highest = highestContextOf_[ctx->contextId() >> 48];
+    auto& highest = highestContextOf_[workerIdOf(ctx->contextId())];
     highest = std::max(highest, ctx->contextId());
   }
   freeLater(std::move(released));
   // Free the entry when torch destroys the context, as torch frees its own gradients
-  // then. The hook: a completed future handed to DistAutogradContext::addOutstandingRpc
-  // stays in the context until the context is destroyed (only torch's own engine clears
-  // that list earlier, when it runs a backward pass in the same context; the entry is
-  // then kept, and swept once the context is gone). Its value holds a ReleaseGuard.
-  auto hook = c10::make_intrusive<c10::ivalue::Future>(c10::AnyType::get());
-  hook->markCompleted(c10::IValue::make_capsule(c10::make_intrusive<ReleaseGuard>(ctx->contextId())));
-  ctx->addOutstandingRpc(hook);
+  // then. (If torch's own engine runs a backward pass in the same context, the hook
+  // fires early: contextDestroyed keeps the entry of a live context, and the sweep
+  // drops it once the context is gone.)
+  callWhenContextDestroyed(*ctx, [contextId = ctx->contextId()] {
+    ContextRegistry::get().contextDestroyed(contextId);
+  });
   return result;
 }
 
@@ -174,7 +159,7 @@ std::vector<PassPtr> ContextRegistry::passesOf(int64_t workerId) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<PassPtr> found;
   for (const auto& [ids, pass] : passes_) {
-    if ((ids.first >> 48) == workerId || (ids.second >> 48) == workerId) {
+    if (workerIdOf(ids.first) == workerId || workerIdOf(ids.second) == workerId) {
       found.push_back(pass);
     }
   }
@@ -187,7 +172,7 @@ std::vector<int64_t> ContextRegistry::releaseContextsOf(int64_t workerId) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = contexts_.begin(); it != contexts_.end();) {
-      if ((it->first >> 48) == workerId) {
+      if (workerIdOf(it->first) == workerId) {
         ids.push_back(it->first);
         released.push_back(std::move(it->second));
         it = contexts_.erase(it);
@@ -195,7 +180,7 @@ std::vector<int64_t> ContextRegistry::releaseContextsOf(int64_t workerId) {
         ++it;
       }
     }
-    const int64_t lowest = workerId << 48;
+    const int64_t lowest = workerScopedId(workerId, 0);
     auto highest = highestContextOf_.find(workerId);
     const int64_t newest = highest == highestContextOf_.end() ? lowest : highest->second;
     for (int64_t id = std::max(lowest, newest - kContextsScanned); id <= newest + kContextsScanned; ++id) {

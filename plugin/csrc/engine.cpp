@@ -7,14 +7,11 @@
 #include "worker_error.h"
 
 #include <ATen/Parallel.h>
-#include <c10/util/Type.h>
 #include <c10/core/StreamGuard.h>
-#include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/distributed/autograd/context/container.h>
 #include <torch/csrc/distributed/rpc/rpc_agent.h>
-#include <torch/csrc/distributed/rpc/utils.h>
 
 #include <algorithm>
 #include <chrono>
@@ -25,7 +22,6 @@
 
 namespace dist_engine {
 
-using torch::autograd::AccumulateGrad;
 using torch::autograd::GraphRoot;
 using torch::distributed::autograd::DistAutogradContainer;
 using c10::ivalue::Future;
@@ -42,22 +38,6 @@ constexpr const char* kFastModeHint =
 
 std::string passLabel(int64_t contextId) {
   return "in the backward pass of context " + std::to_string(contextId);
-}
-
-std::string exceptionText(const std::exception& e) {
-  if (const auto* error = dynamic_cast<const c10::Error*>(&e)) {
-    return error->what_without_backtrace();
-  }
-  if (auto python = describePythonError(e)) {
-    // plugin/autograd.py raises the same exception type at the caller when it is a
-    // built-in one; it finds it by these words.
-    return "a Python hook or function raised " + *python;
-  }
-  std::string text = e.what();
-  if (text.empty()) {
-    text = "an exception of type " + c10::demangle(typeid(e).name()) + " without a message";
-  }
-  return text;
 }
 
 // Torch's context for `contextId`; an unknown id raises torch's message, naming
@@ -116,10 +96,10 @@ void Engine::backward(int64_t contextId, const variable_list& roots, bool retain
     TORCH_CHECK(
         root.numel() == 1, "roots[", i, "] is not a scalar (shape ", root.sizes(), "), all roots need to be scalar");
     TORCH_CHECK(root.grad_fn(), "roots[", i, "] does not have a valid gradient function.");
-    rootEdges.push_back(torch::autograd::impl::gradient_edge(root));
+    rootEdges.push_back(gradientEdge(root));
     rootGrads.push_back(at::ones_like(root, LEGACY_CONTIGUOUS_MEMORY_FORMAT));
   }
-  torch::autograd::validate_outputs(rootEdges, rootGrads, [](const std::string& msg) { return msg; });
+  validateOutputs(rootEdges, rootGrads, [](const std::string& msg) { return msg; });
 
   EntryPtr entry = ContextRegistry::get().entry(ctx);
   {
@@ -132,7 +112,7 @@ void Engine::backward(int64_t contextId, const variable_list& roots, bool retain
   }
   RunningFlagGuard runningGuard{entry};
 
-  const int64_t passId = (selfWorkerId() << 48) | nextPassNumber_.fetch_add(1);
+  const int64_t passId = workerScopedId(selfWorkerId(), nextPassNumber_.fetch_add(1));
   {
     std::lock_guard<std::mutex> lock(entry->mu);
     entry->commitEarlierPasses(passId);
@@ -505,9 +485,9 @@ void Engine::execute(const PassPtr& pass, ReadyTask& task) {
     return;
   }
 
-  if (auto* leaf = dynamic_cast<AccumulateGrad*>(&fn)) {
+  if (const at::Tensor* leaf = accumulatedLeaf(fn)) {
     accumulateLeaf(fn, std::move(task.inputs), [&](at::Tensor&& grad) {
-      ContextRegistry::accumulate(*pass->entry, pass->passId, leaf->variable, std::move(grad));
+      ContextRegistry::accumulate(*pass->entry, pass->passId, *leaf, std::move(grad));
     });
     return;
   }
@@ -592,7 +572,7 @@ void Engine::forwardOutputs(const PassPtr& pass, Node& fn, variable_list&& outpu
     if (buffered == pass->notReady.end()) {
       buffered = pass->notReady.emplace(nextFn, InputBuffer(nextFn->num_inputs())).first;
     }
-    buffered->second.add(next.input_nr, std::move(outputs[i]), producerStream, nextFn->stream(), nextFn);
+    addInput(buffered->second, next.input_nr, std::move(outputs[i]), producerStream, nextFn);
     if (isReady) {
       auto task = std::make_unique<ReadyTask>(ReadyTask{next.function, std::move(buffered->second), {}, false});
       pass->notReady.erase(buffered);
@@ -602,7 +582,7 @@ void Engine::forwardOutputs(const PassPtr& pass, Node& fn, variable_list&& outpu
 }
 
 void Engine::sendToPeer(const PassPtr& pass, int64_t messageId, variable_list&& grads) {
-  const int64_t dst = messageId >> 48;
+  const int64_t dst = workerIdOf(messageId);
   if (dst == selfWorkerId()) {
     // An RPC this worker made to itself: its send function is in this same pass,
     // whose drainer is the caller.
@@ -613,7 +593,7 @@ void Engine::sendToPeer(const PassPtr& pass, int64_t messageId, variable_list&& 
   // so a message to it is never its first contact and its answer carries nothing this
   // worker's part must wait for: only an error, which fails the pass. Other answers are
   // awaited (see the first-contact rule in engine.h).
-  const bool awaitAnswer = dst != (pass->passId >> 48);
+  const bool awaitAnswer = dst != workerIdOf(pass->passId);
   {
     std::lock_guard<std::mutex> lock(pass->mu);
     if (pass->finished) {
@@ -649,8 +629,7 @@ void Engine::sendToPeer(const PassPtr& pass, int64_t messageId, variable_list&& 
         std::string error = extractWorkerError(
             done.tryRetrieveErrorMessage(),
             workerError(passLabel(pass->contextId), "sending gradients to " + workerLabel(dst) + " failed: "));
-        if (!pass->finished &&
-            torch::distributed::rpc::getRPCErrorType(done) == torch::distributed::rpc::RPCErrorType::TIMEOUT) {
+        if (!pass->finished && isRpcTimeout(done)) {
           // The root reports what the pass still waited for (timeoutReport); the
           // message still counts as unanswered here.
           pass->timedOut = true;

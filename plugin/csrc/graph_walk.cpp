@@ -29,7 +29,7 @@ void computeDependencies(PassState& pass, Node* graphRoot) {
   }
   std::unordered_set<int64_t> reachedHere;
   for (int64_t id : pass.reached) {
-    if ((id >> 48) == self) {
+    if (workerIdOf(id) == self) {
       reachedHere.insert(id);
     }
   }

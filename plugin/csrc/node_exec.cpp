@@ -1,10 +1,5 @@
 #include "node_exec.h"
 
-#include <torch/csrc/autograd/engine.h>
-
-#include <cstring>
-#include <typeinfo>
-
 namespace dist_engine {
 
 namespace {
@@ -42,8 +37,7 @@ variable_list callFunction(Node& fn, InputBuffer&& buffer, bool keepGraph) {
   } else {
     outputs = fn(std::move(inputs));
   }
-  torch::autograd::validate_outputs(
-      fn.next_edges(), outputs, [&](const std::string& msg) { return describe(fn, msg); });
+  validateOutputs(fn.next_edges(), outputs, [&](const std::string& msg) { return describe(fn, msg); });
   for (const auto& hook : fn.post_hooks()) {
     outputs = hasPostHooks ? (*hook)(outputs, inputs) : (*hook)(outputs, {});
   }
@@ -54,11 +48,8 @@ variable_list callFunction(Node& fn, InputBuffer&& buffer, bool keepGraph) {
 }
 
 bool canComputeOutputsSeparately(const Node& fn) {
-  // torch's generated backward functions live in torch::autograd::generated; the
-  // mangled name of their type is the only public way to tell them apart from
-  // custom functions (PyNode, CppNode), which ignore invalid edges when computing.
-  const char* type = typeid(fn).name();
-  return std::strstr(type, "5torch8autograd9generated") != nullptr && fn.post_hooks().empty();
+  // Custom functions (PyNode, CppNode) compute every output whatever the edges.
+  return isGeneratedBackwardNode(fn) && fn.post_hooks().empty();
 }
 
 variable_list callFunctionMasked(Node& fn, variable_list inputs, const std::vector<bool>& compute, bool releaseVariables) {
@@ -94,7 +85,7 @@ variable_list callFunctionMasked(Node& fn, variable_list inputs, const std::vect
       outputs[i] = at::Tensor();
     }
   }
-  torch::autograd::validate_outputs(edges, outputs, [&](const std::string& msg) { return describe(fn, msg); });
+  validateOutputs(edges, outputs, [&](const std::string& msg) { return describe(fn, msg); });
   if (releaseVariables) {
     fn.release_variables();
   }
@@ -118,7 +109,7 @@ void validateGradients(Node& fn, variable_list& grads) {
       grads[i] = grads[i].to(meta.device());
     }
   }
-  torch::autograd::validate_outputs(edges, grads, [&](const std::string& msg) { return describe(fn, msg); });
+  validateOutputs(edges, grads, [&](const std::string& msg) { return describe(fn, msg); });
 }
 
 void accumulateLeaf(Node& fn, InputBuffer&& buffer, const std::function<void(at::Tensor&&)>& store) {

@@ -8,12 +8,6 @@
 
 namespace dist_engine {
 
-// The gradients gathered in `buffer`. (InputBuffer::variables does the same but is
-// not exported from libtorch; `buffer` is a public member.)
-inline variable_list takeInputs(InputBuffer&& buffer) {
-  return std::move(buffer.buffer);
-}
-
 // Whether running `fn` calls any hook (Python hooks among them).
 inline bool hasHooks(Node& fn) {
   return !fn.tensor_pre_hooks().empty() || !fn.retains_grad_hooks().empty() || !fn.pre_hooks().empty() ||
@@ -25,7 +19,7 @@ inline bool hasHooks(Node& fn) {
 variable_list callPreHooks(Node& fn, variable_list inputs);
 
 // Runs `fn` on `inputs` and returns its validated outputs (one per next edge:
-// reduced to the input's shape, cast to its dtype; see validate_outputs). With
+// reduced to the input's shape, cast to its dtype; see validateOutputs). With
 // keepGraph false the node's saved tensors are freed, as in torch.
 variable_list callFunction(Node& fn, InputBuffer&& inputs, bool keepGraph);
 

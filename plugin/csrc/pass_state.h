@@ -1,7 +1,8 @@
 // The state of one distributed backward pass, as one worker sees it.
 //
 // A pass is identified by (context_id, pass_id); pass ids are made by the worker
-// that calls backward (its worker id in bits 48 and up, like autograd message ids),
+// that calls backward (its worker id in bits 48 and up, like autograd message ids:
+// workerScopedId in compat.h),
 // and travel with every gradient message, so passes of the same context never mix.
 #pragma once
 

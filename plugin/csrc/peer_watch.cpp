@@ -1,12 +1,12 @@
 #include "peer_watch.h"
 
+#include "compat.h"
 #include "context_registry.h"
 #include "engine.h"
 #include "transport.h"
 
 #include <torch/csrc/distributed/autograd/context/container.h>
 #include <torch/csrc/distributed/rpc/rpc_agent.h>
-#include <torch/csrc/distributed/rpc/utils.h>
 
 #include <algorithm>
 #include <atomic>
@@ -24,12 +24,6 @@ namespace rpc = torch::distributed::rpc;
 using torch::distributed::autograd::DistAutogradContainer;
 
 namespace {
-
-// TensorPipe ends the futures of messages it could not deliver, or whose connection
-// broke, with its own error text, which always carries this (tensorpipe/common/error.h,
-// checked on torch 2.11 and 2.13). An error raised by the peer's handler, a timeout
-// or the faulty test agent's injected failure does not.
-constexpr const char* kTransportErrorMarker = "originated at tensorpipe";
 
 // Used when the agent has no RPC timeout.
 constexpr std::chrono::milliseconds kPeriodWithoutTimeout{30000};
@@ -52,13 +46,6 @@ Watch& watch() {
   // Leaky: the thread may run while the process exits.
   static auto* state = new Watch();
   return *state;
-}
-
-bool isTransportFailure(c10::ivalue::Future& answer) {
-  if (!answer.hasError() || rpc::getRPCErrorType(answer) == rpc::RPCErrorType::TIMEOUT) {
-    return false;
-  }
-  return answer.tryRetrieveErrorMessage().find(kTransportErrorMarker) != std::string::npos;
 }
 
 void releaseWorker(int64_t workerId) {
@@ -101,7 +88,7 @@ void pingAll(const std::shared_ptr<rpc::RpcAgent>& agent, float timeoutSeconds) 
       auto& state = watch();
       std::lock_guard<std::mutex> lock(state.mu);
       state.pinging.erase(id);
-      if (isTransportFailure(done) && state.failed.insert(id).second) {
+      if (isPeerUnreachable(done) && state.failed.insert(id).second) {
         state.toRelease.push_back(id);
         state.cv.notify_all();
       }

@@ -2,7 +2,7 @@
 //
 // The calling worker walks its own graph from the roots to the recv functions they
 // reach. A recv function's autograd_message_id names the matching send function and
-// the worker that holds it (bits 48 and up), so the walk continues there. Rather than
+// the worker that holds it (workerIdOf, compat.h), so the walk continues there. Rather than
 // one message per hop, each worker is asked once for its reachability table (for every
 // send function of the context on that worker, the recv functions reachable from it,
 // computed in one visit of its graph) and the caller continues the walk through the
@@ -67,7 +67,7 @@ std::vector<int64_t> Engine::findReachedSends(
       if (reached.count(id) != 0) {
         continue;
       }
-      const int64_t owner = id >> 48;
+      const int64_t owner = workerIdOf(id);
       auto table = tables.find(owner);
       if (table == tables.end()) {
         parked.push_back(id);

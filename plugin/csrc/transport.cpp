@@ -1,12 +1,10 @@
 #include "transport.h"
 
+#include "compat.h"
 #include "peer_watch.h"
 
 #include <torch/csrc/distributed/autograd/context/container.h>
-#include <torch/csrc/distributed/rpc/message.h>
 #include <torch/csrc/distributed/rpc/rpc_agent.h>
-#include <torch/csrc/distributed/rpc/script_call.h>
-#include <torch/csrc/distributed/rpc/utils.h>
 
 #include <mutex>
 #include <optional>
@@ -55,12 +53,11 @@ c10::intrusive_ptr<Future> callHandler(
     float timeoutSeconds = kAgentTimeout) {
   auto rpcAgent = agent();
   const auto& dst = rpcAgent->getWorkerInfo(static_cast<rpc::worker_id_t>(workerId));
-  rpc::ScriptCall call(name, std::move(args), asyncExecution);
   // The agent's own send, not rpcTorchscript: rpcTorchscript attaches send/recv
   // autograd functions when the calling thread has a current distributed autograd
   // context, and a backward pass must not grow the graph it is running.
   static_assert(kAgentTimeout == rpc::kUnsetRpcTimeout);
-  auto messageFuture = rpcAgent->send(dst, std::move(call).toMessage(), timeoutSeconds);
+  auto messageFuture = rpcAgent->send(dst, scriptCallMessage(name, std::move(args), asyncExecution), timeoutSeconds);
   auto result = c10::make_intrusive<Future>(returnType);
   messageFuture->addCallback([result](Future& done) {
     if (done.hasError()) {
@@ -68,7 +65,7 @@ c10::intrusive_ptr<Future> callHandler(
       return;
     }
     try {
-      result->markCompleted(rpc::deserializeRespToIValue(*done.value().toCustomClass<rpc::Message>()));
+      result->markCompleted(replyValue(done));
     } catch (const std::exception&) {
       result->setError(std::current_exception());
     }
@@ -104,7 +101,7 @@ c10::intrusive_ptr<Future> sendGradients(
     bool retainGraph,
     bool smart,
     const std::vector<int64_t>& reached) {
-  const int64_t dst = messageId >> 48;
+  const int64_t dst = workerIdOf(messageId);
   auto rpcAgent = agent();
   // CUDA gradients travel under this worker's device map to the peer. A device the
   // map does not cover goes through the CPU; the peer moves the gradient back to

@@ -22,7 +22,7 @@ void registerHandlers(
 
 int64_t selfWorkerId();
 
-// Gradients for the send function `messageId` (held by worker messageId >> 48).
+// Gradients for the send function `messageId` (held by worker workerIdOf(messageId)).
 // The future completes with the peer's answer (see Engine::receiveGradients).
 c10::intrusive_ptr<c10::ivalue::Future> sendGradients(
     int64_t contextId,

@@ -1,0 +1,149 @@
+"""The op library's ops and class, one typed Python function each: the library's Python face.
+
+Every op the library declares (``plugin/csrc/ops.cpp``, as ``torch.ops.dist_engine.<name>``)
+and its one custom class (``torch.classes.dist_engine.StepLock``) is named here and nowhere
+else in the package: the other modules call these functions. Each function calls its op
+directly and does nothing more, so it behaves exactly as the op does (same errors, no extra
+checks); the friendlier entry points are :mod:`plugin.autograd` and :mod:`plugin.optim`.
+
+The functions are TorchScript-compatible: a scripted function that calls one compiles it
+too, and the compiled graph calls the op itself (``dist_engine::<name>``), without Python
+and without the GIL. The names ``torch.ops.dist_engine.*`` keep working; calling them or
+these functions is the same.
+
+Functions whose names start with an underscore wrap the engine's RPC handlers and
+bookkeeping ops; they are for the package's own modules (``plugin/_handlers.py``,
+:mod:`plugin.autograd`).
+"""
+from typing import Dict, List, Optional
+
+import torch
+from torch import Tensor
+
+__all__ = ["backward", "get_gradients", "gradients_for", "new_step_lock"]
+
+
+def backward(context_id: int, roots: List[Tensor], retain_graph: bool = False, mode: str = "smart") -> None:
+    """The op ``dist_engine::backward``: a distributed backward pass from ``roots``.
+
+    What :func:`plugin.autograd.backward` calls after checking ``mode``; see there for the
+    algorithm. Returns when the pass has ended on every worker.
+
+    Args:
+        context_id (int): a distributed autograd context known on this worker.
+        roots (List[Tensor]): scalar tensors (one element, any floating dtype, any device)
+            that require grad and have a ``grad_fn``.
+        retain_graph (bool): keep the graph's saved tensors on every worker. Default: ``False``.
+        mode (str): ``"smart"`` (default) or ``"fast"``.
+
+    Raises:
+        RuntimeError: as :func:`plugin.autograd.backward`, and also for a ``mode`` that is
+            neither ``"smart"`` nor ``"fast"`` (not ``ValueError``: the op checks it).
+    """
+    torch.ops.dist_engine.backward(context_id, roots, retain_graph, mode)
+
+
+def get_gradients(context_id: int) -> Dict[Tensor, Tensor]:
+    """The op ``dist_engine::get_gradients``: this worker's gradients in a context.
+
+    Args:
+        context_id (int): a distributed autograd context known on this worker.
+
+    Returns:
+        Dict[Tensor, Tensor]: a new dict mapping each leaf tensor of this worker that received
+        a gradient from the plugin's engine to that gradient (same shape, dtype and device as
+        the leaf). Empty when no pass of the plugin's engine reached this worker.
+
+    Raises:
+        RuntimeError: the context id is unknown on this worker.
+    """
+    return torch.ops.dist_engine.get_gradients(context_id)
+
+
+def gradients_for(context_id: int, params: List[Tensor]) -> List[Optional[Tensor]]:
+    """The op ``dist_engine::gradients_for``: the gradient of each of ``params`` in a context.
+
+    The plugin engine's gradients when one of its passes reached this worker in the
+    context, otherwise those of torch's distributed autograd (a backward run by
+    ``torch.distributed.autograd.backward``). What a local optimizer's step reads.
+
+    Args:
+        context_id (int): a distributed autograd context known on this worker.
+        params (List[Tensor]): tensors of this worker (any shape, dtype and device), usually
+            the leaf parameters of a model.
+
+    Returns:
+        List[Optional[Tensor]]: one entry per parameter, in order: its gradient (of the
+        parameter's shape, dtype and device; sparse for sparse gradients), or ``None`` where
+        it has none in the context.
+
+    Raises:
+        RuntimeError: the context id is unknown on this worker (the message names the worker).
+    """
+    return torch.ops.dist_engine.gradients_for(context_id, params)
+
+
+def new_step_lock() -> torch.ScriptObject:
+    """A new ``torch.classes.dist_engine.StepLock``: a mutex that TorchScript holds with ``with``.
+
+    ``with lock: ...`` (in TorchScript or Python) takes it in ``__enter__`` and releases it in
+    ``__exit__``, also when the body raises; ``__exit__`` returns ``False`` (never swallows
+    the exception). Waiting for it does not hold the GIL. Not reentrant: a thread that takes
+    it twice deadlocks.
+
+    Returns:
+        torch.ScriptObject: the lock, unlocked. Keep it in a module attribute to use it in
+        scripted methods (``with self._lock:``).
+
+    Raises nothing.
+    """
+    return torch.classes.dist_engine.StepLock()
+
+
+# --- the engine's RPC handlers and bookkeeping (plugin/_handlers.py, plugin.autograd) ------
+
+
+def _receive_gradients(
+    context_id: int,
+    pass_id: int,
+    autograd_message_id: int,
+    grads: List[Tensor],
+    retain_graph: bool,
+    smart: bool,
+    reached: List[int],
+) -> torch.futures.Future[int]:
+    """The op ``dist_engine::_receive_gradients`` (RPC handler): gradients for this worker's
+    send function ``autograd_message_id`` in pass ``pass_id``. The future completes when this
+    worker may answer (see ``docs/engine.md``, "first contact")."""
+    return torch.ops.dist_engine._receive_gradients(
+        context_id, pass_id, autograd_message_id, grads, retain_graph, smart, reached
+    )
+
+
+def _reachability(context_id: int) -> List[int]:
+    """The op ``dist_engine::_reachability`` (RPC handler, smart mode): this worker's
+    reachability table, flattened as ``[send_id, n, recv_id_1 .. recv_id_n, ...]``."""
+    return torch.ops.dist_engine._reachability(context_id)
+
+
+def _abort_pass(context_id: int, pass_id: int) -> str:
+    """The op ``dist_engine::_abort_pass`` (RPC handler): drops a failed pass on this worker;
+    returns what this worker's part of it was still waiting for ("" if it was not running
+    here). With ids -1 it is the failed-worker watch's ping (docs/failures.md)."""
+    return torch.ops.dist_engine._abort_pass(context_id, pass_id)
+
+
+def _register_handlers(receive_gradients: str, reachability: str, abort_pass: str) -> None:
+    """The op ``dist_engine::_register_handlers``: the qualified names of the TorchScript
+    functions that wrap the three handlers above, by which the engine calls them on peers."""
+    torch.ops.dist_engine._register_handlers(receive_gradients, reachability, abort_pass)
+
+
+def _release_context(context_id: int) -> None:
+    """The op ``dist_engine::_release_context``: forgets this worker's engine state for a context."""
+    torch.ops.dist_engine._release_context(context_id)
+
+
+def _debug_info() -> Dict[str, int]:
+    """The op ``dist_engine::_debug_info``: counters of this worker's engine."""
+    return torch.ops.dist_engine._debug_info()
