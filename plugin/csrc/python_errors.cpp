@@ -1,5 +1,11 @@
 #include "python_errors.h"
 
+// The library is built two ways: as a Python extension by setup.py (Python's headers
+// on the include path: the functions below read Python exceptions) and as a plain
+// libtorch library by CMake (no Python headers: they do nothing, and a hook's error
+// reads "an exception of type python_error without a message").
+#if __has_include(<Python.h>)
+
 // python_error (global namespace) is declared in torch's Python bindings header (an internal
 // header, checked on torch 2.11 and 2.13): a std::exception with public PyObject*
 // members `type`, `value`, `traceback`, set once the Python error was fetched
@@ -78,3 +84,17 @@ std::optional<std::string> describePythonError(const std::exception& e) {
 }
 
 }  // namespace dist_engine
+
+#else  // no Python headers
+
+namespace dist_engine {
+
+void keepPythonErrorsOnThisThread() {}
+
+std::optional<std::string> describePythonError(const std::exception&) {
+  return std::nullopt;
+}
+
+}  // namespace dist_engine
+
+#endif
