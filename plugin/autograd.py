@@ -10,6 +10,8 @@ and sends gradients from each recv function to its send function's worker by RPC
 
 Both functions can be called from ``torch.jit.script`` code.
 """
+import builtins
+import re
 from typing import Dict, List
 
 import torch
@@ -55,7 +57,14 @@ def backward(context_id: int, roots: List[Tensor], retain_graph: bool = False, m
             worker: ``Error on Node 2: worker 'w2' (id 2) in the backward pass of context
             <id>: ...``), after which the
             pass is aborted on every worker and the context can run backward again; the
-            pass did not end within the RPC timeout.
+            pass did not end within the RPC timeout (raised within 1.1 times the timeout,
+            naming the workers that did not answer and the send functions, by
+            ``autograd_message_id``, still waiting for gradients; see ``docs/failures.md``).
+        Exception: a Python hook, or a custom ``autograd.Function``'s backward, raised a
+            built-in exception type (``ValueError``, ``KeyError``, ...) on any worker: the same
+            type, with the worker's name and the hook's message (other types arrive as a
+            ``RuntimeError`` whose message names the type). Under TorchScript, always a
+            ``RuntimeError`` with that message.
 
     Algorithm: the FAST mode of torch's distributed autograd design
     (docs/source/rpc/distributed_autograd.rst) and this project's SMART mode; see the
@@ -65,7 +74,42 @@ def backward(context_id: int, roots: List[Tensor], retain_graph: bool = False, m
         _check_backward_arguments(context_id, roots, retain_graph, mode)
     if mode != "smart" and mode != "fast":
         raise ValueError(f'backward(): mode must be "smart" or "fast", got "{mode}"')
-    ops.backward(context_id, list(roots), retain_graph, mode)
+    if torch.jit.is_scripting():
+        ops.backward(context_id, roots, retain_graph, mode)
+    else:
+        _backward_keeping_error_types(context_id, list(roots), retain_graph, mode)
+
+
+# The engine's words for an exception raised by Python code it ran (engine.cpp,
+# exceptionText), followed by the exception's type name and message.
+_PYTHON_RAISED = re.compile(r"a Python hook or function raised ([A-Za-z_][A-Za-z0-9_]*): ")
+
+
+@torch.jit.unused
+def _backward_keeping_error_types(context_id: int, roots: List[Tensor], retain_graph: bool, mode: str) -> None:
+    try:
+        ops.backward(context_id, roots, retain_graph, mode)
+    except RuntimeError as error:
+        rebuilt = _rebuild_python_error(error)
+        if rebuilt is None:
+            raise
+        raise rebuilt from error
+
+
+def _rebuild_python_error(error: RuntimeError):
+    """The built-in exception type named in the engine's message for a Python hook or
+    function that raised, with the engine's whole message (which names the worker); None
+    when there is none (a type defined elsewhere stays a RuntimeError, named in the text)."""
+    match = _PYTHON_RAISED.search(str(error))
+    if match is None:
+        return None
+    cls = getattr(builtins, match.group(1), None)
+    if not isinstance(cls, type) or not issubclass(cls, Exception) or cls is RuntimeError:
+        return None
+    try:
+        return cls(str(error))
+    except Exception:  # noqa: BLE001 (a built-in type with another constructor)
+        return None
 
 
 def get_gradients(context_id: int) -> Dict[Tensor, Tensor]:
@@ -148,8 +192,12 @@ def debug_info() -> Dict[str, int]:
         Dict[str, int]: ``num_live_contexts`` (contexts whose gradients the engine holds;
         released contexts are dropped before counting), ``num_running_passes`` (backward
         passes under way on this worker), ``num_stored_gradients`` (leaf gradients held)
-        and ``num_split_nodes`` (backward functions this worker has run in two halves since
-        it started, the outputs bound for other workers first; see the engine guide).
+        ``num_split_nodes`` (backward functions this worker has run in two halves since
+        it started, the outputs bound for other workers first; see the engine guide),
+        ``num_torch_contexts`` (torch's distributed autograd contexts alive on this worker),
+        ``num_failed_workers`` (workers this one found dead: the agent could not reach
+        them) and ``num_contexts_released_for_failed_workers`` (torch contexts of those
+        workers released here; see ``docs/failures.md``).
 
     Raises nothing.
     """

@@ -173,9 +173,10 @@ def _reachability(context_id: int) -> List[int]:
     return torch.ops.dist_engine._reachability(context_id)
 
 
-def _abort_pass(context_id: int, pass_id: int) -> int:
+def _abort_pass(context_id: int, pass_id: int) -> str:
     """The op ``dist_engine::_abort_pass`` (RPC handler): drops a failed pass on this worker;
-    1 if it was running here, else 0."""
+    returns what this worker's part of it was still waiting for ("" if it was not running
+    here). With ids -1 it is the failed-worker watch's ping (docs/failures.md)."""
     return torch.ops.dist_engine._abort_pass(context_id, pass_id)
 
 

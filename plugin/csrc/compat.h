@@ -24,6 +24,9 @@
 //   isGeneratedBackwardNode   generated backward functions: their mangled type name, and
 //                             that they compute only the outputs whose edge is valid
 //   exceptionText             python_error's message is empty off torch's own threads
+//                             (python_errors.cpp: python_error's members, and the
+//                             pending Python error torch's hooks leave behind)
+//   isPeerUnreachable         TensorPipe's transport errors say "originated at tensorpipe"
 //   callWhenContextDestroyed  DistAutogradContext's outstanding-RPC list, kept until the
 //                             context is destroyed
 //   scriptCallMessage,        rpc::ScriptCall's wire form and the agent's reply future
@@ -46,6 +49,8 @@
 #include <torch/csrc/distributed/rpc/message.h>
 #include <torch/csrc/distributed/rpc/script_call.h>
 #include <torch/csrc/distributed/rpc/utils.h>
+
+#include "python_errors.h"
 
 #include <cstdint>
 #include <cstring>
@@ -164,17 +169,21 @@ inline void addInput(
 // The message of an exception raised while running a node. torch's python_error (a
 // Python hook or function raised) builds its message only when torch's own autograd
 // threads ask for it with the GIL held (python_error::persist); on other threads
-// what() is empty by the time the exception gets here, so say at least what kind it
-// was. Checked on torch 2.11 and 2.13.
+// what() is empty by the time the exception gets here. describePythonError
+// (python_errors.cpp, which holds that reliance on python_error's members and on how
+// torch's hooks leave the Python error pending) reads the Python exception itself.
+// plugin/autograd.py finds the words "a Python hook or function raised <Type>: " to
+// raise the same built-in type at the caller. Checked on torch 2.11 and 2.13.
 inline std::string exceptionText(const std::exception& e) {
   if (const auto* error = dynamic_cast<const c10::Error*>(&e)) {
     return error->what_without_backtrace();
   }
+  if (auto python = describePythonError(e)) {
+    return "a Python hook or function raised " + *python;
+  }
   std::string text = e.what();
   if (text.empty()) {
-    text = "an exception of type " + c10::demangle(typeid(e).name()) +
-        " without a message (a Python hook or function raised; run the same graph with "
-        "torch.autograd to see its message)";
+    text = "an exception of type " + c10::demangle(typeid(e).name()) + " without a message";
   }
   return text;
 }
@@ -246,6 +255,17 @@ inline c10::IValue replyValue(c10::ivalue::Future& done) {
 // tells it by parsing the error message. Checked on torch 2.11 and 2.13.
 inline bool isRpcTimeout(const c10::ivalue::Future& done) {
   return torch::distributed::rpc::getRPCErrorType(done) == torch::distributed::rpc::RPCErrorType::TIMEOUT;
+}
+
+// Whether a failed RPC future failed because the agent could not reach the peer at
+// all (connection refused, closed or broken), not because it timed out, the peer's
+// handler raised, or the faulty test agent injected a failure. The RPC layer has no
+// error type for it (getRPCErrorType says UNKNOWN_ERROR); TensorPipe ends such futures
+// with its own error text, which always carries "(this error originated at
+// tensorpipe/...)" (tensorpipe/common/error.h). Checked on torch 2.13.
+inline bool isPeerUnreachable(const c10::ivalue::Future& done) {
+  return done.hasError() && !isRpcTimeout(done) &&
+      done.tryRetrieveErrorMessage().find("originated at tensorpipe") != std::string::npos;
 }
 
 // --- ids ----------------------------------------------------------------------------

@@ -3,6 +3,9 @@
 #include "compat.h"
 
 #include <ATen/Parallel.h>
+#include <torch/csrc/distributed/autograd/context/container.h>
+
+#include <algorithm>
 
 namespace dist_engine {
 
@@ -46,6 +49,8 @@ EntryPtr ContextRegistry::entry(const ContextPtr& ctx) {
     released = sweepLocked();
     result = std::make_shared<ContextEntry>(ctx);
     contexts_[ctx->contextId()] = result;
+    auto& highest = highestContextOf_[workerIdOf(ctx->contextId())];
+    highest = std::max(highest, ctx->contextId());
   }
   freeLater(std::move(released));
   // Free the entry when torch destroys the context, as torch frees its own gradients
@@ -157,6 +162,47 @@ PassPtr ContextRegistry::insertPass(const PassPtr& pass) {
   return it->second;
 }
 
+std::vector<PassPtr> ContextRegistry::passesOf(int64_t workerId) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<PassPtr> found;
+  for (const auto& [ids, pass] : passes_) {
+    if (workerIdOf(ids.first) == workerId || workerIdOf(ids.second) == workerId) {
+      found.push_back(pass);
+    }
+  }
+  return found;
+}
+
+std::vector<int64_t> ContextRegistry::releaseContextsOf(int64_t workerId) {
+  std::vector<EntryPtr> released;
+  std::vector<int64_t> ids;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = contexts_.begin(); it != contexts_.end();) {
+      if (workerIdOf(it->first) == workerId) {
+        ids.push_back(it->first);
+        released.push_back(std::move(it->second));
+        it = contexts_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    const int64_t lowest = workerScopedId(workerId, 0);
+    auto highest = highestContextOf_.find(workerId);
+    const int64_t newest = highest == highestContextOf_.end() ? lowest : highest->second;
+    for (int64_t id = std::max(lowest, newest - kContextsScanned); id <= newest + kContextsScanned; ++id) {
+      ids.push_back(id);
+    }
+  }
+  freeLater(std::move(released));
+  return ids;
+}
+
+void ContextRegistry::countReleasedForFailedPeer(int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  releasedForFailedPeers_ += n;
+}
+
 void ContextRegistry::erasePass(int64_t contextId, int64_t passId) {
   std::lock_guard<std::mutex> lock(mu_);
   passes_.erase({contextId, passId});
@@ -177,6 +223,19 @@ void ContextRegistry::release(int64_t contextId) {
   freeLater(std::move(released));
 }
 
+namespace {
+
+int64_t numTorchContexts() {
+  try {
+    return static_cast<int64_t>(
+        torch::distributed::autograd::DistAutogradContainer::getInstance().numAutogradContexts());
+  } catch (const std::exception&) {
+    return 0;  // distributed autograd is not initialized
+  }
+}
+
+}  // namespace
+
 std::unordered_map<std::string, int64_t> ContextRegistry::debugInfo() {
   std::vector<EntryPtr> released;
   std::lock_guard<std::mutex> lock(mu_);
@@ -193,6 +252,8 @@ std::unordered_map<std::string, int64_t> ContextRegistry::debugInfo() {
       {"num_live_contexts", static_cast<int64_t>(contexts_.size())},
       {"num_running_passes", static_cast<int64_t>(passes_.size())},
       {"num_stored_gradients", numGrads},
+      {"num_torch_contexts", numTorchContexts()},
+      {"num_contexts_released_for_failed_workers", releasedForFailedPeers_},
   };
 }
 

@@ -73,11 +73,23 @@ class ContextRegistry {
   static void accumulate(ContextEntry& entry, int64_t passId, const at::Tensor& variable, at::Tensor&& grad);
 
   PassPtr findPass(int64_t contextId, int64_t passId);
+  // The running passes that belong to `workerId`: started by it (pass id) or in one
+  // of its contexts (context id; both carry the worker id in bits 48 and up).
+  std::vector<PassPtr> passesOf(int64_t workerId);
   // Inserts `pass` unless a pass with the same ids exists; returns the one registered.
   PassPtr insertPass(const PassPtr& pass);
   void erasePass(int64_t contextId, int64_t passId);
 
   void release(int64_t contextId);
+  // Drops the engine's entries of every context created by `workerId` and returns
+  // the ids of torch's contexts of that worker that may be alive here: those of the
+  // entries, and every id within kContextsScanned of the newest one the engine saw
+  // (contexts that only a forward pass has reached; torch cannot list its contexts,
+  // and a worker numbers its contexts one after another).
+  std::vector<int64_t> releaseContextsOf(int64_t workerId);
+  static constexpr int64_t kContextsScanned = 64;
+  // Counts the contexts released because their worker failed (debug_info).
+  void countReleasedForFailedPeer(int64_t n);
   // Called when torch destroys the context `contextId`: drops its entry.
   void contextDestroyed(int64_t contextId);
   std::unordered_map<std::string, int64_t> debugInfo();
@@ -90,6 +102,9 @@ class ContextRegistry {
 
   std::mutex mu_;
   std::unordered_map<int64_t, EntryPtr> contexts_;
+  // Creator worker id -> highest context id of it that had an entry here.
+  std::unordered_map<int64_t, int64_t> highestContextOf_;
+  int64_t releasedForFailedPeers_ = 0;
   std::map<std::pair<int64_t, int64_t>, PassPtr> passes_;
 };
 

@@ -2,6 +2,7 @@
 
 #include "graph_walk.h"
 #include "node_exec.h"
+#include "python_errors.h"
 #include "transport.h"
 #include "worker_error.h"
 
@@ -14,9 +15,12 @@
 #include <torch/csrc/distributed/autograd/context/container.h>
 #include <torch/csrc/distributed/rpc/rpc_agent.h>
 
+#include <algorithm>
 #include <chrono>
-#include <thread>
+#include <condition_variable>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 namespace dist_engine {
 
@@ -26,8 +30,12 @@ using c10::ivalue::Future;
 
 namespace {
 
+// How long a failed pass's root waits for the other workers to confirm its abort
+// when the agent has no RPC timeout.
+constexpr double kAbortWaitWithoutTimeoutS = 10.0;
+
 constexpr const char* kFastModeHint =
-    ". Fast mode expects a gradient for every send function of the context; "
+    "Fast mode expects a gradient for every send function of the context; "
     "if some RPC outputs do not reach the loss, use mode=\"smart\"";
 
 std::string passLabel(int64_t contextId) {
@@ -75,6 +83,13 @@ void Engine::backward(int64_t contextId, const variable_list& roots, bool retain
   // The profiler event around the whole pass, named as the one torch's
   // dist_autograd.backward records, so that a profile reads the same with either engine.
   RECORD_FUNCTION("torch::distributed::autograd::backward", std::vector<c10::IValue>());
+
+  // The whole pass, smart walk included, gets one RPC timeout from here.
+  namespace rpc = torch::distributed::rpc;
+  const auto timeout = rpc::RpcAgent::isCurrentRpcAgentSet() ? rpc::RpcAgent::getCurrentRpcAgent()->getRpcTimeout()
+                                                              : std::chrono::milliseconds(0);
+  const bool hasDeadline = timeout.count() > 0;
+  const auto deadline = Clock::now() + timeout;
   ContextPtr ctx = retrieveContext(contextId);
 
   TORCH_CHECK(!roots.empty(), "No tensors provided for gradient computation.");
@@ -113,7 +128,7 @@ void Engine::backward(int64_t contextId, const variable_list& roots, bool retain
   pass->entry = entry;
   pass->threadLocals.emplace();
   if (mode == Mode::kSmart) {
-    pass->reached = findReachedSends(ctx, rootEdges);
+    pass->reached = findReachedSends(ctx, rootEdges, deadline, hasDeadline);
   }
 
   NodePtr graphRoot = makeNode<GraphRoot>(rootEdges, rootGrads);
@@ -124,19 +139,82 @@ void Engine::backward(int64_t contextId, const variable_list& roots, bool retain
     auto task = std::make_unique<ReadyTask>(ReadyTask{graphRoot, InputBuffer(0), {}, false});
     pass->pushReady(std::move(task));
   }
-  runAsOwner(pass);
+  runAsOwner(pass, deadline, hasDeadline, timeout);
   settle(pass);
   if (!pass->error.empty()) {
-    abortEverywhere(contextId, passId);
-    TORCH_CHECK(false, pass->error);
+    // Every other worker drops the pass. The answers are awaited a tenth of the RPC
+    // timeout at most (a stopped or dead worker never answers), so that backward raises
+    // within 1.1 times the timeout; a worker that has not answered by then is named.
+    const double waitSeconds =
+        hasDeadline ? 0.1 * std::chrono::duration<double>(timeout).count() : kAbortWaitWithoutTimeoutS;
+    auto answers = abortEverywhere(contextId, passId, waitSeconds);
+    TORCH_CHECK(false, pass->timedOut ? timeoutReport(*pass, timeout, answers) : pass->error);
   }
 }
 
-void Engine::runAsOwner(const PassPtr& pass) {
-  using Clock = std::chrono::steady_clock;
-  const auto timeout = torch::distributed::rpc::RpcAgent::getCurrentRpcAgent()->getRpcTimeout();
-  const bool hasDeadline = timeout.count() > 0;
-  const auto deadline = Clock::now() + timeout;
+std::string Engine::timeoutReport(
+    const PassState& pass,
+    std::chrono::milliseconds timeout,
+    const std::vector<std::pair<int64_t, std::optional<std::string>>>& answers) {
+  std::ostringstream what;
+  what << "the pass did not finish within the RPC timeout (" << std::chrono::duration<double>(timeout).count()
+       << " s).";
+  bool allAnswered = true;
+  for (const auto& [worker, answer] : answers) {
+    if (!answer) {
+      allAnswered = false;
+      what << " No answer from " << workerLabel(worker) << " (stopped, dead, or all its RPC threads busy).";
+    }
+  }
+  if (!pass.stateAtTimeout.empty()) {
+    what << " " << thisWorkerLabel() << " " << pass.stateAtTimeout << ".";
+  }
+  for (const auto& [worker, answer] : answers) {
+    if (answer && !answer->empty()) {
+      what << " " << workerLabel(worker) << " " << *answer << ".";
+    }
+  }
+  if (allAnswered && pass.mode == Mode::kFast) {
+    what << " " << kFastModeHint;
+  }
+  return workerError(passLabel(pass.contextId), what.str());
+}
+
+std::string Engine::describeLocked(const PassState& pass) {
+  std::vector<std::string> parts;
+  if (!pass.pendingSends.empty()) {
+    std::vector<int64_t> ids;
+    for (const auto& [id, fn] : pass.pendingSends) {
+      ids.push_back(id);
+    }
+    std::sort(ids.begin(), ids.end());
+    std::ostringstream text;
+    text << "waited for the gradients of its send functions (autograd_message_id)";
+    for (auto id : ids) {
+      text << " " << id;
+    }
+    parts.push_back(text.str());
+  }
+  for (const auto& [worker, count] : pass.pendingRpcsTo) {
+    if (count > 0) {
+      parts.push_back("waited for an answer from " + workerLabel(worker));
+    }
+  }
+  if (pass.running) {
+    parts.push_back("was running " + pass.running->name());
+  }
+  std::string text;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    text += (i == 0 ? "" : "; ") + parts[i];
+  }
+  return text;
+}
+
+void Engine::runAsOwner(
+    const PassPtr& pass,
+    Clock::time_point deadline,
+    bool hasDeadline,
+    std::chrono::milliseconds timeout) {
 
   std::unique_lock<std::mutex> lock(pass->mu);
   while (!pass->finished) {
@@ -158,42 +236,62 @@ void Engine::runAsOwner(const PassPtr& pass) {
     }
     pass->ownerWaiting = false;
     if (timedOut && !pass->finished) {
-      std::ostringstream what;
-      what << "the pass did not finish within the RPC timeout ("
-           << std::chrono::duration<double>(timeout).count() << " s)";
-      if (!pass->pendingSends.empty()) {
-        what << "; these send functions of this worker never received their gradients "
-             << "(autograd_message_id):";
-        for (const auto& [id, fn] : pass->pendingSends) {
-          what << " " << id;
-        }
-        if (pass->mode == Mode::kFast) {
-          what << kFastModeHint;
-        }
-      }
-      failLocked(*pass, workerError(passLabel(pass->contextId), what.str()));
+      pass->timedOut = true;
+      pass->stateAtTimeout = describeLocked(*pass);
+      failLocked(*pass, workerError(passLabel(pass->contextId), "the pass did not finish within the RPC timeout"));
     }
   }
 }
 
-void Engine::abortEverywhere(int64_t contextId, int64_t passId) {
+std::vector<std::pair<int64_t, std::optional<std::string>>> Engine::abortEverywhere(
+    int64_t contextId,
+    int64_t passId,
+    double waitSeconds) {
   const int64_t self = selfWorkerId();
-  std::vector<c10::intrusive_ptr<Future>> acks;
+  std::vector<std::pair<int64_t, c10::intrusive_ptr<Future>>> acks;
+  std::vector<std::pair<int64_t, std::optional<std::string>>> answers;
   for (int64_t worker : allWorkerIds()) {
     if (worker == self) {
       continue;
     }
     try {
-      acks.push_back(requestAbort(worker, contextId, passId));
+      // The agent ends the request with a timeout error after waitSeconds.
+      acks.emplace_back(worker, requestAbort(worker, contextId, passId, static_cast<float>(waitSeconds)));
     } catch (const std::exception&) {
-      // The worker is gone; nothing of the pass can be left waiting there.
+      answers.emplace_back(worker, std::nullopt);  // the message could not even be sent
     }
   }
-  // Wait for the answers (each bounded by the RPC timeout), so that once backward
-  // has raised, no worker still holds the failed pass.
-  for (auto& ack : acks) {
-    ack->wait();
+  // Wait for the answers, so that once backward has raised, no worker that answers
+  // still holds the failed pass; but not past waitSeconds (plus a margin for the
+  // agent's timeout to fire), whatever the agent does.
+  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(waitSeconds * 1.05 + 0.05));
+  struct Waiter {
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t done = 0;
+  };
+  auto waiter = std::make_shared<Waiter>();
+  for (auto& [worker, ack] : acks) {
+    ack->addCallback([waiter](Future&) {
+      std::lock_guard<std::mutex> lock(waiter->mu);
+      ++waiter->done;
+      waiter->cv.notify_all();
+    });
   }
+  {
+    std::unique_lock<std::mutex> lock(waiter->mu);
+    waiter->cv.wait_until(lock, until, [&] { return waiter->done == acks.size(); });
+  }
+  for (auto& [worker, ack] : acks) {
+    if (ack->completed() && !ack->hasError()) {
+      answers.emplace_back(worker, ack->value().toStringRef());
+    } else {
+      answers.emplace_back(worker, std::nullopt);
+    }
+  }
+  std::sort(answers.begin(), answers.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return answers;
 }
 
 // ---------------------------------------------------------------------------
@@ -257,7 +355,7 @@ std::vector<int64_t> Engine::reachability(int64_t contextId) {
   return flattenTable(computeReachability(ctx, {}));
 }
 
-int64_t Engine::abortPass(int64_t contextId, int64_t passId) {
+std::string Engine::abortPass(int64_t contextId, int64_t passId) {
   if (EntryPtr entry = ContextRegistry::get().find(contextId)) {
     // Also when this worker's part of the pass ended well: its gradients go too.
     std::lock_guard<std::mutex> lock(entry->mu);
@@ -266,14 +364,28 @@ int64_t Engine::abortPass(int64_t contextId, int64_t passId) {
   }
   PassPtr pass = ContextRegistry::get().findPass(contextId, passId);
   if (!pass) {
-    return 0;
+    return "";
   }
+  std::string state;
   {
     std::lock_guard<std::mutex> lock(pass->mu);
+    state = describeLocked(*pass);
     failLocked(*pass, workerError(passLabel(contextId), "aborted because the pass failed on another worker"));
   }
   settle(pass);
-  return 1;
+  return state;
+}
+
+void Engine::abortPassesOf(int64_t workerId) {
+  for (const auto& pass : ContextRegistry::get().passesOf(workerId)) {
+    {
+      std::lock_guard<std::mutex> lock(pass->mu);
+      failLocked(
+          *pass,
+          workerError(passLabel(pass->contextId), "aborted because " + workerLabel(workerId) + " failed"));
+    }
+    settle(pass);
+  }
 }
 
 c10::Dict<at::Tensor, at::Tensor> Engine::getGradients(int64_t contextId) {
@@ -317,6 +429,7 @@ void Engine::drain(const PassPtr& pass) {
         break;
       }
       task = pass->popReady();
+      pass->running = task->fn;
     }
     std::string error;
     try {
@@ -324,12 +437,16 @@ void Engine::drain(const PassPtr& pass) {
       if (pass->threadLocals.has_value()) {
         threadLocals.emplace(*pass->threadLocals);
       }
+      if (hasHooks(*task->fn)) {
+        keepPythonErrorsOnThisThread();  // a Python hook's error keeps its message
+      }
       execute(pass, *task);
     } catch (const std::exception& e) {
       error = workerError(passLabel(pass->contextId), exceptionText(e));
     }
     task.reset();  // drop the task's tensors before the pass may end
     std::lock_guard<std::mutex> lock(pass->mu);
+    pass->running.reset();
     --pass->outstandingTasks;
     if (!error.empty()) {
       failLocked(*pass, error);
@@ -497,6 +614,7 @@ void Engine::sendToPeer(const PassPtr& pass, int64_t messageId, variable_list&& 
     }
     if (awaitAnswer) {
       ++pass->pendingRpcs;
+      pass->countRpcTo(dst, 1);
     }
   }
   c10::intrusive_ptr<Future> answer;
@@ -508,6 +626,7 @@ void Engine::sendToPeer(const PassPtr& pass, int64_t messageId, variable_list&& 
     std::lock_guard<std::mutex> lock(pass->mu);
     if (awaitAnswer) {
       --pass->pendingRpcs;
+      pass->countRpcTo(dst, -1);
     }
     throw;
   }
@@ -519,18 +638,26 @@ void Engine::sendToPeer(const PassPtr& pass, int64_t messageId, variable_list&& 
   answer->addCallback([this, pass, dst, awaitAnswer](Future& done) {
     {
       std::lock_guard<std::mutex> lock(pass->mu);
-      if (awaitAnswer) {
-        --pass->pendingRpcs;
-      }
       if (done.hasError()) {
         std::string error = extractWorkerError(
             done.tryRetrieveErrorMessage(),
             workerError(passLabel(pass->contextId), "sending gradients to " + workerLabel(dst) + " failed: "));
-        if (pass->mode == Mode::kFast && isRpcTimeout(done)) {
-          error += kFastModeHint;
+        if (!pass->finished && isRpcTimeout(done)) {
+          // The root reports what the pass still waited for (timeoutReport); the
+          // message still counts as unanswered here.
+          pass->timedOut = true;
+          pass->stateAtTimeout = describeLocked(*pass);
+        }
+        if (awaitAnswer) {
+          --pass->pendingRpcs;
+          pass->countRpcTo(dst, -1);
         }
         failLocked(*pass, error);
       } else {
+        if (awaitAnswer) {
+          --pass->pendingRpcs;
+          pass->countRpcTo(dst, -1);
+        }
         maybeFinishLocked(*pass);
       }
     }

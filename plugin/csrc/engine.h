@@ -27,7 +27,10 @@
 #include <torch/csrc/autograd/edge.h>
 
 #include <atomic>
+#include <chrono>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dist_engine {
@@ -53,8 +56,13 @@ class Engine {
   // RPC handler (smart mode): this worker's flattened reachability table.
   std::vector<int64_t> reachability(int64_t contextId);
 
-  // RPC handler: ends a pass that failed elsewhere. Returns 1 if it was running here.
-  int64_t abortPass(int64_t contextId, int64_t passId);
+  // RPC handler: ends a pass that failed elsewhere. Returns what this worker's part
+  // of it was still waiting for (describeLocked), "" if it was not running here.
+  std::string abortPass(int64_t contextId, int64_t passId);
+
+  // Ends every pass here that belongs to `workerId` (started by it, or in one of its
+  // contexts), as if aborted: that worker failed (peer_watch.cpp).
+  void abortPassesOf(int64_t workerId);
 
   // This worker's accumulated gradients for the context (a new dict, same tensors).
   c10::Dict<at::Tensor, at::Tensor> getGradients(int64_t contextId);
@@ -67,14 +75,22 @@ class Engine {
  private:
   Engine() = default;
 
+  using Clock = std::chrono::steady_clock;
+
   // smart_walk.cpp: autograd_message_ids of the send functions reachable from the
-  // roots, across all workers.
-  std::vector<int64_t> findReachedSends(const ContextPtr& ctx, const torch::autograd::edge_list& rootEdges);
+  // roots, across all workers. Raises, naming the worker, when one does not answer
+  // before `deadline` (unless `timeoutSeconds` is kAgentTimeout: no deadline).
+  std::vector<int64_t> findReachedSends(
+      const ContextPtr& ctx,
+      const torch::autograd::edge_list& rootEdges,
+      Clock::time_point deadline,
+      bool hasDeadline);
 
   // Runs queued tasks until the queue is empty. Caller has set pass.draining.
   void drain(const PassPtr& pass);
-  // The root's calling thread: runs the first tasks, then waits until the pass ends.
-  void runAsOwner(const PassPtr& pass);
+  // The root's calling thread: runs the first tasks, then waits until the pass ends
+  // or `deadline` passes.
+  void runAsOwner(const PassPtr& pass, Clock::time_point deadline, bool hasDeadline, std::chrono::milliseconds timeout);
   void execute(const PassPtr& pass, ReadyTask& task);
   // Routes a node's outputs to the next nodes' input buffers; queues ready ones.
   // With `only`, just the outputs marked there (the others go with the node's other half).
@@ -93,11 +109,24 @@ class Engine {
   bool claimDrain(PassState& pass);
   void maybeFinishLocked(PassState& pass);
   void failLocked(PassState& pass, const std::string& error);
+  // What this worker's part of a running pass still waits for: send functions without
+  // their gradients, workers that have not answered, the node being run. "" if nothing.
+  std::string describeLocked(const PassState& pass);
   // Completes the pass's future and removes it from the registry, once, after it
   // finished. Call without holding pass.mu.
   void settle(const PassPtr& pass);
 
-  void abortEverywhere(int64_t contextId, int64_t passId);
+  // Aborts a failed pass on every other worker and waits for their answers, but no
+  // longer than `waitSeconds`. Returns each worker's answer (see abortPass), or
+  // nullopt for a worker that did not answer in time or could not be reached.
+  std::vector<std::pair<int64_t, std::optional<std::string>>> abortEverywhere(
+      int64_t contextId, int64_t passId, double waitSeconds);
+  // The root's error for a pass that ran past the RPC timeout, from its own state and
+  // the other workers' answers to the abort.
+  std::string timeoutReport(
+      const PassState& pass,
+      std::chrono::milliseconds timeout,
+      const std::vector<std::pair<int64_t, std::optional<std::string>>>& answers);
 
   std::atomic<int64_t> nextPassNumber_{0};
   std::atomic<int64_t> splitNodes_{0};

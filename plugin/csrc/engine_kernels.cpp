@@ -3,6 +3,7 @@
 // backend; the ops that return a Future are boxed kernels.
 #include "context_registry.h"
 #include "engine.h"
+#include "peer_watch.h"
 #include "transport.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -48,7 +49,7 @@ std::vector<int64_t> reachabilityKernel(int64_t contextId) {
   return Engine::get().reachability(contextId);
 }
 
-int64_t abortPassKernel(int64_t contextId, int64_t passId) {
+std::string abortPassKernel(int64_t contextId, int64_t passId) {
   return Engine::get().abortPass(contextId, passId);
 }
 
@@ -66,6 +67,7 @@ c10::Dict<std::string, int64_t> debugInfoKernel() {
     info.insert(key, value);
   }
   info.insert("num_split_nodes", Engine::get().numSplitNodes());
+  info.insert("num_failed_workers", numFailedPeers());
   return info;
 }
 

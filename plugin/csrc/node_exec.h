@@ -11,6 +11,12 @@
 
 namespace dist_engine {
 
+// Whether running `fn` calls any hook (Python hooks among them).
+inline bool hasHooks(Node& fn) {
+  return !fn.tensor_pre_hooks().empty() || !fn.retains_grad_hooks().empty() || !fn.pre_hooks().empty() ||
+      !fn.post_hooks().empty();
+}
+
 // Tensor pre-hooks (hooks registered on the tensors this node computes the
 // gradient of) and retains_grad hooks, then the node's own pre-hooks.
 variable_list callPreHooks(Node& fn, variable_list inputs);

@@ -40,8 +40,9 @@ TORCH_LIBRARY(dist_engine, m) {
   // RPC handler (smart mode): this worker's reachability table for the context,
   // flattened as [send_id, n, recv_id_1 .. recv_id_n, send_id, n, ...].
   def(m, "_reachability(int context_id) -> int[]");
-  // RPC handler: drop every trace of a failed pass on this worker.
-  def(m, "_abort_pass(int context_id, int pass_id) -> int");
+  // RPC handler: drop every trace of a failed pass on this worker. Returns what this
+  // worker's part of the pass was still waiting for ("" if it was not running here).
+  def(m, "_abort_pass(int context_id, int pass_id) -> str");
   // Tells the engine the qualified names of the TorchScript functions that wrap the
   // three handlers above (plugin/_handlers.py), so it can address them on peers.
   def(

@@ -23,6 +23,7 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 namespace dist_engine {
@@ -102,6 +103,11 @@ struct PassState {
   int64_t outstandingTasks = 0;
   // Gradient messages sent and not yet answered.
   int64_t pendingRpcs = 0;
+  // The same, per destination worker (id, count), to name the workers a stuck
+  // pass waits for (Engine::describeLocked).
+  std::vector<std::pair<int64_t, int64_t>> pendingRpcsTo;
+  // The node a thread is running for this pass, if any.
+  NodePtr running;
   // A thread is executing this pass's tasks (at most one at a time).
   bool draining = false;
   // The thread that called backward waits in runAsOwner for the pass to end.
@@ -112,10 +118,24 @@ struct PassState {
   // The completion future was settled and the pass left the registry.
   bool settled = false;
   std::string error;  // empty on success
+  // The root: the pass ended because it ran past the RPC timeout (its own deadline,
+  // or a message that timed out); `stateAtTimeout` says what it still waited for.
+  bool timedOut = false;
+  std::string stateAtTimeout;
   // Completed when the pass ends on this worker (value 0) or set with the error.
   // On a non-root worker it answers the pass's first gradient message.
   c10::intrusive_ptr<c10::ivalue::Future> completion =
       c10::make_intrusive<c10::ivalue::Future>(c10::IntType::get());
+
+  void countRpcTo(int64_t worker, int64_t delta) {
+    for (auto& [id, count] : pendingRpcsTo) {
+      if (id == worker) {
+        count += delta;
+        return;
+      }
+    }
+    pendingRpcsTo.emplace_back(worker, delta);
+  }
 
   bool quiescent() const {
     return outstandingTasks == 0 && pendingRpcs == 0 && pendingSends.empty();

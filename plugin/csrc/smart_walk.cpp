@@ -23,7 +23,11 @@
 
 namespace dist_engine {
 
-std::vector<int64_t> Engine::findReachedSends(const ContextPtr& ctx, const torch::autograd::edge_list& rootEdges) {
+std::vector<int64_t> Engine::findReachedSends(
+    const ContextPtr& ctx,
+    const torch::autograd::edge_list& rootEdges,
+    Clock::time_point deadline,
+    bool hasDeadline) {
   using c10::ivalue::Future;
   const int64_t self = selfWorkerId();
   const int64_t contextId = ctx->contextId();
@@ -36,7 +40,13 @@ std::vector<int64_t> Engine::findReachedSends(const ContextPtr& ctx, const torch
   std::unordered_map<int64_t, c10::intrusive_ptr<Future>> requests;
   auto ask = [&](int64_t worker) {
     if (tables.count(worker) == 0 && requests.count(worker) == 0) {
-      requests.emplace(worker, requestReachability(worker, contextId));
+      // Each request may take what is left of the pass's time, no more: a later round
+      // of the walk must not restart the RPC timeout.
+      float timeoutSeconds = kAgentTimeout;
+      if (hasDeadline) {
+        timeoutSeconds = std::max(0.001f, std::chrono::duration<float>(deadline - Clock::now()).count());
+      }
+      requests.emplace(worker, requestReachability(worker, contextId, timeoutSeconds));
     }
   };
   // Ask every worker this one sent tensors to right away, in parallel: most graphs

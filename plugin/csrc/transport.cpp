@@ -1,6 +1,7 @@
 #include "transport.h"
 
 #include "compat.h"
+#include "peer_watch.h"
 
 #include <torch/csrc/distributed/autograd/context/container.h>
 #include <torch/csrc/distributed/rpc/rpc_agent.h>
@@ -48,13 +49,15 @@ c10::intrusive_ptr<Future> callHandler(
     const c10::QualifiedName& name,
     std::vector<c10::IValue>&& args,
     bool asyncExecution,
-    const c10::TypePtr& returnType) {
+    const c10::TypePtr& returnType,
+    float timeoutSeconds = kAgentTimeout) {
   auto rpcAgent = agent();
   const auto& dst = rpcAgent->getWorkerInfo(static_cast<rpc::worker_id_t>(workerId));
   // The agent's own send, not rpcTorchscript: rpcTorchscript attaches send/recv
   // autograd functions when the calling thread has a current distributed autograd
   // context, and a backward pass must not grow the graph it is running.
-  auto messageFuture = rpcAgent->send(dst, scriptCallMessage(name, std::move(args), asyncExecution));
+  static_assert(kAgentTimeout == rpc::kUnsetRpcTimeout);
+  auto messageFuture = rpcAgent->send(dst, scriptCallMessage(name, std::move(args), asyncExecution), timeoutSeconds);
   auto result = c10::make_intrusive<Future>(returnType);
   messageFuture->addCallback([result](Future& done) {
     if (done.hasError()) {
@@ -76,10 +79,14 @@ void registerHandlers(
     const std::string& receiveGradients,
     const std::string& reachability,
     const std::string& abortPass) {
-  std::lock_guard<std::mutex> lock(handlersMutex);
-  handlers.receiveGradients = c10::QualifiedName(receiveGradients);
-  handlers.reachability = c10::QualifiedName(reachability);
-  handlers.abortPass = c10::QualifiedName(abortPass);
+  {
+    std::lock_guard<std::mutex> lock(handlersMutex);
+    handlers.receiveGradients = c10::QualifiedName(receiveGradients);
+    handlers.reachability = c10::QualifiedName(reachability);
+    handlers.abortPass = c10::QualifiedName(abortPass);
+  }
+  // From now on this worker can answer pings: watch the others (peer_watch.h).
+  startPeerWatch();
 }
 
 int64_t selfWorkerId() {
@@ -111,20 +118,30 @@ c10::intrusive_ptr<Future> sendGradients(
       dst, handlerName(&Handlers::receiveGradients), std::move(args), /*asyncExecution=*/true, c10::IntType::get());
 }
 
-c10::intrusive_ptr<Future> requestReachability(int64_t workerId, int64_t contextId) {
+c10::intrusive_ptr<Future> requestReachability(int64_t workerId, int64_t contextId, float timeoutSeconds) {
   std::vector<c10::IValue> args{contextId};
   return callHandler(
       workerId,
       handlerName(&Handlers::reachability),
       std::move(args),
       /*asyncExecution=*/false,
-      c10::ListType::ofInts());
+      c10::ListType::ofInts(),
+      timeoutSeconds);
 }
 
-c10::intrusive_ptr<Future> requestAbort(int64_t workerId, int64_t contextId, int64_t passId) {
+c10::intrusive_ptr<Future> requestAbort(int64_t workerId, int64_t contextId, int64_t passId, float timeoutSeconds) {
   std::vector<c10::IValue> args{contextId, passId};
   return callHandler(
-      workerId, handlerName(&Handlers::abortPass), std::move(args), /*asyncExecution=*/false, c10::IntType::get());
+      workerId,
+      handlerName(&Handlers::abortPass),
+      std::move(args),
+      /*asyncExecution=*/false,
+      c10::StringType::get(),
+      timeoutSeconds);
+}
+
+c10::intrusive_ptr<Future> ping(int64_t workerId, float timeoutSeconds) {
+  return requestAbort(workerId, -1, -1, timeoutSeconds);
 }
 
 std::vector<int64_t> allWorkerIds() {

@@ -33,12 +33,22 @@ c10::intrusive_ptr<c10::ivalue::Future> sendGradients(
     bool smart,
     const std::vector<int64_t>& reached);
 
+// Timeouts are in seconds; kAgentTimeout stands for the agent's default RPC timeout.
+constexpr float kAgentTimeout = -1;
+
 // Asks `workerId` for its reachability table of the context (smart mode); the
 // future's value is the flattened table (int list).
-c10::intrusive_ptr<c10::ivalue::Future> requestReachability(int64_t workerId, int64_t contextId);
+c10::intrusive_ptr<c10::ivalue::Future> requestReachability(
+    int64_t workerId, int64_t contextId, float timeoutSeconds = kAgentTimeout);
 
-// Tells `workerId` to drop a failed pass.
-c10::intrusive_ptr<c10::ivalue::Future> requestAbort(int64_t workerId, int64_t contextId, int64_t passId);
+// Tells `workerId` to drop a failed pass. The future's value (a string) says what
+// that worker's part of the pass was still waiting for ("" if it was not running).
+c10::intrusive_ptr<c10::ivalue::Future> requestAbort(
+    int64_t workerId, int64_t contextId, int64_t passId, float timeoutSeconds = kAgentTimeout);
+
+// Whether `workerId` answers: an abort of a pass that cannot exist (context and pass
+// id -1), the one message every worker answers from TorchScript, without the GIL.
+c10::intrusive_ptr<c10::ivalue::Future> ping(int64_t workerId, float timeoutSeconds);
 
 // Ids of every worker in the RPC group.
 std::vector<int64_t> allWorkerIds();

@@ -386,3 +386,50 @@ def sleep(seconds: float) -> None:
     import time
 
     time.sleep(seconds)
+
+
+def train_and_hang(first: str, second: str) -> None:
+    """A trainer (run on it by RPC) that holds two contexts on `first` and `second`: one
+    after a forward pass only (kept open on another thread), one whose backward pass blocks
+    in `second` (udf_blocking_backward) until released."""
+    def forward_only():
+        with dist_autograd.context():
+            a = torch.rand(4, requires_grad=True)
+            rpc.rpc_sync(first, torch.mul, args=(a, a))
+            rpc.rpc_sync(second, torch.add, args=(a, a))
+            threading.Event().wait(120)
+
+    threading.Thread(target=forward_only, daemon=True).start()
+    with dist_autograd.context() as ctx:
+        a = torch.rand(4, requires_grad=True)
+        b = rpc.rpc_sync(first, torch.mul, args=(a, a))
+        c = rpc.rpc_sync(second, udf_blocking_backward, args=(b,))
+        plugin.autograd.backward(ctx, [c.sum()])
+
+
+class HookError(Exception):
+    """An exception type that is not built in (it reaches the caller as a RuntimeError)."""
+
+
+HOOK_ERRORS = {"value": ValueError, "key": KeyError, "custom": HookError}
+
+
+def raising_hook(kind: str, text: str):
+    def hook(*args):
+        raise HOOK_ERRORS[kind](text)
+
+    return hook
+
+
+def udf_raising_tensor_hook(x: Tensor, kind: str, text: str) -> Tensor:
+    """On the callee: a tensor hook that raises on an intermediate tensor."""
+    y = x * 2
+    y.register_hook(raising_hook(kind, text))
+    return torch.sin(y)
+
+
+def udf_raising_prehook(x: Tensor, kind: str, text: str) -> Tensor:
+    """On the callee: a pre-hook (Node.register_prehook) that raises on a backward node."""
+    y = x * 3
+    y.grad_fn.register_prehook(raising_hook(kind, text))
+    return torch.cos(y)

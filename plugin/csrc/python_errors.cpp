@@ -1,0 +1,100 @@
+#include "python_errors.h"
+
+// The library is built two ways: as a Python extension by setup.py (Python's headers
+// on the include path: the functions below read Python exceptions) and as a plain
+// libtorch library by CMake (no Python headers: they do nothing, and a hook's error
+// reads "an exception of type python_error without a message").
+#if __has_include(<Python.h>)
+
+// python_error (global namespace) is declared in torch's Python bindings header (an internal
+// header, checked on torch 2.11 and 2.13): a std::exception with public PyObject*
+// members `type`, `value`, `traceback`, set once the Python error was fetched
+// (python_error::persist, which torch's autograd.Function nodes call before
+// throwing; hooks throw it with the members unset and the error still pending).
+#include <torch/csrc/Exceptions.h>
+
+#include <Python.h>
+
+namespace dist_engine {
+
+void keepPythonErrorsOnThisThread() {
+  static thread_local bool done = false;
+  if (done) {
+    return;
+  }
+  done = true;
+  if (!Py_IsInitialized() || PyGILState_GetThisThreadState() != nullptr) {
+    return;
+  }
+  // PyGILState_Ensure creates the thread state (and takes the GIL); PyEval_SaveThread
+  // gives the GIL back but keeps the state, which is never released. Torch's hooks
+  // take the GIL with pybind11's gil_scoped_acquire, which finds this state through
+  // PyGILState_GetThisThreadState and, as its count never drops to zero, leaves it
+  // (and the pending exception in it) in place when the hook returns or throws.
+  PyGILState_Ensure();
+  PyEval_SaveThread();
+}
+
+namespace {
+
+std::string utf8(PyObject* object) {
+  if (object == nullptr) {
+    return "";
+  }
+  PyObject* text = PyObject_Str(object);
+  std::string result;
+  if (text != nullptr) {
+    const char* bytes = PyUnicode_AsUTF8(text);
+    if (bytes != nullptr) {
+      result = bytes;
+    }
+    Py_DECREF(text);
+  }
+  PyErr_Clear();  // a failing __str__ must not leave an error behind
+  return result;
+}
+
+}  // namespace
+
+std::optional<std::string> describePythonError(const std::exception& e) {
+  const auto* pythonError = dynamic_cast<const ::python_error*>(&e);
+  if (pythonError == nullptr || !Py_IsInitialized()) {
+    return std::nullopt;
+  }
+  PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject* type = pythonError->type;
+  PyObject* value = pythonError->value;
+  PyObject *fetchedType = nullptr, *fetchedValue = nullptr, *fetchedTraceback = nullptr;
+  if (type == nullptr) {
+    // A hook: the exception is still this thread's pending error (see above).
+    PyErr_Fetch(&fetchedType, &fetchedValue, &fetchedTraceback);
+    PyErr_NormalizeException(&fetchedType, &fetchedValue, &fetchedTraceback);
+    type = fetchedType;
+    value = fetchedValue;
+  }
+  std::optional<std::string> result;
+  if (type != nullptr && PyType_Check(type)) {
+    result = std::string(reinterpret_cast<PyTypeObject*>(type)->tp_name) + ": " + utf8(value);
+  }
+  Py_XDECREF(fetchedType);
+  Py_XDECREF(fetchedValue);
+  Py_XDECREF(fetchedTraceback);
+  PyGILState_Release(gil);
+  return result;
+}
+
+}  // namespace dist_engine
+
+#else  // no Python headers
+
+namespace dist_engine {
+
+void keepPythonErrorsOnThisThread() {}
+
+std::optional<std::string> describePythonError(const std::exception&) {
+  return std::nullopt;
+}
+
+}  // namespace dist_engine
+
+#endif
