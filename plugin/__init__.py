@@ -14,4 +14,8 @@ from . import autograd  # noqa: E402
 
 _handlers.register()
 
+# The TorchScript functions that a DistributedOptimizer's caller runs on owners by RPC
+# (gradient clipping's norms, say) must be compiled on every worker before it is called.
+from . import optim  # noqa: E402,F401
+
 __all__ = ["autograd", "ops"]

@@ -19,6 +19,7 @@ from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
+import torch.distributed.autograd as dist_autograd
 import torch.distributed.rpc as rpc
 from torch import Tensor
 from torch.distributed.rpc import RRef
@@ -125,6 +126,18 @@ def _wait_all(futures: "OrderedDict[str, torch.futures.Future]", what: str) -> D
     return results
 
 
+def _check_context(context_id: int) -> None:
+    """Raises unless ``context_id`` is a live context on this worker (as the optimizer's step:
+    owners skip a context they do not know, so the caller is where a released one is caught)."""
+    try:
+        dist_autograd._is_valid_context(context_id)
+    except RuntimeError as e:
+        raise RuntimeError(
+            f"clip_grad_norm_({context_id}): no distributed autograd context {context_id} on this worker "
+            f"({rpc.get_worker_info().name!r}): clip inside the `with dist_autograd.context()` block that created it"
+        ) from e
+
+
 def clip_grad_norm_(
     context_id: int,
     parameters: Any,
@@ -164,8 +177,8 @@ def clip_grad_norm_(
     Raises:
         TypeError: ``parameters`` is neither a DistributedOptimizer nor a list of RRefs.
         RuntimeError: the total norm is not finite and ``error_if_nonfinite`` is set (torch's
-            message; nothing was scaled); an owner failed (unknown context, ...), named in the
-            message.
+            message; nothing was scaled); ``context_id`` is not a live context on this worker;
+            an owner failed, named in the message.
 
     Algorithm: ``torch.nn.utils.clip_grad_norm_`` (``torch/nn/utils/clip_grad.py``): per-gradient
     norms with ``torch._foreach_norm``, stacked in parameter order, their norm, and
@@ -175,10 +188,16 @@ def clip_grad_norm_(
     by_owner, params = _params_by_owner(parameters)
     norm_type = float(norm_type)
     max_norm = float(max_norm)
-    futures = OrderedDict(
-        (owner, rpc.rpc_async(owner, _owner_norms, args=(context_id, [params[i] for i in indices], norm_type)))
-        for owner, indices in by_owner.items()
-    )
+    _check_context(context_id)
+    from .optim import _OutsideAutogradContext
+
+    # Sent with no current context, as the optimizer's step: an RPC sent from inside a context
+    # would create it on an owner the backward pass never reached (and leave it there).
+    with _OutsideAutogradContext():
+        futures = OrderedDict(
+            (owner, rpc.rpc_async(owner, _owner_norms, args=(context_id, [params[i] for i in indices], norm_type)))
+            for owner, indices in by_owner.items()
+        )
     answers = _wait_all(futures, "computing the gradient norms")
     norms: Dict[int, Tensor] = {}
     for owner, (owner_norms, positions) in answers.items():
@@ -200,9 +219,10 @@ def clip_grad_norm_(
     owners_with_grads = OrderedDict(
         (owner, indices) for owner, indices in by_owner.items() if answers[owner][1]
     )
-    futures = OrderedDict(
-        (owner, rpc.rpc_async(owner, _owner_scale, args=(context_id, [params[i] for i in indices], coefficient)))
-        for owner, indices in owners_with_grads.items()
-    )
+    with _OutsideAutogradContext():
+        futures = OrderedDict(
+            (owner, rpc.rpc_async(owner, _owner_scale, args=(context_id, [params[i] for i in indices], coefficient)))
+            for owner, indices in owners_with_grads.items()
+        )
     _wait_all(futures, "scaling the gradients")
     return total_norm

@@ -6,6 +6,7 @@ that says what went wrong is the last ``SomeError: message`` line; this module f
 so the caller's message can lead with it, naming the worker, while the full text stays
 available as the exception's ``__cause__``.
 """
+import builtins
 import re
 
 _ERROR_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt)\b: ")
@@ -42,9 +43,17 @@ def remote_error_summary(error: BaseException) -> str:
 def raise_on_worker(worker: str, what: str, error: BaseException, prefix: str, detail: str = ""):
     """Raises ``error``'s type (RuntimeError if it cannot be rebuilt) with the message
     ``"{prefix}: {what} failed on owner {worker!r}: {summary}{detail}"``, chained to ``error``."""
-    message = f"{prefix}: {what} failed on owner {worker!r}: {remote_error_summary(error)}{detail}"
+    summary = remote_error_summary(error)
+    message = f"{prefix}: {what} failed on owner {worker!r}: {summary}{detail}"
+    cls = type(error)
+    if cls is RuntimeError:
+        # TorchScript hands every error back as a RuntimeError; the summary names the type
+        # the owner raised ("ValueError: ..."): raise that one when it is a built-in exception.
+        named = getattr(builtins, summary.split(":", 1)[0], None)
+        if isinstance(named, type) and issubclass(named, Exception):
+            cls = named
     try:
-        rebuilt = type(error)(message)
+        rebuilt = cls(message)
     except Exception:  # noqa: BLE001 (an exception type with another constructor)
         rebuilt = RuntimeError(message)
     raise rebuilt from error

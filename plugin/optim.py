@@ -8,7 +8,6 @@ by RPC, to run its module's ``step(context_id)``, which reads the context's grad
 C++ side (``torch.ops.dist_engine.gradients_for``: from the plugin's engine, or from torch's
 distributed autograd when torch ran the backward) and applies them, all in TorchScript.
 """
-import sys
 import threading
 import warnings
 from collections import OrderedDict
@@ -145,7 +144,9 @@ class ScriptLocalOptimizer(torch.nn.Module):
         self.optimizer = OptimizerModule(functional_class(self._params, *args, **kwargs))
         self._lock = ops.new_step_lock(self._params)
         # what prepare_step checks (the checks the optimizer's step makes first)
-        self._sparse_error = _sparse_error_of(functional_class)
+        # for a class registered from elsewhere (no GroupedState): sparse gradients pass
+        # prepare_step, and its own step still rejects them, on that owner only
+        self._sparse_errors: List[Optional[str]] = [None]
         self._offsets = [0, len(self._params)]
         self._groups = [self._params]
         self._group_indices = [list(range(len(self._params)))]
@@ -218,9 +219,14 @@ class ScriptLocalOptimizer(torch.nn.Module):
             RuntimeError: a sparse gradient for an optimizer that does not take them.
         """
         gradients = ops.gradients_for(context_id, self._params)
-        _validation.check_gradients(
-            self._params, gradients, self._offsets, self._sparse_error, self._groups, self._group_indices
-        )
+        if hasattr(self.optimizer.optim, "_s"):
+            # functional_optim's classes: the check their step makes first, with each group's
+            # current rule for sparse gradients (it follows set_option, e.g. fused SGD)
+            self.optimizer.optim._s.check_gradients(gradients)
+        else:
+            _validation.check_gradients(
+                self._params, gradients, self._offsets, self._sparse_errors, self._groups, self._group_indices
+            )
         return ops._park_step(gradients, lease_ms)
 
     @torch.jit.export
@@ -289,18 +295,6 @@ class ScriptLocalOptimizer(torch.nn.Module):
 _FUSED_BY_DEFAULT = (functional_optim.Adam, functional_optim.AdamW)
 _FUSED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _COMPILE_LOCK = threading.Lock()
-
-
-def _sparse_error_of(functional_class: type) -> str:
-    """The message the class's step raises for a sparse gradient, "" when it takes them.
-
-    The ten ``functional_optim`` optimizers keep it in their module's ``_sparse_error()``;
-    for a class registered from elsewhere (which has no such function) prepare_step lets
-    sparse gradients through, and the step itself still rejects them, on that owner only.
-    """
-    module = sys.modules.get(functional_class.__module__)
-    sparse_error = getattr(module, "_sparse_error", None)
-    return sparse_error() if callable(sparse_error) else ""
 
 
 class _Held:

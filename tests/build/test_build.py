@@ -44,6 +44,7 @@ def test_setup_py_library_runs_the_engine():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # a full second build of the library: minutes on 2 cores
 def test_cmake_builds_the_same_library(tmp_path):
     cmake = shutil.which("cmake")
     assert cmake, "cmake is needed (scripts/setup_env.sh installs it)"

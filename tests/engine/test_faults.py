@@ -37,7 +37,7 @@ def test_stopped_server_is_named_within_the_timeout(mode):
     result = run_scenario(f"stop_server_{mode}")
     assert result["reached_worker2"] and result["finished"]
     error = result["error"]
-    assert error is not None and error.startswith("RuntimeError: Error on worker 'worker0' (id 0)")
+    assert error is not None and error.startswith("RuntimeError: Error on Node 0: worker 'worker0' (id 0)")
     assert "did not finish within the RPC timeout (3 s)" in error
     assert "No answer from worker 'worker2' (id 2)" in error
     assert "No answer from worker 'worker1'" not in error and "No answer from worker 'worker3'" not in error

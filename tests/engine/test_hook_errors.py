@@ -39,7 +39,7 @@ def test_local_hook_error_keeps_type_and_message(cluster, kind, thread):
         with pytest.raises(expected) as info:
             plugin.autograd.backward(ctx, [y.sum()], retain_graph=True)
     message = str(info.value)
-    assert "Error on worker 'worker0' (id 0)" in message
+    assert "Error on Node 0: worker 'worker0' (id 0)" in message
     type_name = "HookError" if kind == "custom" else expected.__name__
     assert f"a Python hook or function raised {type_name}: " in message and text in message
     # torch's local engine raises the hook's own exception for the same hook
@@ -65,7 +65,7 @@ def test_remote_hook_error_keeps_type_and_message(cluster, udf, mode):
         with pytest.raises(ValueError) as info:
             plugin.autograd.backward(ctx, [root], retain_graph=True, mode=mode)
         message = str(info.value)
-        assert "Error on worker 'worker2' (id 2)" in message
+        assert "Error on Node 2: worker 'worker2' (id 2)" in message
         assert f"a Python hook or function raised ValueError: {udf} failed on purpose" in message
         # torch's engine fails on the same worker, but (torch 2.13) loses the hook's type and
         # message there: "Error on Node 0: Error on Node 2: python_error"
