@@ -29,8 +29,8 @@ class TorchOptimizer(torch.optim.Optimizer):
     (build it with :func:`as_torch_optimizer`).
 
     Attributes:
-        optimizer: the wrapped optimizer.
-        param_groups (List[dict]): the wrapped optimizer's ``param_groups`` (the same list).
+        optimizer: the wrapped optimizer; :attr:`param_groups` is its ``param_groups`` list
+            (the same list, not a copy).
         defaults (Dict[str, Any]): the first group's hyperparameters and flags at wrapping time,
             under ``torch.optim``'s names (``'betas'`` as a tuple): what ``OneCycleLR`` and
             ``CyclicLR`` look for.
