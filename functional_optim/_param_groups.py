@@ -144,7 +144,21 @@ def parse(
     return groups, hparams, options, extras
 
 
-class ParamGroup(dict):
+class WriteThroughDict(dict):
+    """A dict whose ``update`` and ``setdefault`` go through ``__setitem__`` (dict's own skip
+    it), so a subclass that checks or forwards writes in ``__setitem__`` sees every one."""
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+
+class ParamGroup(WriteThroughDict):
     """One entry of an eager optimizer's ``param_groups``: a dict like torch's, kept in sync.
 
     Keys: ``'params'`` (the group's tensors; read-only) and every hyperparameter and flag of the
@@ -187,15 +201,6 @@ class ParamGroup(dict):
             self._optimizer.set_group(self._index, h, o)  # validates, then calls _refresh()
         else:
             dict.__setitem__(self, key, value)
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        for key, value in dict(*args, **kwargs).items():
-            self[key] = value
-
-    def setdefault(self, key: str, default: Any = None) -> Any:
-        if key not in self:
-            self[key] = default
-        return self[key]
 
     def __delitem__(self, key: str) -> None:
         if key == "params" or key in self._optimizer._s.options[self._index] or key in self._optimizer._s.hparams[self._index]:

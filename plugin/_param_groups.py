@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from functional_optim._param_groups import split_values
+from functional_optim._param_groups import WriteThroughDict, split_values
 from functional_optim._state import TUPLE_HYPERPARAMETERS
 from functional_optim.state_protocol import _torch_group
 
@@ -69,7 +69,7 @@ _SCRIPTED_VALUE_ERROR = "builtins.ValueError: "
 # --- on the caller ------------------------------------------------------------------------
 
 
-class DistributedParamGroup(dict):
+class DistributedParamGroup(WriteThroughDict):
     """The parameter group of a :class:`~plugin.optim.DistributedOptimizer`, as a dict.
 
     Keys: ``'params'`` (the ``params_rref`` list; read-only), every hyperparameter and flag of
@@ -126,15 +126,6 @@ class DistributedParamGroup(dict):
             return  # nothing changes on the owners
         send_group(self._optimizer, hparams, options, key)
         dict.__setitem__(self, key, stored)
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        for key, value in dict(*args, **kwargs).items():
-            self[key] = value
-
-    def setdefault(self, key: str, default: Any = None) -> Any:
-        if key not in self:
-            self[key] = default
-        return self[key]
 
     def __delitem__(self, key: str) -> None:
         if key == "params" or key in self._known:
