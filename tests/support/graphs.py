@@ -324,18 +324,32 @@ def set_fail_backward(on: bool) -> None:
     FAIL_BACKWARD["on"] = on
 
 
-class FailingBackward(torch.autograd.Function):
-    """Identity whose backward raises while FAIL_BACKWARD is on (on the worker running it)."""
+def identity_with_backward_action(name: str, doc: str, action) -> type:
+    """An ``autograd.Function`` class called ``name`` (its node: ``<name>Backward``): forward is
+    a clone of its input; backward calls ``action()`` (which may raise or block), then passes
+    the gradient on."""
 
-    @staticmethod
     def forward(ctx, x):
         return x.clone()
 
-    @staticmethod
     def backward(ctx, grad):
-        if FAIL_BACKWARD["on"]:
-            raise ValueError("boom in FailingBackward")
+        action()
         return grad
+
+    return type(name, (torch.autograd.Function,), {
+        "__doc__": doc, "forward": staticmethod(forward), "backward": staticmethod(backward),
+    })
+
+
+def _fail_if_asked() -> None:
+    if FAIL_BACKWARD["on"]:
+        raise ValueError("boom in FailingBackward")
+
+
+FailingBackward = identity_with_backward_action(
+    "FailingBackward", "Identity whose backward raises while FAIL_BACKWARD is on (on the worker running it).",
+    _fail_if_asked,
+)
 
 
 def udf_failing_backward(x: Tensor) -> Tensor:
@@ -343,19 +357,10 @@ def udf_failing_backward(x: Tensor) -> Tensor:
 
 
 RELEASE_BACKWARD = threading.Event()
-
-
-class BlockingBackward(torch.autograd.Function):
-    """Identity whose backward waits until RELEASE_BACKWARD is set (at most 30 s)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx, grad):
-        RELEASE_BACKWARD.wait(timeout=30)
-        return grad
+BlockingBackward = identity_with_backward_action(
+    "BlockingBackward", "Identity whose backward waits until RELEASE_BACKWARD is set (at most 30 s).",
+    lambda: RELEASE_BACKWARD.wait(timeout=30),
+)
 
 
 def udf_blocking_backward(x: Tensor) -> Tensor:
