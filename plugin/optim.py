@@ -32,61 +32,17 @@ __all__ = ["DistributedOptimizer", "ScriptLocalOptimizer", "LocalOptimizerInterf
 
 
 class LocalOptimizerInterface(torch.nn.Module):
-    """The TorchScript type of a scripted :class:`ScriptLocalOptimizer` (for ``RRef[...]``).
+    """The TorchScript type of a scripted :class:`ScriptLocalOptimizer` (for ``RRef[...]``): its
+    methods are that class's, with the same docstrings.
 
     Raises nothing: it is a type, never instantiated.
     """
 
-    def step(self, context_id: int) -> None:
-        """Applies the gradients of distributed autograd context ``context_id`` (see
-        :meth:`ScriptLocalOptimizer.step`).
-
-        Args:
-            context_id (int): a distributed autograd context id.
-
-        Raises:
-            RuntimeError: as :meth:`ScriptLocalOptimizer.step`.
-        """
-        pass
-
-    def prepare_step(self, context_id: int, lease_ms: int) -> int:
-        """Phase 1 of a step over several owners (see :meth:`ScriptLocalOptimizer.prepare_step`).
-
-        Args:
-            context_id (int): a distributed autograd context id.
-            lease_ms (int): how long, in milliseconds, the prepared step waits for its commit.
-
-        Returns:
-            int: the token that :meth:`commit_step` and :meth:`drop_step` take.
-
-        Raises:
-            RuntimeError: as :meth:`ScriptLocalOptimizer.prepare_step`.
-        """
-        pass
-
-    def commit_step(self, token: int) -> None:
-        """Phase 2: applies a prepared step (see :meth:`ScriptLocalOptimizer.commit_step`).
-
-        Args:
-            token (int): from :meth:`prepare_step`.
-
-        Raises:
-            RuntimeError: as :meth:`ScriptLocalOptimizer.commit_step`.
-        """
-        pass
-
-    def drop_step(self, token: int) -> bool:
-        """Forgets a prepared step (see :meth:`ScriptLocalOptimizer.drop_step`).
-
-        Args:
-            token (int): from :meth:`prepare_step`.
-
-        Returns:
-            bool: whether the step was still prepared.
-
-        Raises nothing.
-        """
-        pass
+    # TorchScript interface declarations: signatures only, each body a `pass`
+    def step(self, context_id: int) -> None: pass
+    def prepare_step(self, context_id: int, lease_ms: int) -> int: pass
+    def commit_step(self, token: int) -> None: pass
+    def drop_step(self, token: int) -> bool: pass
 
 
 with warnings.catch_warnings():
@@ -309,6 +265,11 @@ class _Held:
 
     def __exit__(self, *exc):
         self._lock.__exit__(None, None, None)
+
+
+# The interface's methods are ScriptLocalOptimizer's: one docstring for both.
+for _name in ("step", "prepare_step", "commit_step", "drop_step"):
+    getattr(LocalOptimizerInterface, _name).__doc__ = getattr(ScriptLocalOptimizer, _name).__doc__
 
 
 # --- run on the owners, by RPC ------------------------------------------------------------
