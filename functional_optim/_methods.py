@@ -6,7 +6,9 @@ _methods.step``); TorchScript compiles them as methods of each class that holds 
 differs between the optimizers is reached through three hooks that each class defines:
 
 * ``_check(h, o)``: validate a group's hyperparameters ``h`` and options ``o`` (raise with
-  torch's messages);
+  torch's messages); the flags every optimizer shares (``foreach``, ``fused``, ``capturable``,
+  ``differentiable``) are checked after it, here
+  (:func:`functional_optim._validation.check_options`);
 * ``_sparse_error(h, impl) -> Optional[str]``: the ``RuntimeError`` message for a sparse
   gradient in a group with hyperparameters ``h`` and implementation ``impl``, or ``None``
   when such a group takes sparse gradients;
@@ -23,7 +25,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import state_protocol
+from . import _validation, state_protocol
 from ._state import GroupedState
 
 __all__ = [
@@ -45,6 +47,7 @@ def _new_state(
     if not torch.jit.is_scripting():
         hparams, options = self._eager_defaults(hparams, options)
     self._check(hparams, options)
+    _validation.check_options(options)
     groups: List[List[Tensor]] = [params]
     group_hparams: List[Dict[str, float]] = [hparams]
     group_options: List[Dict[str, Optional[bool]]] = [options]
@@ -132,6 +135,7 @@ def set_group(self, group: int, hyperparameters: Dict[str, float], options: Dict
     h = self._s.updated_hparams(group, hyperparameters)
     o = self._s.updated_options(group, options)
     self._check(h, o)
+    _validation.check_options(o)
     impl = self._s.choose_group_impl(group, o)
     self._s.commit(group, h, o, impl, self._sparse_error(h, impl))
 

@@ -86,6 +86,14 @@ def split_by_device_dtype(tensors: List[Tensor]) -> List[List[int]]:
     return out
 
 
+def _check_names(kind: str, names: List[str], known: List[str]) -> None:
+    """Raise ``ValueError("unknown <kind> '<name>'; this optimizer has [...]")`` for the first of
+    ``names`` not in ``known``."""
+    for name in names:
+        if name not in known:
+            raise ValueError("unknown " + kind + " '" + name + "'; this optimizer has " + str(known))
+
+
 def _no_state() -> Dict[str, Tensor]:
     return {}
 
@@ -242,6 +250,16 @@ class GroupedState:
                     if key not in state:
                         state[key] = torch.full_like(p, value, memory_format=torch.preserve_format)
 
+    def prepare(self, g: int, indices: List[int], fills: Dict[str, float]) -> Dict[str, List[Tensor]]:
+        """:meth:`init_state` (``'step'`` float32 on the parameter's device in a fused group),
+        then :meth:`state_lists` of ``'step'`` and the keys of ``fills``."""
+        self.init_state(g, indices, self.impl[g] == "fused", fills)
+        return self.state_lists(g, indices, ["step"] + list(fills.keys()))
+
+    def flag(self, g: int, name: str) -> bool:
+        """Group ``g``'s flag ``name`` as a plain bool (None counts as False)."""
+        return flag(self.options[g], name)
+
     def state_lists(self, g: int, indices: List[int], keys: List[str]) -> Dict[str, List[Tensor]]:
         """The state tensors of ``indices`` (all in group ``g``) as one list per key.
 
@@ -338,26 +356,20 @@ class GroupedState:
         """A copy of group ``group``'s hyperparameters with ``updates`` applied (unknown names raise)."""
         self.check_group(group)
         h = self.hparams[group].copy()
-        for name, value in updates.items():
-            if name not in h:
-                raise ValueError(
-                    "unknown hyperparameter '" + name + "'; this optimizer has " + str(list(h.keys()))
-                )
-            h[name] = value
+        _check_names("hyperparameter", list(updates.keys()), list(h.keys()))
+        h.update(updates)
         return h
 
     def updated_options(self, group: int, updates: Dict[str, Optional[bool]]) -> Dict[str, Optional[bool]]:
-        """A copy of group ``group``'s options with ``updates`` applied (unknown names raise)."""
+        """A copy of group ``group``'s options with ``updates`` applied (unknown names raise;
+        ``None`` only for ``foreach`` and ``fused``)."""
         self.check_group(group)
         o = self.options[group].copy()
+        _check_names("option", list(updates.keys()), list(o.keys()))
         for name, value in updates.items():
-            if name not in o:
-                raise ValueError(
-                    "unknown option '" + name + "'; this optimizer has " + str(list(o.keys()))
-                )
             if value is None and name != "foreach" and name != "fused":
                 raise ValueError("option '" + name + "' must be True or False, not None")
-            o[name] = value
+        o.update(updates)
         return o
 
     def choose_group_impl(self, group: int, options: Dict[str, Optional[bool]]) -> str:
@@ -470,3 +482,39 @@ def new_step(param: Tensor, fused: bool) -> Tensor:
     if fused:
         return torch.zeros((), dtype=torch.float32, device=param.device)
     return torch.zeros((), device=torch.device("cpu"))
+
+
+def adam_moments(
+    param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, beta1: float, beta2: float, lr: float,
+    weight_decay: float, decoupled_weight_decay: bool,
+) -> Tensor:
+    """The weight decay and moment updates that Adam, NAdam and RAdam share (one tensor).
+
+    Decoupled decay scales ``param`` by ``1 - lr * weight_decay``; L2 decay adds
+    ``weight_decay * param`` to the gradient. Then ``exp_avg`` moves towards the gradient by
+    ``1 - beta1`` and ``exp_avg_sq`` to ``beta2 * exp_avg_sq + (1 - beta2) * grad**2``, in place.
+    Returns the gradient used (``grad`` itself, or a new tensor with L2 decay).
+    """
+    if weight_decay != 0:
+        if decoupled_weight_decay:
+            param.mul_(1 - lr * weight_decay)
+        else:
+            grad = grad.add(param, alpha=weight_decay)
+    exp_avg.lerp_(grad, 1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    return grad
+
+
+def foreach_adam_moments(
+    params: List[Tensor], grads: List[Tensor], exp_avgs: List[Tensor], exp_avg_sqs: List[Tensor], beta1: float,
+    beta2: float, lr: float, weight_decay: float, decoupled_weight_decay: bool, maximize: bool,
+) -> List[Tensor]:
+    """:func:`adam_moments` for lists (``torch._foreach_*``), ``maximize`` included; the
+    caller's gradients are not changed. Returns the gradients used (see :func:`foreach_gradients`)."""
+    if decoupled_weight_decay and weight_decay != 0:
+        torch._foreach_mul_(params, 1 - lr * weight_decay)
+    grads = foreach_gradients(params, grads, 0.0 if decoupled_weight_decay else weight_decay, maximize)
+    torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+    torch._foreach_mul_(exp_avg_sqs, beta2)
+    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+    return grads
