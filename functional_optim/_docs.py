@@ -20,6 +20,15 @@ FRAGMENTS: Dict[str, str] = {
     "_common_args_doc": (
         "foreach: ``True`` multi-tensor (``torch._foreach_*``), ``False`` single-tensor, ``None``\n"
         "    the default implementation (default None).\n"
+        "fused: ``True`` one fused multi-tensor kernel per step: this project's CPU kernel\n"
+        "    (``torch.ops.gilfree_optim.<name>_``) or torch's (``torch._fused_<name>_``, CPU and\n"
+        "    CUDA, for SGD, Adam, AdamW and Adagrad), as ``functional_optim._kernels`` chooses;\n"
+        "    float32, float64, bfloat16 or float16 parameters (the last two with float32 math).\n"
+        "    ``False`` never. ``None`` (default), with ``foreach`` None: fused when every\n"
+        "    parameter is a dense floating-point tensor on a device with a fused kernel (CPU; CUDA\n"
+        "    for torch's four), else torch's choice (multi-tensor on CUDA, else single-tensor).\n"
+        "    Sparse gradients always take torch's choice. Results equal the single-tensor\n"
+        "    step's up to rounding.\n"
         "maximize: maximise instead of minimising (default False).\n"
         "differentiable: must be False (the step runs under ``torch.no_grad()``)."
     ),
@@ -29,6 +38,10 @@ FRAGMENTS: Dict[str, str] = {
     "_keyword_only_doc": (
         "are keyword-only in torch; here they are positional-or-keyword because TorchScript does\n"
         "not compile keyword-only arguments with defaults. Pass them by keyword."
+    ),
+    "_fused_extra_doc": (
+        "``fused`` (last) is not an argument of torch's class, which has no fused kernel for\n"
+        "this optimizer."
     ),
     # class docstrings, Raises
     "_raises_doc": (
@@ -44,7 +57,7 @@ FRAGMENTS: Dict[str, str] = {
     "_functional_intro_doc": (
         "Same arguments and results as torch's function of the same name in ``torch.optim``\n"
         "(without ``capturable``, ``differentiable`` and complex support). Compiles with\n"
-        "TorchScript, multi-tensor included."
+        "TorchScript, multi-tensor and fused included."
     ),
     "_functional_args_doc": (
         "params: parameters, any shapes, floating dtypes, CPU or CUDA.\n"
@@ -54,6 +67,11 @@ FRAGMENTS: Dict[str, str] = {
         "foreach: ``True`` multi-tensor, ``False`` single-tensor; ``None`` (with ``fused`` None)\n"
         "    picks torch's default (multi-tensor when every parameter is on CUDA/XPU/MTIA, else\n"
         "    single-tensor)."
+    ),
+    "_functional_fused_doc": (
+        "fused: ``True`` runs one fused kernel (see the class; all tensors on one device and of\n"
+        "    one dtype: group them first, as the classes do); it counts ``state_steps`` itself.\n"
+        "    ``None`` or ``False`` with ``foreach`` None: torch's default (never fused)."
     ),
     "_functional_raises_doc": (
         "Raises:\n"

@@ -28,7 +28,7 @@ from typing import Dict, List, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from . import _validation
+from . import _kernels, _validation
 
 __all__ = [
     "GroupedState", "TUPLE_HYPERPARAMETERS", "choose_impl", "split_by_device_dtype",
@@ -122,7 +122,9 @@ class GroupedState:
         groups: List[List[Tensor]],
         hparams: List[Dict[str, float]],
         options: List[Dict[str, Optional[bool]]],
+        name: str,
     ) -> None:
+        self.name = name
         self.params: List[Tensor] = []
         self.offsets: List[int] = [0]
         self.group_of: List[int] = []
@@ -131,6 +133,7 @@ class GroupedState:
         self.options: List[Dict[str, Optional[bool]]] = options
         self.state: List[Dict[str, Tensor]] = []
         self.impl: List[str] = []
+        self.sparse_impl: List[str] = []
         self.sparse_errors: List[Optional[str]] = []
         self.homogeneous: List[bool] = []
         self.cache_valid: List[bool] = []
@@ -152,6 +155,7 @@ class GroupedState:
                 self.state.append(_no_state())
             self.offsets.append(len(self.params))
             self.impl.append("single")
+            self.sparse_impl.append("single")
             self.sparse_errors.append(None)
             self.homogeneous.append(len(split_by_device_dtype(group)) == 1)
             self.cache_valid.append(False)
@@ -372,30 +376,50 @@ class GroupedState:
         o.update(updates)
         return o
 
+    def flags_impl(self, group: int, options: Dict[str, Optional[bool]]) -> str:
+        """The implementation torch's rule gives group ``group`` with ``options``
+        (:func:`choose_impl`): what its steps with sparse gradients use."""
+        return choose_impl(self.cache_params[group], options["foreach"], _validation.option(options, "fused"))
+
     def choose_group_impl(self, group: int, options: Dict[str, Optional[bool]]) -> str:
-        """The implementation group ``group`` would use with ``options`` (:func:`choose_impl`).
+        """The implementation group ``group`` would use with ``options``.
+
+        Explicit flags win (:func:`choose_impl`). With ``foreach`` and ``fused`` both None, the
+        fused kernel when every parameter is a dense floating-point tensor (float32, float64,
+        bfloat16, float16) on a device that has one (:func:`~functional_optim._kernels.fused_devices`;
+        eagerly, on CPU, only when the op library is loaded), else torch's rule.
 
         Raises:
-            RuntimeError: ``fused=True`` with a parameter that is not floating point (torch's
-                message).
+            RuntimeError: ``fused=True`` with a parameter that is not floating point or is on a
+                device without a fused kernel (torch's message).
         """
         params = self.cache_params[group]
-        fused: Optional[bool] = None
-        if "fused" in options:
-            fused = options["fused"]
-        impl = choose_impl(params, options["foreach"], fused)
+        devices = _kernels.fused_devices(self.name)
+        if options["foreach"] is None and _validation.option(options, "fused") is None:
+            usable = len(params) > 0
+            for p in params:
+                if not (_kernels.fused_dtype(p.dtype) and p.device.type in devices and not p.is_sparse):
+                    usable = False
+            if usable and not torch.jit.is_scripting() and not _kernels.torch_kernel_on_cpu(self.name):
+                usable = _kernels.eager_available()
+            if usable:
+                return "fused"
+        impl = self.flags_impl(group, options)
         if impl == "fused":
-            _validation.check_fused_params(params)
+            _validation.check_fused_params(params, devices)
+            if not torch.jit.is_scripting() and not _kernels.torch_kernel_on_cpu(self.name):
+                _kernels.eager_load()  # ImportError naming the library file when it is missing
         return impl
 
     def commit(
         self, group: int, hparams: Dict[str, float], options: Dict[str, Optional[bool]], impl: str,
-        sparse_error: Optional[str],
+        sparse_impl: str, sparse_error: Optional[str],
     ) -> None:
         """Install a group's validated values and what follows from them (drops its cached lists)."""
         self.hparams[group] = hparams
         self.options[group] = options
         self.impl[group] = impl
+        self.sparse_impl[group] = sparse_impl
         self.sparse_errors[group] = sparse_error
         self.invalidate(group)
         if not torch.jit.is_scripting():

@@ -218,13 +218,17 @@ def check_impl_flags(
         raise ValueError("differentiable=True is not supported by functional_optim")
 
 
-def check_fused_params(params: List[Tensor]) -> None:
-    """Raise torch's ``RuntimeError`` unless every parameter is floating point (CPU or CUDA)."""
+def check_fused_params(params: List[Tensor], devices: List[str]) -> None:
+    """Raise torch's ``RuntimeError`` unless every parameter is floating point on one of
+    ``devices`` (``["cpu", "cuda"]`` for torch's kernels, ``["cpu"]`` where only ours exist)."""
     for p in params:
-        if not (p.is_floating_point() and (p.device.type == "cpu" or p.device.type == "cuda")):
+        if not (p.is_floating_point() and p.device.type in devices):
+            quoted: List[str] = []
+            for d in devices:
+                quoted.append("'" + d + "'")
             raise RuntimeError(
-                "`fused=True` requires all the params to be floating point Tensors of supported devices: "
-                + "['cpu', 'cuda'] but " + dtype_name(p.dtype) + " and " + p.device.type
+                "`fused=True` requires all the params to be floating point Tensors of supported devices: ["
+                + ", ".join(quoted) + "] but " + dtype_name(p.dtype) + " and " + p.device.type
             )
 
 

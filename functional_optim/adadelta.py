@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import choose_impl, foreach_gradients
+from ._state import choose_impl, device_dtype_splits, take, foreach_gradients
 
 __all__ = ["Adadelta", "adadelta"]
 
@@ -18,7 +18,8 @@ __all__ = ["Adadelta", "adadelta"]
 @_docs.fill
 def adadelta(
     params: List[Tensor], grads: List[Tensor], square_avgs: List[Tensor], acc_deltas: List[Tensor],
-    state_steps: List[Tensor], foreach: Optional[bool] = None, *,
+    state_steps: List[Tensor], foreach: Optional[bool] = None,
+    fused: Optional[bool] = None, *,
     lr: float, rho: float, eps: float, weight_decay: float, maximize: bool,
 ) -> None:
     r"""Functional Adadelta: update ``params`` and their state in place, one step.
@@ -27,6 +28,7 @@ def adadelta(
 
     Args:
         {_functional_args_doc}
+        {_functional_fused_doc}
         square_avgs: running averages of squared gradients; acc_deltas: running averages of
             squared updates (both like ``params``).
         lr, rho, eps, weight_decay, maximize: as in :class:`Adadelta`.
@@ -36,7 +38,8 @@ def adadelta(
     Algorithm: Zeiler 2012 (https://arxiv.org/abs/1212.5701); reference code
     ``torch/optim/adadelta.py`` (torch 2.13).
     """
-    if choose_impl(params, foreach, None) == "single":
+    impl = choose_impl(params, foreach, fused)
+    if impl == "single":
         for i in range(len(params)):
             param = params[i]
             square_avg = square_avgs[i]
@@ -51,7 +54,7 @@ def adadelta(
             delta.div_(std).mul_(grad)
             acc_delta.mul_(rho).addcmul_(delta, delta, value=1 - rho)
             param.add_(delta, alpha=-lr)
-    elif len(params) > 0:
+    elif len(params) > 0 and impl == "foreach":
         torch._foreach_add_(state_steps, 1.0)
         grads = foreach_gradients(params, grads, weight_decay, maximize)
         torch._foreach_mul_(square_avgs, rho)
@@ -65,7 +68,10 @@ def adadelta(
         torch._foreach_mul_(acc_deltas, rho)
         torch._foreach_addcmul_(acc_deltas, deltas, deltas, value=1 - rho)
         torch._foreach_add_(params, deltas, alpha=-lr)
-
+    elif len(params) > 0:
+        torch.ops.gilfree_optim.adadelta_(
+            params, grads, square_avgs, acc_deltas, state_steps, lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize,
+        )
 
 @_docs.fill
 @_methods.with_shared_methods
@@ -97,6 +103,7 @@ class Adadelta:
 
     ``capturable``, ``maximize``, ``differentiable``
     {_keyword_only_doc}
+    {_fused_extra_doc}
 
     State per parameter: ``'step'`` (0-dim float32 on the CPU), ``'square_avg'``,
     ``'acc_delta'`` (like the parameter).
@@ -107,26 +114,31 @@ class Adadelta:
     def __init__(
         self, params: List[Tensor], lr: float = 1.0, rho: float = 0.9, eps: float = 1e-6,
         weight_decay: float = 0.0, foreach: Optional[bool] = None, capturable: bool = False,
-        maximize: bool = False, differentiable: bool = False,
+        maximize: bool = False, differentiable: bool = False, fused: Optional[bool] = None,
     ) -> None:
         hparams: Dict[str, float] = {"lr": lr, "rho": rho, "eps": eps, "weight_decay": weight_decay}
         options: Dict[str, Optional[bool]] = {
             "maximize": maximize, "capturable": capturable, "foreach": foreach, "differentiable": differentiable,
+            "fused": fused,
         }
-        self._s = self._new_state(params, hparams, options)
+        self._s = self._new_state(params, hparams, options, "adadelta")
         self._init_groups()
 
     def _check(self, h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
         _validation.check_values(h, ["lr", "rho", "eps", "weight_decay"])
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
-        h = self._s.hparams[g]
-        lists = self._s.prepare(g, indices, {"square_avg": 0.0, "acc_delta": 0.0})
-        adadelta(
-            self._s.params_of(g, indices), grads, lists["square_avg"], lists["acc_delta"], lists["step"],
-            self._s.impl[g] == "foreach", lr=h["lr"], rho=h["rho"], eps=h["eps"],
-            weight_decay=h["weight_decay"], maximize=self._s.flag(g, "maximize"),
-        )
+        s = self._s
+        h = s.hparams[g]
+        lists = s.prepare(g, indices, {"square_avg": 0.0, "acc_delta": 0.0})
+        params = s.params_of(g, indices)
+        for part in device_dtype_splits(s, g, params):
+            adadelta(
+                take(params, part), take(grads, part), take(lists["square_avg"], part),
+                take(lists["acc_delta"], part), take(lists["step"], part), s.impl[g] == "foreach",
+                s.impl[g] == "fused", lr=h["lr"], rho=h["rho"], eps=h["eps"], weight_decay=h["weight_decay"],
+                maximize=s.flag(g, "maximize"),
+            )
 
     def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
         return "Adadelta does not support sparse gradients"

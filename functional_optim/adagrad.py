@@ -10,7 +10,7 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
-from . import _docs, _methods, _validation
+from . import _docs, _kernels, _methods, _validation
 from ._state import choose_impl, device_dtype_splits, foreach_gradients, scalar_list, take
 
 __all__ = ["Adagrad", "adagrad"]
@@ -39,7 +39,7 @@ def adagrad(
         state_steps: 0-dim step counters (float32 on the parameter's device when fused),
             incremented here.
         foreach: the implementation, as for :func:`functional_optim.adam.adam`.
-        fused: ``True`` runs torch's ``torch._fused_adagrad_`` (all tensors on one device).
+        {_functional_fused_doc}
         lr, weight_decay, lr_decay, eps, maximize: as in :class:`Adagrad`.
         has_sparse_grad: whether any gradient is sparse.
 
@@ -54,11 +54,17 @@ def adagrad(
     if len(params) > 0 and impl == "fused":
         if has_sparse_grad:
             raise RuntimeError("`fused` does not support sparse grad or complex param")
-        torch._foreach_add_(state_steps, 1.0)
-        torch._fused_adagrad_(
-            params, grads, state_sums, state_steps, lr=lr, lr_decay=lr_decay,
-            weight_decay=weight_decay, eps=eps, maximize=maximize,
-        )
+        if params[0].device.type == "cpu" and not _kernels.torch_kernel_on_cpu("adagrad"):
+            torch.ops.gilfree_optim.adagrad_(  # ours: it counts the steps itself
+                params, grads, state_sums, state_steps, lr=lr, lr_decay=lr_decay,
+                weight_decay=weight_decay, eps=eps, maximize=maximize,
+            )
+        else:
+            torch._foreach_add_(state_steps, 1.0)
+            torch._fused_adagrad_(
+                params, grads, state_sums, state_steps, lr=lr, lr_decay=lr_decay,
+                weight_decay=weight_decay, eps=eps, maximize=maximize,
+            )
     elif len(params) > 0 and impl == "foreach" and not has_sparse_grad:
         # (as torch: foreach kernels do not take sparse tensors, so such a group goes one by one)
         torch._foreach_add_(state_steps, 1.0)
@@ -132,8 +138,6 @@ class Adagrad:
             ``initial_accumulator_value`` is recorded but not used.
         eps: denominator term, >= 0 (default 1e-10).
         {_common_args_doc}
-        fused: True uses ``torch._fused_adagrad_`` (CPU/CUDA, float16/bfloat16/float32/float64)
-            (default None = not fused).
 
     ``maximize``, ``differentiable``, ``fused``
     {_keyword_only_doc}
@@ -160,7 +164,7 @@ class Adagrad:
         options: Dict[str, Optional[bool]] = {
             "foreach": foreach, "maximize": maximize, "differentiable": differentiable, "fused": fused,
         }
-        self._s = self._new_state(params, hparams, options)
+        self._s = self._new_state(params, hparams, options, "adagrad")
         # As torch, every sum starts from the constructor's value (not the group's).
         self._fills: Dict[str, float] = {"sum": float(initial_accumulator_value)}
         self._init_groups()
@@ -175,10 +179,11 @@ class Adagrad:
         h = s.hparams[g]
         lists = s.prepare(g, indices, self._fills)
         params = s.params_of(g, indices)
+        impl = s.sparse_impl[g] if sparse else s.impl[g]
         for part in device_dtype_splits(s, g, params):
             adagrad(
                 take(params, part), take(grads, part), take(lists["sum"], part), take(lists["step"], part),
-                s.impl[g] == "foreach", s.impl[g] == "fused", lr=h["lr"], weight_decay=h["weight_decay"],
+                impl == "foreach", impl == "fused", lr=h["lr"], weight_decay=h["weight_decay"],
                 lr_decay=h["lr_decay"], eps=h["eps"], has_sparse_grad=sparse, maximize=s.flag(g, "maximize"),
             )
 

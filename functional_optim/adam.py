@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _docs, _methods, _validation
+from . import _docs, _kernels, _methods, _validation
 from ._state import adam_moments, choose_impl, device_dtype_splits, foreach_adam_moments, scalar_list, take
 
 __all__ = ["Adam", "adam"]
@@ -36,8 +36,7 @@ def adam(
         exp_avgs, exp_avg_sqs: first and second moment estimates, like ``params``.
         max_exp_avg_sqs: running maxima of ``exp_avg_sqs`` (like ``params``) when ``amsgrad``,
             else an empty list.
-        fused: ``True`` runs torch's ``torch._fused_adam_``/``torch._fused_adamw_`` (all
-            tensors on one device: group them first; the classes do).
+        {_functional_fused_doc}
         amsgrad, maximize, decoupled_weight_decay: as in :class:`Adam`.
         beta1, beta2, lr, weight_decay, eps: as in :class:`Adam` (``lr`` in parameter units
             per unit of normalised gradient).
@@ -84,6 +83,19 @@ def adam(
         torch._foreach_div_(exp_avg_sq_sqrt, scalar_list(bias_correction2_sqrts))
         torch._foreach_add_(exp_avg_sq_sqrt, eps)
         torch._foreach_addcdiv_(params, exp_avgs, exp_avg_sq_sqrt, scalar_list(step_sizes))
+    elif len(params) > 0 and params[0].device.type == "cpu" and not _kernels.torch_kernel_on_cpu(
+        "adamw" if decoupled_weight_decay else "adam"
+    ):
+        if decoupled_weight_decay:  # our kernels (they count the steps themselves)
+            torch.ops.gilfree_optim.adamw_(
+                params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr=lr, beta1=beta1,
+                beta2=beta2, weight_decay=weight_decay, eps=eps, amsgrad=amsgrad, maximize=maximize,
+            )
+        else:
+            torch.ops.gilfree_optim.adam_(
+                params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr=lr, beta1=beta1,
+                beta2=beta2, weight_decay=weight_decay, eps=eps, amsgrad=amsgrad, maximize=maximize,
+            )
     elif len(params) > 0:
         torch._foreach_add_(state_steps, 1.0)
         if decoupled_weight_decay:
@@ -96,7 +108,6 @@ def adam(
                 params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr=lr, beta1=beta1,
                 beta2=beta2, weight_decay=weight_decay, eps=eps, amsgrad=amsgrad, maximize=maximize,
             )
-
 
 @_docs.fill
 @_methods.with_shared_methods
@@ -131,8 +142,6 @@ class Adam:
         amsgrad: use AMSGrad (default False).
         {_common_args_doc}
         {_capturable_doc}
-        fused: ``True`` uses ``torch._fused_adam_`` (CPU and CUDA, float16/bfloat16/float32/float64)
-            (default None = not fused, as torch).
         decoupled_weight_decay: AdamW-style weight decay (default False).
 
     ``foreach`` ... ``decoupled_weight_decay``
@@ -158,7 +167,7 @@ class Adam:
             "amsgrad": amsgrad, "maximize": maximize, "foreach": foreach, "capturable": capturable,
             "differentiable": differentiable, "fused": fused, "decoupled_weight_decay": decoupled_weight_decay,
         }
-        self._s = self._new_state(params, hparams, options)
+        self._s = self._new_state(params, hparams, options, "adam")
         self._init_groups()
 
     # AdamW binds these three hooks too.

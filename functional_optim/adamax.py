@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import choose_impl, foreach_gradients, scalar_list
+from ._state import choose_impl, device_dtype_splits, take, foreach_gradients, scalar_list
 
 __all__ = ["Adamax", "adamax"]
 
@@ -18,7 +18,8 @@ __all__ = ["Adamax", "adamax"]
 @_docs.fill
 def adamax(
     params: List[Tensor], grads: List[Tensor], exp_avgs: List[Tensor], exp_infs: List[Tensor],
-    state_steps: List[Tensor], foreach: Optional[bool] = None, *,
+    state_steps: List[Tensor], foreach: Optional[bool] = None,
+    fused: Optional[bool] = None, *,
     eps: float, beta1: float, beta2: float, lr: float, weight_decay: float, maximize: bool,
 ) -> None:
     r"""Functional Adamax: update ``params`` and their state in place, one step.
@@ -27,6 +28,7 @@ def adamax(
 
     Args:
         {_functional_args_doc}
+        {_functional_fused_doc}
         exp_avgs: first moment estimates; exp_infs: exponentially weighted infinity norms
             (both like ``params``).
         eps, beta1, beta2, lr, weight_decay, maximize: as in :class:`Adamax`.
@@ -36,7 +38,8 @@ def adamax(
     Algorithm: Kingma & Ba 2015, section 7.1; reference code ``torch/optim/adamax.py`` (torch
     2.13).
     """
-    if choose_impl(params, foreach, None) == "single":
+    impl = choose_impl(params, foreach, fused)
+    if impl == "single":
         for i in range(len(params)):
             param = params[i]
             grad = grads[i] if not maximize else -grads[i]
@@ -50,7 +53,7 @@ def adamax(
             torch.maximum(exp_inf.mul_(beta2), grad.abs().add_(eps), out=exp_inf)
             clr = lr / (1 - beta1 ** float(step_t.item()))
             param.addcdiv_(exp_avg, exp_inf, value=-clr)
-    elif len(params) > 0:
+    elif len(params) > 0 and impl == "foreach":
         torch._foreach_add_(state_steps, 1.0)
         grads = foreach_gradients(params, grads, weight_decay, maximize)
         torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
@@ -65,7 +68,10 @@ def adamax(
         for step_t in state_steps:
             step_sizes.append((lr / (1 - beta1 ** float(step_t.item()))) * -1)
         torch._foreach_addcdiv_(params, exp_avgs, exp_infs, scalar_list(step_sizes))
-
+    elif len(params) > 0:
+        torch.ops.gilfree_optim.adamax_(
+            params, grads, exp_avgs, exp_infs, state_steps, lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay, maximize=maximize,
+        )
 
 @_docs.fill
 @_methods.with_shared_methods
@@ -98,6 +104,7 @@ class Adamax:
 
     ``maximize``, ``differentiable``, ``capturable``
     {_keyword_only_doc}
+    {_fused_extra_doc}
 
     State per parameter: ``'step'`` (0-dim float32 on the CPU), ``'exp_avg'``, ``'exp_inf'``
     (like the parameter).
@@ -108,28 +115,33 @@ class Adamax:
     def __init__(
         self, params: List[Tensor], lr: float = 2e-3, betas: Tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8, weight_decay: float = 0.0, foreach: Optional[bool] = None,
-        maximize: bool = False, differentiable: bool = False, capturable: bool = False,
+        maximize: bool = False, differentiable: bool = False, capturable: bool = False, fused: Optional[bool] = None,
     ) -> None:
         hparams: Dict[str, float] = {
             "lr": lr, "beta1": betas[0], "beta2": betas[1], "eps": eps, "weight_decay": weight_decay,
         }
         options: Dict[str, Optional[bool]] = {
             "foreach": foreach, "maximize": maximize, "differentiable": differentiable, "capturable": capturable,
+            "fused": fused,
         }
-        self._s = self._new_state(params, hparams, options)
+        self._s = self._new_state(params, hparams, options, "adamax")
         self._init_groups()
 
     def _check(self, h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
         _validation.check_values(h, ["lr", "eps", "betas", "weight_decay"])
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
-        h = self._s.hparams[g]
-        lists = self._s.prepare(g, indices, {"exp_avg": 0.0, "exp_inf": 0.0})
-        adamax(
-            self._s.params_of(g, indices), grads, lists["exp_avg"], lists["exp_inf"], lists["step"],
-            self._s.impl[g] == "foreach", eps=h["eps"], beta1=h["beta1"], beta2=h["beta2"], lr=h["lr"],
-            weight_decay=h["weight_decay"], maximize=self._s.flag(g, "maximize"),
-        )
+        s = self._s
+        h = s.hparams[g]
+        lists = s.prepare(g, indices, {"exp_avg": 0.0, "exp_inf": 0.0})
+        params = s.params_of(g, indices)
+        for part in device_dtype_splits(s, g, params):
+            adamax(
+                take(params, part), take(grads, part), take(lists["exp_avg"], part), take(lists["exp_inf"], part),
+                take(lists["step"], part), s.impl[g] == "foreach", s.impl[g] == "fused", eps=h["eps"],
+                beta1=h["beta1"], beta2=h["beta2"], lr=h["lr"], weight_decay=h["weight_decay"],
+                maximize=s.flag(g, "maximize"),
+            )
 
     def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
         return "Adamax does not support sparse gradients"

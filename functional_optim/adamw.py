@@ -77,8 +77,6 @@ class AdamW:
         amsgrad: use AMSGrad (default False).
         {_common_args_doc}
         {_capturable_doc}
-        fused: True uses ``torch._fused_adamw_`` (CPU/CUDA, float16/bfloat16/float32/float64)
-            (default None = not fused).
 
     ``maximize`` ... ``fused``
     {_keyword_only_doc}
@@ -102,7 +100,7 @@ class AdamW:
             "amsgrad": amsgrad, "maximize": maximize, "foreach": foreach, "capturable": capturable,
             "differentiable": differentiable, "fused": fused, "decoupled_weight_decay": True,
         }
-        self._s = self._new_state(params, hparams, options)
+        self._s = self._new_state(params, hparams, options, "adamw")
         self._init_groups()
 
     _check = Adam._check

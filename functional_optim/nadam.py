@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import adam_moments, choose_impl, foreach_adam_moments, new_step, scalar_list
+from ._state import adam_moments, choose_impl, device_dtype_splits, foreach_adam_moments, new_step, scalar_list, take
 
 __all__ = ["NAdam", "nadam"]
 
@@ -20,7 +20,8 @@ __all__ = ["NAdam", "nadam"]
 @_docs.fill
 def nadam(
     params: List[Tensor], grads: List[Tensor], exp_avgs: List[Tensor], exp_avg_sqs: List[Tensor],
-    mu_products: List[Tensor], state_steps: List[Tensor], foreach: Optional[bool] = None, *,
+    mu_products: List[Tensor], state_steps: List[Tensor], foreach: Optional[bool] = None,
+    fused: Optional[bool] = None, *,
     beta1: float, beta2: float, lr: float, weight_decay: float, momentum_decay: float, eps: float,
     decoupled_weight_decay: bool, maximize: bool,
 ) -> None:
@@ -30,6 +31,7 @@ def nadam(
 
     Args:
         {_functional_args_doc}
+        {_functional_fused_doc}
         exp_avgs, exp_avg_sqs: moment estimates, like ``params``.
         mu_products: 0-dim running products of the momentum coefficients (float32 on the CPU).
         beta1, beta2, lr, weight_decay, momentum_decay, eps, decoupled_weight_decay, maximize:
@@ -39,7 +41,8 @@ def nadam(
 
     Algorithm: Dozat 2016; reference code ``torch/optim/nadam.py`` (torch 2.13).
     """
-    if choose_impl(params, foreach, None) == "single":
+    impl = choose_impl(params, foreach, fused)
+    if impl == "single":
         for i in range(len(params)):
             param = params[i]
             exp_avg = exp_avgs[i]
@@ -59,7 +62,7 @@ def nadam(
             denom.add_(eps)
             param.addcdiv_(grad, denom, value=(-lr * (1.0 - mu) / (1.0 - mu_product_value)))
             param.addcdiv_(exp_avg, denom, value=(-lr * mu_next) / (1.0 - mu_product_next))
-    elif len(params) > 0:
+    elif len(params) > 0 and impl == "foreach":
         torch._foreach_add_(state_steps, 1.0)
         grads = foreach_adam_moments(
             params, grads, exp_avgs, exp_avg_sqs, beta1, beta2, lr, weight_decay, decoupled_weight_decay, maximize
@@ -84,7 +87,11 @@ def nadam(
             step_size_expavg.append((lr * mu_nexts[k] / (1.0 - mu_product * mu_nexts[k])) * -1)
         torch._foreach_addcdiv_(params, grads, exp_avg_sq_sqrt, scalar_list(step_size_grads))
         torch._foreach_addcdiv_(params, exp_avgs, exp_avg_sq_sqrt, scalar_list(step_size_expavg))
-
+    elif len(params) > 0:
+        torch.ops.gilfree_optim.nadam_(
+            params, grads, exp_avgs, exp_avg_sqs, mu_products, state_steps, lr=lr, beta1=beta1, beta2=beta2, weight_decay=weight_decay,
+            momentum_decay=momentum_decay, eps=eps, decoupled_weight_decay=decoupled_weight_decay, maximize=maximize,
+        )
 
 @_docs.fill
 @_methods.with_shared_methods
@@ -121,6 +128,7 @@ class NAdam:
 
     ``foreach`` ... ``differentiable``
     {_keyword_only_doc}
+    {_fused_extra_doc}
 
     State per parameter: ``'step'`` and ``'mu_product'`` (0-dim float32 on the CPU; as in torch,
     loading a state dict casts ``'mu_product'`` to the parameter's dtype), ``'exp_avg'``,
@@ -133,7 +141,7 @@ class NAdam:
         self, params: List[Tensor], lr: float = 2e-3, betas: Tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8, weight_decay: float = 0.0, momentum_decay: float = 4e-3,
         decoupled_weight_decay: bool = False, foreach: Optional[bool] = None, maximize: bool = False,
-        capturable: bool = False, differentiable: bool = False,
+        capturable: bool = False, differentiable: bool = False, fused: Optional[bool] = None,
     ) -> None:
         hparams: Dict[str, float] = {
             "lr": lr, "beta1": betas[0], "beta2": betas[1], "eps": eps, "weight_decay": weight_decay,
@@ -142,8 +150,9 @@ class NAdam:
         options: Dict[str, Optional[bool]] = {
             "decoupled_weight_decay": decoupled_weight_decay, "maximize": maximize, "foreach": foreach,
             "capturable": capturable, "differentiable": differentiable,
+            "fused": fused,
         }
-        self._s = self._new_state(params, hparams, options)
+        self._s = self._new_state(params, hparams, options, "nadam")
         self._init_groups()
 
     def _check(self, h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
@@ -156,17 +165,20 @@ class NAdam:
             for i in indices:  # 'step' and 'mu_product' first: torch's key order
                 state = s.state[i]
                 if "step" not in state:
-                    state["step"] = new_step(s.params[i], False)
+                    state["step"] = new_step(s.params[i], s.impl[g] == "fused")
                 if "mu_product" not in state:
                     state["mu_product"] = torch.ones((), device=torch.device("cpu"))
-        s.init_state(g, indices, False, {"exp_avg": 0.0, "exp_avg_sq": 0.0})
+        s.init_state(g, indices, s.impl[g] == "fused", {"exp_avg": 0.0, "exp_avg_sq": 0.0})
         lists = s.state_lists(g, indices, ["step", "mu_product", "exp_avg", "exp_avg_sq"])
-        nadam(
-            s.params_of(g, indices), grads, lists["exp_avg"], lists["exp_avg_sq"], lists["mu_product"],
-            lists["step"], s.impl[g] == "foreach", beta1=h["beta1"], beta2=h["beta2"], lr=h["lr"],
-            weight_decay=h["weight_decay"], momentum_decay=h["momentum_decay"], eps=h["eps"],
-            decoupled_weight_decay=s.flag(g, "decoupled_weight_decay"), maximize=s.flag(g, "maximize"),
-        )
+        params = s.params_of(g, indices)
+        for part in device_dtype_splits(s, g, params):
+            nadam(
+                take(params, part), take(grads, part), take(lists["exp_avg"], part),
+                take(lists["exp_avg_sq"], part), take(lists["mu_product"], part), take(lists["step"], part),
+                s.impl[g] == "foreach", s.impl[g] == "fused", beta1=h["beta1"], beta2=h["beta2"], lr=h["lr"],
+                weight_decay=h["weight_decay"], momentum_decay=h["momentum_decay"], eps=h["eps"],
+                decoupled_weight_decay=s.flag(g, "decoupled_weight_decay"), maximize=s.flag(g, "maximize"),
+            )
 
     def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
         return "NAdam does not support sparse gradients"

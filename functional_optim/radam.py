@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import adam_moments, choose_impl, foreach_adam_moments, scalar_list
+from ._state import adam_moments, choose_impl, device_dtype_splits, foreach_adam_moments, scalar_list, take
 
 __all__ = ["RAdam", "radam"]
 
@@ -19,7 +19,8 @@ __all__ = ["RAdam", "radam"]
 @_docs.fill
 def radam(
     params: List[Tensor], grads: List[Tensor], exp_avgs: List[Tensor], exp_avg_sqs: List[Tensor],
-    state_steps: List[Tensor], foreach: Optional[bool] = None, *, beta1: float, beta2: float, lr: float,
+    state_steps: List[Tensor], foreach: Optional[bool] = None,
+    fused: Optional[bool] = None, *, beta1: float, beta2: float, lr: float,
     weight_decay: float, eps: float, decoupled_weight_decay: bool, maximize: bool,
 ) -> None:
     r"""Functional RAdam: update ``params`` and their state in place, one step.
@@ -28,6 +29,7 @@ def radam(
 
     Args:
         {_functional_args_doc}
+        {_functional_fused_doc}
         exp_avgs, exp_avg_sqs: moment estimates, like ``params``.
         beta1, beta2, lr, weight_decay, eps, decoupled_weight_decay, maximize: as in :class:`RAdam`.
 
@@ -38,7 +40,8 @@ def radam(
     """
     # maximum length of the approximated simple moving average
     rho_inf = 2 / (1 - beta2) - 1
-    if choose_impl(params, foreach, None) == "single":
+    impl = choose_impl(params, foreach, fused)
+    if impl == "single":
         for i in range(len(params)):
             param = params[i]
             exp_avg = exp_avgs[i]
@@ -60,7 +63,7 @@ def radam(
                 param.add_(bias_corrected_exp_avg * lr * adaptive_lr * rect, alpha=-1.0)
             else:
                 param.add_(bias_corrected_exp_avg * lr, alpha=-1.0)
-    elif len(params) > 0:
+    elif len(params) > 0 and impl == "foreach":
         torch._foreach_add_(state_steps, 1.0)
         grads = foreach_adam_moments(
             params, grads, exp_avgs, exp_avg_sqs, beta1, beta2, lr, weight_decay, decoupled_weight_decay, maximize
@@ -84,7 +87,11 @@ def radam(
         torch._foreach_add_(buffer, scalar_list(unrect_step_size))
         # buffer = sqrt(1 - beta2^t) * rect_step_size / (sqrt(v) + eps) + unrect_step_size
         torch._foreach_addcmul_(params, exp_avgs, buffer)
-
+    elif len(params) > 0:
+        torch.ops.gilfree_optim.radam_(
+            params, grads, exp_avgs, exp_avg_sqs, state_steps, lr=lr, beta1=beta1, beta2=beta2, weight_decay=weight_decay, eps=eps,
+            decoupled_weight_decay=decoupled_weight_decay, maximize=maximize,
+        )
 
 @_docs.fill
 @_methods.with_shared_methods
@@ -122,6 +129,7 @@ class RAdam:
 
     ``foreach`` ... ``differentiable``
     {_keyword_only_doc}
+    {_fused_extra_doc}
 
     State per parameter: ``'step'`` (0-dim float32 on the CPU), ``'exp_avg'``, ``'exp_avg_sq'``
     (like the parameter).
@@ -133,7 +141,7 @@ class RAdam:
         self, params: List[Tensor], lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8, weight_decay: float = 0.0, decoupled_weight_decay: bool = False,
         foreach: Optional[bool] = None, maximize: bool = False, capturable: bool = False,
-        differentiable: bool = False,
+        differentiable: bool = False, fused: Optional[bool] = None,
     ) -> None:
         hparams: Dict[str, float] = {
             "lr": lr, "beta1": betas[0], "beta2": betas[1], "eps": eps, "weight_decay": weight_decay,
@@ -141,22 +149,27 @@ class RAdam:
         options: Dict[str, Optional[bool]] = {
             "maximize": maximize, "foreach": foreach, "capturable": capturable,
             "decoupled_weight_decay": decoupled_weight_decay, "differentiable": differentiable,
+            "fused": fused,
         }
-        self._s = self._new_state(params, hparams, options)
+        self._s = self._new_state(params, hparams, options, "radam")
         self._init_groups()
 
     def _check(self, h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
         _validation.check_values(h, ["lr", "eps", "betas", "weight_decay"])
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
-        h = self._s.hparams[g]
-        lists = self._s.prepare(g, indices, {"exp_avg": 0.0, "exp_avg_sq": 0.0})
-        radam(
-            self._s.params_of(g, indices), grads, lists["exp_avg"], lists["exp_avg_sq"], lists["step"],
-            self._s.impl[g] == "foreach", beta1=h["beta1"], beta2=h["beta2"], lr=h["lr"],
-            weight_decay=h["weight_decay"], eps=h["eps"], maximize=self._s.flag(g, "maximize"),
-            decoupled_weight_decay=self._s.flag(g, "decoupled_weight_decay"),
-        )
+        s = self._s
+        h = s.hparams[g]
+        lists = s.prepare(g, indices, {"exp_avg": 0.0, "exp_avg_sq": 0.0})
+        params = s.params_of(g, indices)
+        for part in device_dtype_splits(s, g, params):
+            radam(
+                take(params, part), take(grads, part), take(lists["exp_avg"], part),
+                take(lists["exp_avg_sq"], part), take(lists["step"], part), s.impl[g] == "foreach",
+                s.impl[g] == "fused", beta1=h["beta1"], beta2=h["beta2"], lr=h["lr"],
+                weight_decay=h["weight_decay"], eps=h["eps"], maximize=s.flag(g, "maximize"),
+                decoupled_weight_decay=s.flag(g, "decoupled_weight_decay"),
+            )
 
     def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
         return "RAdam does not support sparse gradients"

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import choose_impl, foreach_gradients
+from ._state import choose_impl, device_dtype_splits, foreach_gradients, take
 
 __all__ = ["RMSprop", "rmsprop"]
 
@@ -19,7 +19,8 @@ __all__ = ["RMSprop", "rmsprop"]
 @_docs.fill
 def rmsprop(
     params: List[Tensor], grads: List[Tensor], square_avgs: List[Tensor], grad_avgs: List[Tensor],
-    momentum_buffer_list: List[Tensor], state_steps: List[Tensor], foreach: Optional[bool] = None, *,
+    momentum_buffer_list: List[Tensor], state_steps: List[Tensor], foreach: Optional[bool] = None,
+    fused: Optional[bool] = None, *,
     lr: float, alpha: float, eps: float, weight_decay: float, momentum: float, centered: bool, maximize: bool,
 ) -> None:
     r"""Functional RMSprop: update ``params`` and their state in place, one step.
@@ -28,6 +29,7 @@ def rmsprop(
 
     Args:
         {_functional_args_doc}
+        {_functional_fused_doc}
         square_avgs: running averages of squared gradients, like ``params``.
         grad_avgs: running averages of gradients when ``centered`` (else empty).
         momentum_buffer_list: buffers when ``momentum > 0`` (else empty).
@@ -38,7 +40,8 @@ def rmsprop(
     Algorithm: Hinton, lecture 6e (2012); centered: Graves 2013; reference code
     ``torch/optim/rmsprop.py`` (torch 2.13).
     """
-    if choose_impl(params, foreach, None) == "single":
+    impl = choose_impl(params, foreach, fused)
+    if impl == "single":
         for i in range(len(params)):
             param = params[i]
             grad = grads[i] if not maximize else -grads[i]
@@ -60,7 +63,7 @@ def rmsprop(
                 param.add_(buf, alpha=-lr)
             else:
                 param.addcdiv_(grad, avg, value=-lr)
-    elif len(params) > 0:
+    elif len(params) > 0 and impl == "foreach":
         torch._foreach_add_(state_steps, 1.0)
         grads = foreach_gradients(params, grads, weight_decay, maximize)
         torch._foreach_mul_(square_avgs, alpha)
@@ -78,7 +81,11 @@ def rmsprop(
             torch._foreach_add_(params, momentum_buffer_list, alpha=-lr)
         else:
             torch._foreach_addcdiv_(params, grads, avg, value=-lr)
-
+    elif len(params) > 0:
+        torch.ops.gilfree_optim.rmsprop_(
+            params, grads, square_avgs, grad_avgs, momentum_buffer_list, state_steps, lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
+            momentum=momentum, centered=centered, maximize=maximize,
+        )
 
 @_docs.fill
 @_methods.with_shared_methods
@@ -126,7 +133,7 @@ class RMSprop:
     def __init__(
         self, params: List[Tensor], lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
         weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False, capturable: bool = False,
-        foreach: Optional[bool] = None, maximize: bool = False, differentiable: bool = False,
+        foreach: Optional[bool] = None, maximize: bool = False, differentiable: bool = False, fused: Optional[bool] = None,
     ) -> None:
         hparams: Dict[str, float] = {
             "lr": lr, "momentum": momentum, "alpha": alpha, "eps": eps, "weight_decay": weight_decay,
@@ -134,8 +141,9 @@ class RMSprop:
         options: Dict[str, Optional[bool]] = {
             "centered": centered, "capturable": capturable, "foreach": foreach,
             "maximize": maximize, "differentiable": differentiable,
+            "fused": fused,
         }
-        self._s = self._new_state(params, hparams, options)
+        self._s = self._new_state(params, hparams, options, "rmsprop")
         self._init_groups()
 
     def _check(self, h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
@@ -151,13 +159,17 @@ class RMSprop:
         if centered:
             fills["grad_avg"] = 0.0
         lists = self._s.prepare(g, indices, fills)
+        params = self._s.params_of(g, indices)
         empty: List[Tensor] = []
-        rmsprop(
-            self._s.params_of(g, indices), grads, lists["square_avg"], lists["grad_avg"] if centered else empty,
-            lists["momentum_buffer"] if momentum > 0 else empty, lists["step"], self._s.impl[g] == "foreach",
-            lr=h["lr"], alpha=h["alpha"], eps=h["eps"], weight_decay=h["weight_decay"], momentum=momentum,
-            centered=centered, maximize=self._s.flag(g, "maximize"),
-        )
+        for part in device_dtype_splits(self._s, g, params):
+            rmsprop(
+                take(params, part), take(grads, part), take(lists["square_avg"], part),
+                take(lists["grad_avg"], part) if centered else empty,
+                take(lists["momentum_buffer"], part) if momentum > 0 else empty, take(lists["step"], part),
+                self._s.impl[g] == "foreach", self._s.impl[g] == "fused", lr=h["lr"], alpha=h["alpha"],
+                eps=h["eps"], weight_decay=h["weight_decay"], momentum=momentum, centered=centered,
+                maximize=self._s.flag(g, "maximize"),
+            )
 
     def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
         return "RMSprop does not support sparse gradients"

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import choose_impl
+from ._state import choose_impl, device_dtype_splits, take
 
 __all__ = ["Rprop", "rprop"]
 
@@ -19,7 +19,8 @@ __all__ = ["Rprop", "rprop"]
 @_docs.fill
 def rprop(
     params: List[Tensor], grads: List[Tensor], prevs: List[Tensor], step_sizes: List[Tensor],
-    state_steps: List[Tensor], foreach: Optional[bool] = None, *,
+    state_steps: List[Tensor], foreach: Optional[bool] = None,
+    fused: Optional[bool] = None, *,
     step_size_min: float, step_size_max: float, etaminus: float, etaplus: float, maximize: bool,
 ) -> None:
     r"""Functional Rprop: update ``params`` and their state in place, one step.
@@ -28,6 +29,7 @@ def rprop(
 
     Args:
         {_functional_args_doc}
+        {_functional_fused_doc}
         prevs: the previous step's (masked) gradients; step_sizes: per-element step sizes in
             parameter units (both like ``params``).
         step_size_min, step_size_max, etaminus, etaplus, maximize: as in :class:`Rprop`.
@@ -37,7 +39,8 @@ def rprop(
     Algorithm: Riedmiller & Braun, IEEE ICNN 1993; reference code ``torch/optim/rprop.py``
     (torch 2.13).
     """
-    if choose_impl(params, foreach, None) == "single":
+    impl = choose_impl(params, foreach, fused)
+    if impl == "single":
         for i in range(len(params)):
             param = params[i]
             grad = grads[i] if not maximize else -grads[i]
@@ -54,7 +57,7 @@ def rprop(
             grad.masked_fill_(sign.eq(etaminus), 0)
             param.addcmul_(grad.sign(), step_size, value=-1)
             prev.copy_(grad)
-    elif len(params) > 0:
+    elif len(params) > 0 and impl == "foreach":
         torch._foreach_add_(state_steps, 1.0)
         signs = torch._foreach_mul(grads, prevs)
         if maximize:
@@ -77,7 +80,11 @@ def rprop(
         for grad in prevs:
             grad_signs.append(grad.sign())
         torch._foreach_addcmul_(params, grad_signs, step_sizes, value=-1)
-
+    elif len(params) > 0:
+        torch.ops.gilfree_optim.rprop_(
+            params, grads, prevs, step_sizes, state_steps, step_size_min=step_size_min, step_size_max=step_size_max, etaminus=etaminus,
+            etaplus=etaplus, maximize=maximize,
+        )
 
 @_docs.fill
 @_methods.with_shared_methods
@@ -111,6 +118,7 @@ class Rprop:
 
     ``capturable`` ... ``differentiable``
     {_keyword_only_doc}
+    {_fused_extra_doc}
 
     State per parameter: ``'step'`` (0-dim float32 on the CPU), ``'prev'``, ``'step_size'``
     (like the parameter).
@@ -121,7 +129,7 @@ class Rprop:
     def __init__(
         self, params: List[Tensor], lr: float = 1e-2, etas: Tuple[float, float] = (0.5, 1.2),
         step_sizes: Tuple[float, float] = (1e-6, 50.0), capturable: bool = False,
-        foreach: Optional[bool] = None, maximize: bool = False, differentiable: bool = False,
+        foreach: Optional[bool] = None, maximize: bool = False, differentiable: bool = False, fused: Optional[bool] = None,
     ) -> None:
         hparams: Dict[str, float] = {
             "lr": lr, "etaminus": etas[0], "etaplus": etas[1],
@@ -129,21 +137,26 @@ class Rprop:
         }
         options: Dict[str, Optional[bool]] = {
             "foreach": foreach, "maximize": maximize, "differentiable": differentiable, "capturable": capturable,
+            "fused": fused,
         }
-        self._s = self._new_state(params, hparams, options)
+        self._s = self._new_state(params, hparams, options, "rprop")
         self._init_groups()
 
     def _check(self, h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
         _validation.check_values(h, ["lr", "etas"])
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
-        h = self._s.hparams[g]
-        lists = self._s.prepare(g, indices, {"prev": 0.0, "step_size": h["lr"]})
-        rprop(
-            self._s.params_of(g, indices), grads, lists["prev"], lists["step_size"], lists["step"],
-            self._s.impl[g] == "foreach", step_size_min=h["step_size_min"], step_size_max=h["step_size_max"],
-            etaminus=h["etaminus"], etaplus=h["etaplus"], maximize=self._s.flag(g, "maximize"),
-        )
+        s = self._s
+        h = s.hparams[g]
+        lists = s.prepare(g, indices, {"prev": 0.0, "step_size": h["lr"]})
+        params = s.params_of(g, indices)
+        for part in device_dtype_splits(s, g, params):
+            rprop(
+                take(params, part), take(grads, part), take(lists["prev"], part), take(lists["step_size"], part),
+                take(lists["step"], part), s.impl[g] == "foreach", s.impl[g] == "fused",
+                step_size_min=h["step_size_min"], step_size_max=h["step_size_max"], etaminus=h["etaminus"],
+                etaplus=h["etaplus"], maximize=s.flag(g, "maximize"),
+            )
 
     def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
         return "Rprop does not support sparse gradients"

@@ -10,7 +10,7 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
-from . import _docs, _methods, _validation
+from . import _docs, _kernels, _methods, _validation
 from ._state import choose_impl, flag, device_dtype_splits, foreach_gradients, take
 
 __all__ = ["SGD", "sgd"]
@@ -49,6 +49,24 @@ def _foreach_update(params: List[Tensor], grads: List[Tensor], lr: float, has_sp
             params[i].add_(grads[i], alpha=-lr)
 
 
+def _fused_sgd_kernel(
+    params: List[Tensor], grads: List[Tensor], bufs: List[Tensor], weight_decay: float, momentum: float, lr: float,
+    dampening: float, nesterov: bool, maximize: bool, is_first_step: bool,
+) -> None:
+    """One fused SGD call: ours on CPU unless the table (``_kernels.torch_kernel_on_cpu``) says
+    torch's, torch's ``torch._fused_sgd_`` elsewhere (same arguments and semantics)."""
+    if params[0].device.type == "cpu" and not _kernels.torch_kernel_on_cpu("sgd"):
+        torch.ops.gilfree_optim.sgd_(
+            params, grads, bufs, weight_decay=weight_decay, momentum=momentum, lr=lr, dampening=dampening,
+            nesterov=nesterov, maximize=maximize, is_first_step=is_first_step,
+        )
+    else:
+        torch._fused_sgd_(
+            params, grads, bufs, weight_decay=weight_decay, momentum=momentum, lr=lr, dampening=dampening,
+            nesterov=nesterov, maximize=maximize, is_first_step=is_first_step,
+        )
+
+
 def _fused_sgd_new_buffers(
     params: List[Tensor], grads: List[Tensor], momentum_buffer_list: List[Optional[Tensor]], weight_decay: float,
     momentum: float, lr: float, dampening: float, nesterov: bool, maximize: bool,
@@ -75,14 +93,14 @@ def _fused_sgd_new_buffers(
             buf = torch.empty_like(grads[i])
             momentum_buffer_list[i] = buf
             new_buffers.append(buf)
-        torch._fused_sgd_(
-            take(params, new_positions), take(grads, new_positions), new_buffers, weight_decay=weight_decay,
-            momentum=momentum, lr=lr, dampening=dampening, nesterov=nesterov, maximize=maximize, is_first_step=True,
+        _fused_sgd_kernel(
+            take(params, new_positions), take(grads, new_positions), new_buffers, weight_decay, momentum, lr,
+            dampening, nesterov, maximize, True,
         )
     if len(old_positions) > 0:
-        torch._fused_sgd_(
-            take(params, old_positions), take(grads, old_positions), old_buffers, weight_decay=weight_decay,
-            momentum=momentum, lr=lr, dampening=dampening, nesterov=nesterov, maximize=maximize, is_first_step=False,
+        _fused_sgd_kernel(
+            take(params, old_positions), take(grads, old_positions), old_buffers, weight_decay, momentum, lr,
+            dampening, nesterov, maximize, False,
         )
 
 
@@ -105,7 +123,7 @@ def sgd(
             step with momentum; None entries are replaced by new buffers (``buf = grad``, as
             torch, no dampening on the first step). Ignored (may be empty) when ``momentum == 0``.
         foreach: the implementation, as for :func:`functional_optim.adam.adam`.
-        fused: ``True`` runs torch's ``torch._fused_sgd_`` (all tensors on one device).
+        {_functional_fused_doc}
         weight_decay, momentum, lr, dampening, nesterov, maximize: as in :class:`SGD`.
         has_sparse_grad: whether any gradient is sparse.
 
@@ -147,10 +165,7 @@ def sgd(
             )
             return
         no_buffers: List[Tensor] = []
-        torch._fused_sgd_(
-            params, grads, no_buffers, weight_decay=weight_decay, momentum=momentum, lr=lr,
-            dampening=dampening, nesterov=nesterov, maximize=maximize, is_first_step=False,
-        )
+        _fused_sgd_kernel(params, grads, no_buffers, weight_decay, momentum, lr, dampening, nesterov, maximize, False)
         return
     bufs: List[Tensor] = []
     if momentum != 0:
@@ -207,8 +222,6 @@ class SGD:
         weight_decay: L2 penalty, >= 0 (default 0).
         nesterov: Nesterov momentum; needs momentum > 0 and dampening 0 (default False).
         {_common_args_doc}
-        fused: True uses ``torch._fused_sgd_`` (CPU/CUDA, float16/bfloat16/float32/float64)
-            (default None = not fused).
 
     ``maximize`` ... ``fused``
     {_keyword_only_doc}
@@ -233,7 +246,7 @@ class SGD:
             "nesterov": nesterov, "maximize": maximize, "foreach": foreach,
             "differentiable": differentiable, "fused": fused,
         }
-        self._s = self._new_state(params, hparams, options)
+        self._s = self._new_state(params, hparams, options, "sgd")
         self._init_groups()
 
     def _check(self, h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
@@ -259,10 +272,9 @@ class SGD:
             params = s.cache_params[g]
             buffers_now = s.cache_state[g]["momentum_buffer"]
             if impl == "fused":
-                torch._fused_sgd_(
-                    params, grads, buffers_now, weight_decay=h["weight_decay"], momentum=momentum, lr=h["lr"],
-                    dampening=h["dampening"], nesterov=s.flag(g, "nesterov"), maximize=s.flag(g, "maximize"),
-                    is_first_step=False,
+                _fused_sgd_kernel(
+                    params, grads, buffers_now, h["weight_decay"], momentum, h["lr"], h["dampening"],
+                    s.flag(g, "nesterov"), s.flag(g, "maximize"), False,
                 )
             else:
                 _foreach_momentum_step(
@@ -279,8 +291,8 @@ class SGD:
             for i in indices:
                 buffers.append(s.state[i].get("momentum_buffer"))
         params = s.params_of(g, indices)
-        if sparse and impl == "fused":
-            impl = "single"
+        if sparse:
+            impl = s.sparse_impl[g]
         for part in device_dtype_splits(s, g, params):
             whole = len(part) == len(params)
             part_buffers: List[Optional[Tensor]] = buffers
