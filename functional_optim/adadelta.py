@@ -69,8 +69,9 @@ def adadelta(
         torch._foreach_addcmul_(acc_deltas, deltas, deltas, value=1 - rho)
         torch._foreach_add_(params, deltas, alpha=-lr)
     elif len(params) > 0:
-        torch.ops.gilfree_optim.adadelta_(
-            params, grads, square_avgs, acc_deltas, state_steps, lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize,
+        torch.ops.gilfree_optim.adadelta_(  # ours: it counts the steps itself
+            params, grads, square_avgs, acc_deltas, state_steps, lr=lr, rho=rho, eps=eps,
+            weight_decay=weight_decay, maximize=maximize,
         )
 
 @_docs.fill

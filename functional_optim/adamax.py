@@ -69,8 +69,9 @@ def adamax(
             step_sizes.append((lr / (1 - beta1 ** float(step_t.item()))) * -1)
         torch._foreach_addcdiv_(params, exp_avgs, exp_infs, scalar_list(step_sizes))
     elif len(params) > 0:
-        torch.ops.gilfree_optim.adamax_(
-            params, grads, exp_avgs, exp_infs, state_steps, lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay, maximize=maximize,
+        torch.ops.gilfree_optim.adamax_(  # ours: it counts the steps itself
+            params, grads, exp_avgs, exp_infs, state_steps, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
+            weight_decay=weight_decay, maximize=maximize,
         )
 
 @_docs.fill

@@ -88,9 +88,10 @@ def nadam(
         torch._foreach_addcdiv_(params, grads, exp_avg_sq_sqrt, scalar_list(step_size_grads))
         torch._foreach_addcdiv_(params, exp_avgs, exp_avg_sq_sqrt, scalar_list(step_size_expavg))
     elif len(params) > 0:
-        torch.ops.gilfree_optim.nadam_(
-            params, grads, exp_avgs, exp_avg_sqs, mu_products, state_steps, lr=lr, beta1=beta1, beta2=beta2, weight_decay=weight_decay,
-            momentum_decay=momentum_decay, eps=eps, decoupled_weight_decay=decoupled_weight_decay, maximize=maximize,
+        torch.ops.gilfree_optim.nadam_(  # ours: it counts the steps itself
+            params, grads, exp_avgs, exp_avg_sqs, mu_products, state_steps, lr=lr, beta1=beta1, beta2=beta2,
+            weight_decay=weight_decay, momentum_decay=momentum_decay, eps=eps,
+            decoupled_weight_decay=decoupled_weight_decay, maximize=maximize,
         )
 
 @_docs.fill

@@ -88,9 +88,10 @@ def radam(
         # buffer = sqrt(1 - beta2^t) * rect_step_size / (sqrt(v) + eps) + unrect_step_size
         torch._foreach_addcmul_(params, exp_avgs, buffer)
     elif len(params) > 0:
-        torch.ops.gilfree_optim.radam_(
-            params, grads, exp_avgs, exp_avg_sqs, state_steps, lr=lr, beta1=beta1, beta2=beta2, weight_decay=weight_decay, eps=eps,
-            decoupled_weight_decay=decoupled_weight_decay, maximize=maximize,
+        torch.ops.gilfree_optim.radam_(  # ours: it counts the steps itself
+            params, grads, exp_avgs, exp_avg_sqs, state_steps, lr=lr, beta1=beta1, beta2=beta2,
+            weight_decay=weight_decay, eps=eps, decoupled_weight_decay=decoupled_weight_decay,
+            maximize=maximize,
         )
 
 @_docs.fill

@@ -82,9 +82,9 @@ def rmsprop(
         else:
             torch._foreach_addcdiv_(params, grads, avg, value=-lr)
     elif len(params) > 0:
-        torch.ops.gilfree_optim.rmsprop_(
-            params, grads, square_avgs, grad_avgs, momentum_buffer_list, state_steps, lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
-            momentum=momentum, centered=centered, maximize=maximize,
+        torch.ops.gilfree_optim.rmsprop_(  # ours: it counts the steps itself
+            params, grads, square_avgs, grad_avgs, momentum_buffer_list, state_steps, lr=lr, alpha=alpha,
+            eps=eps, weight_decay=weight_decay, momentum=momentum, centered=centered, maximize=maximize,
         )
 
 @_docs.fill

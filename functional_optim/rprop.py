@@ -81,9 +81,9 @@ def rprop(
             grad_signs.append(grad.sign())
         torch._foreach_addcmul_(params, grad_signs, step_sizes, value=-1)
     elif len(params) > 0:
-        torch.ops.gilfree_optim.rprop_(
-            params, grads, prevs, step_sizes, state_steps, step_size_min=step_size_min, step_size_max=step_size_max, etaminus=etaminus,
-            etaplus=etaplus, maximize=maximize,
+        torch.ops.gilfree_optim.rprop_(  # ours: it counts the steps itself
+            params, grads, prevs, step_sizes, state_steps, step_size_min=step_size_min,
+            step_size_max=step_size_max, etaminus=etaminus, etaplus=etaplus, maximize=maximize,
         )
 
 @_docs.fill

@@ -55,7 +55,9 @@ def test_parity_check_can_fail():
     """The comparison is not a tautology: a slightly different lr on the fused side is caught."""
     info = C.INFO_BY_NAME["RAdam"]
     with pytest.raises(AssertionError):
-        run_parity(info, info.configs[0], None, torch.float64, steps=5, our_overrides={"fused": True, "lr": 0.01 * (1 + 1e-6)})
+        run_parity(
+            info, info.configs[0], None, torch.float64, steps=5, our_overrides={"fused": True, "lr": 0.01 * (1 + 1e-6)}
+        )
 
 
 @pytest.mark.parametrize("info", C.INFOS, ids=str)
