@@ -32,7 +32,7 @@ from . import _kernels, _validation
 
 __all__ = [
     "GroupedState", "TUPLE_HYPERPARAMETERS", "choose_impl", "split_by_device_dtype",
-    "flag", "device_dtype_splits", "take", "scalar_list", "new_step", "foreach_gradients",
+    "flag", "take", "scalar_list", "new_step", "foreach_gradients",
 ]
 
 # torch.optim keeps these hyperparameters as pairs; the typed dicts keep their two halves.
@@ -256,9 +256,22 @@ class GroupedState:
 
     def prepare(self, g: int, indices: List[int], fills: Dict[str, float]) -> Dict[str, List[Tensor]]:
         """:meth:`init_state` (``'step'`` float32 on the parameter's device in a fused group),
-        then :meth:`state_lists` of ``'step'`` and the keys of ``fills``."""
+        then :meth:`state_lists` of ``'step'`` and the keys of ``fills``, and the parameters
+        themselves under ``'param'`` (:meth:`params_of`)."""
         self.init_state(g, indices, self.impl[g] == "fused", fills)
-        return self.state_lists(g, indices, ["step"] + list(fills.keys()))
+        lists = self.state_lists(g, indices, ["step"] + list(fills.keys()))
+        lists["param"] = self.params_of(g, indices)
+        return lists
+
+    def parts(self, g: int, indices: List[int]) -> List[List[int]]:
+        """Positions in ``indices`` (all in group ``g``) to step in one call each: one device and
+        dtype per call in a fused group whose parameters mix them, else all at once. The
+        result is read only (a whole group gets its cached ``whole_parts[g]``)."""
+        if self.impl[g] == "fused" and not self.homogeneous[g]:
+            return split_by_device_dtype(self.params_of(g, indices))
+        if self.is_full(g, indices):
+            return self.whole_parts[g]
+        return [list(range(len(indices)))]
 
     def flag(self, g: int, name: str) -> bool:
         """Group ``g``'s flag ``name`` as a plain bool (None counts as False)."""
@@ -438,18 +451,6 @@ def flag(options: Dict[str, Optional[bool]], name: str) -> bool:
     """``options[name]`` as a plain bool (None counts as False)."""
     value = options[name]
     return value is not None and value
-
-
-def device_dtype_splits(s: GroupedState, g: int, params: List[Tensor]) -> List[List[int]]:
-    """Positions in ``params`` to pass to one fused call each (one device and dtype per call).
-
-    The result is read only (a whole group gets its cached ``s.whole_parts[g]``).
-    """
-    if s.impl[g] == "fused" and not s.homogeneous[g]:
-        return split_by_device_dtype(params)
-    if len(params) == s.group_size(g):
-        return s.whole_parts[g]
-    return [list(range(len(params)))]
 
 
 def take(tensors: List[Tensor], positions: List[int]) -> List[Tensor]:

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import choose_impl, device_dtype_splits, take, foreach_gradients
+from ._state import choose_impl, foreach_gradients, take
 
 __all__ = ["Adadelta", "adadelta"]
 
@@ -74,6 +74,7 @@ def adadelta(
             weight_decay=weight_decay, maximize=maximize,
         )
 
+
 @_docs.fill
 @_methods.with_shared_methods
 class Adadelta:
@@ -132,10 +133,9 @@ class Adadelta:
         s = self._s
         h = s.hparams[g]
         lists = s.prepare(g, indices, {"square_avg": 0.0, "acc_delta": 0.0})
-        params = s.params_of(g, indices)
-        for part in device_dtype_splits(s, g, params):
+        for part in s.parts(g, indices):
             adadelta(
-                take(params, part), take(grads, part), take(lists["square_avg"], part),
+                take(lists["param"], part), take(grads, part), take(lists["square_avg"], part),
                 take(lists["acc_delta"], part), take(lists["step"], part), s.impl[g] == "foreach",
                 s.impl[g] == "fused", lr=h["lr"], rho=h["rho"], eps=h["eps"], weight_decay=h["weight_decay"],
                 maximize=s.flag(g, "maximize"),

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _kernels, _methods, _validation
-from ._state import choose_impl, device_dtype_splits, foreach_gradients, scalar_list, take
+from ._state import choose_impl, foreach_gradients, scalar_list, take
 
 __all__ = ["Adagrad", "adagrad"]
 
@@ -178,11 +178,10 @@ class Adagrad:
         s = self._s
         h = s.hparams[g]
         lists = s.prepare(g, indices, self._fills)
-        params = s.params_of(g, indices)
         impl = s.sparse_impl[g] if sparse else s.impl[g]
-        for part in device_dtype_splits(s, g, params):
+        for part in s.parts(g, indices):
             adagrad(
-                take(params, part), take(grads, part), take(lists["sum"], part), take(lists["step"], part),
+                take(lists["param"], part), take(grads, part), take(lists["sum"], part), take(lists["step"], part),
                 impl == "foreach", impl == "fused", lr=h["lr"], weight_decay=h["weight_decay"],
                 lr_decay=h["lr_decay"], eps=h["eps"], has_sparse_grad=sparse, maximize=s.flag(g, "maximize"),
             )

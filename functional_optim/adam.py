@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _kernels, _methods, _validation
-from ._state import adam_moments, choose_impl, device_dtype_splits, foreach_adam_moments, scalar_list, take
+from ._state import adam_moments, choose_impl, foreach_adam_moments, scalar_list, take
 
 __all__ = ["Adam", "adam"]
 
@@ -109,6 +109,7 @@ def adam(
                 beta2=beta2, weight_decay=weight_decay, eps=eps, amsgrad=amsgrad, maximize=maximize,
             )
 
+
 @_docs.fill
 @_methods.with_shared_methods
 class Adam:
@@ -179,11 +180,11 @@ class Adam:
         if amsgrad:
             fills["max_exp_avg_sq"] = 0.0
         lists = s.prepare(g, indices, fills)
-        params = s.params_of(g, indices)
         empty: List[Tensor] = []
-        for part in device_dtype_splits(s, g, params):
+        for part in s.parts(g, indices):
             adam(
-                take(params, part), take(grads, part), take(lists["exp_avg"], part), take(lists["exp_avg_sq"], part),
+                take(lists["param"], part), take(grads, part), take(lists["exp_avg"], part),
+                take(lists["exp_avg_sq"], part),
                 take(lists["max_exp_avg_sq"], part) if amsgrad else empty, take(lists["step"], part),
                 s.impl[g] == "foreach", s.impl[g] == "fused", amsgrad=amsgrad, beta1=h["beta1"], beta2=h["beta2"],
                 lr=h["lr"], weight_decay=h["weight_decay"], eps=h["eps"], maximize=s.flag(g, "maximize"),

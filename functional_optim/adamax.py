@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import choose_impl, device_dtype_splits, take, foreach_gradients, scalar_list
+from ._state import choose_impl, foreach_gradients, scalar_list, take
 
 __all__ = ["Adamax", "adamax"]
 
@@ -74,6 +74,7 @@ def adamax(
             weight_decay=weight_decay, maximize=maximize,
         )
 
+
 @_docs.fill
 @_methods.with_shared_methods
 class Adamax:
@@ -135,10 +136,9 @@ class Adamax:
         s = self._s
         h = s.hparams[g]
         lists = s.prepare(g, indices, {"exp_avg": 0.0, "exp_inf": 0.0})
-        params = s.params_of(g, indices)
-        for part in device_dtype_splits(s, g, params):
+        for part in s.parts(g, indices):
             adamax(
-                take(params, part), take(grads, part), take(lists["exp_avg"], part), take(lists["exp_inf"], part),
+                take(lists["param"], part), take(grads, part), take(lists["exp_avg"], part), take(lists["exp_inf"], part),
                 take(lists["step"], part), s.impl[g] == "foreach", s.impl[g] == "fused", eps=h["eps"],
                 beta1=h["beta1"], beta2=h["beta2"], lr=h["lr"], weight_decay=h["weight_decay"],
                 maximize=s.flag(g, "maximize"),

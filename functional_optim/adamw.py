@@ -16,7 +16,6 @@ from .adam import Adam, adam
 __all__ = ["AdamW", "adamw"]
 
 
-
 @_docs.fill
 def adamw(
     params: List[Tensor], grads: List[Tensor], exp_avgs: List[Tensor], exp_avg_sqs: List[Tensor],

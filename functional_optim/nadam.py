@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import adam_moments, choose_impl, device_dtype_splits, foreach_adam_moments, new_step, scalar_list, take
+from ._state import adam_moments, choose_impl, foreach_adam_moments, new_step, scalar_list, take
 
 __all__ = ["NAdam", "nadam"]
 
@@ -94,6 +94,7 @@ def nadam(
             decoupled_weight_decay=decoupled_weight_decay, maximize=maximize,
         )
 
+
 @_docs.fill
 @_methods.with_shared_methods
 class NAdam:
@@ -172,7 +173,7 @@ class NAdam:
         s.init_state(g, indices, s.impl[g] == "fused", {"exp_avg": 0.0, "exp_avg_sq": 0.0})
         lists = s.state_lists(g, indices, ["step", "mu_product", "exp_avg", "exp_avg_sq"])
         params = s.params_of(g, indices)
-        for part in device_dtype_splits(s, g, params):
+        for part in s.parts(g, indices):
             nadam(
                 take(params, part), take(grads, part), take(lists["exp_avg"], part),
                 take(lists["exp_avg_sq"], part), take(lists["mu_product"], part), take(lists["step"], part),

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import adam_moments, choose_impl, device_dtype_splits, foreach_adam_moments, scalar_list, take
+from ._state import adam_moments, choose_impl, foreach_adam_moments, scalar_list, take
 
 __all__ = ["RAdam", "radam"]
 
@@ -94,6 +94,7 @@ def radam(
             maximize=maximize,
         )
 
+
 @_docs.fill
 @_methods.with_shared_methods
 class RAdam:
@@ -162,10 +163,9 @@ class RAdam:
         s = self._s
         h = s.hparams[g]
         lists = s.prepare(g, indices, {"exp_avg": 0.0, "exp_avg_sq": 0.0})
-        params = s.params_of(g, indices)
-        for part in device_dtype_splits(s, g, params):
+        for part in s.parts(g, indices):
             radam(
-                take(params, part), take(grads, part), take(lists["exp_avg"], part),
+                take(lists["param"], part), take(grads, part), take(lists["exp_avg"], part),
                 take(lists["exp_avg_sq"], part), take(lists["step"], part), s.impl[g] == "foreach",
                 s.impl[g] == "fused", beta1=h["beta1"], beta2=h["beta2"], lr=h["lr"],
                 weight_decay=h["weight_decay"], eps=h["eps"], maximize=s.flag(g, "maximize"),

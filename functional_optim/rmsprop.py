@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import choose_impl, device_dtype_splits, foreach_gradients, take
+from ._state import choose_impl, foreach_gradients, take
 
 __all__ = ["RMSprop", "rmsprop"]
 
@@ -87,6 +87,7 @@ def rmsprop(
             eps=eps, weight_decay=weight_decay, momentum=momentum, centered=centered, maximize=maximize,
         )
 
+
 @_docs.fill
 @_methods.with_shared_methods
 class RMSprop:
@@ -159,11 +160,10 @@ class RMSprop:
         if centered:
             fills["grad_avg"] = 0.0
         lists = self._s.prepare(g, indices, fills)
-        params = self._s.params_of(g, indices)
         empty: List[Tensor] = []
-        for part in device_dtype_splits(self._s, g, params):
+        for part in self._s.parts(g, indices):
             rmsprop(
-                take(params, part), take(grads, part), take(lists["square_avg"], part),
+                take(lists["param"], part), take(grads, part), take(lists["square_avg"], part),
                 take(lists["grad_avg"], part) if centered else empty,
                 take(lists["momentum_buffer"], part) if momentum > 0 else empty, take(lists["step"], part),
                 self._s.impl[g] == "foreach", self._s.impl[g] == "fused", lr=h["lr"], alpha=h["alpha"],

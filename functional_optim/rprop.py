@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import choose_impl, device_dtype_splits, take
+from ._state import choose_impl, take
 
 __all__ = ["Rprop", "rprop"]
 
@@ -86,6 +86,7 @@ def rprop(
             step_size_max=step_size_max, etaminus=etaminus, etaplus=etaplus, maximize=maximize,
         )
 
+
 @_docs.fill
 @_methods.with_shared_methods
 class Rprop:
@@ -149,10 +150,9 @@ class Rprop:
         s = self._s
         h = s.hparams[g]
         lists = s.prepare(g, indices, {"prev": 0.0, "step_size": h["lr"]})
-        params = s.params_of(g, indices)
-        for part in device_dtype_splits(s, g, params):
+        for part in s.parts(g, indices):
             rprop(
-                take(params, part), take(grads, part), take(lists["prev"], part), take(lists["step_size"], part),
+                take(lists["param"], part), take(grads, part), take(lists["prev"], part), take(lists["step_size"], part),
                 take(lists["step"], part), s.impl[g] == "foreach", s.impl[g] == "fused",
                 step_size_min=h["step_size_min"], step_size_max=h["step_size_max"], etaminus=h["etaminus"],
                 etaplus=h["etaplus"], maximize=s.flag(g, "maximize"),

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _kernels, _methods, _validation
-from ._state import choose_impl, flag, device_dtype_splits, foreach_gradients, take
+from ._state import choose_impl, flag, foreach_gradients, take
 
 __all__ = ["SGD", "sgd"]
 
@@ -293,7 +293,7 @@ class SGD:
         params = s.params_of(g, indices)
         if sparse:
             impl = s.sparse_impl[g]
-        for part in device_dtype_splits(s, g, params):
+        for part in s.parts(g, indices):
             whole = len(part) == len(params)
             part_buffers: List[Optional[Tensor]] = buffers
             if not whole and momentum != 0:
