@@ -510,24 +510,29 @@ def new_step(param: Tensor, fused: bool) -> Tensor:
 
 
 def adam_moments(
-    param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, beta1: float, beta2: float, lr: float,
-    weight_decay: float, decoupled_weight_decay: bool,
-) -> Tensor:
-    """The weight decay and moment updates that Adam, NAdam and RAdam share (one tensor).
+    i: int, params: List[Tensor], grads: List[Tensor], exp_avgs: List[Tensor], exp_avg_sqs: List[Tensor],
+    state_steps: List[Tensor], beta1: float, beta2: float, lr: float, weight_decay: float,
+    decoupled_weight_decay: bool, maximize: bool,
+) -> Tuple[Tensor, float]:
+    """The first half of a single-tensor step of parameter ``i`` that Adam, NAdam and RAdam share.
 
-    Decoupled decay scales ``param`` by ``1 - lr * weight_decay``; L2 decay adds
-    ``weight_decay * param`` to the gradient. Then ``exp_avg`` moves towards the gradient by
-    ``1 - beta1`` and ``exp_avg_sq`` to ``beta2 * exp_avg_sq + (1 - beta2) * grad**2``, in place.
-    Returns the gradient used (``grad`` itself, or a new tensor with L2 decay).
+    Counts the step; negates the gradient when ``maximize``; applies weight decay (decoupled:
+    scales the parameter by ``1 - lr * weight_decay``; L2: adds ``weight_decay * param`` to
+    the gradient); moves ``exp_avg`` towards the gradient by ``1 - beta1`` and sets
+    ``exp_avg_sq`` to ``beta2 * exp_avg_sq + (1 - beta2) * grad**2``, in place. Returns the
+    gradient used (a new tensor when changed; the caller's is never written) and the new step.
     """
+    param = params[i]
+    state_steps[i].add_(1)
+    grad = grads[i] if not maximize else -grads[i]
     if weight_decay != 0:
         if decoupled_weight_decay:
             param.mul_(1 - lr * weight_decay)
         else:
             grad = grad.add(param, alpha=weight_decay)
-    exp_avg.lerp_(grad, 1 - beta1)
-    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-    return grad
+    exp_avgs[i].lerp_(grad, 1 - beta1)
+    exp_avg_sqs[i].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    return grad, float(state_steps[i].item())
 
 
 def foreach_adam_moments(

@@ -49,13 +49,11 @@ def adam(
     impl = choose_impl(params, foreach, fused)
     if impl == "single":
         for i in range(len(params)):
-            param = params[i]
-            exp_avg = exp_avgs[i]
             exp_avg_sq = exp_avg_sqs[i]
-            state_steps[i].add_(1)
-            grad = grads[i] if not maximize else -grads[i]
-            adam_moments(param, grad, exp_avg, exp_avg_sq, beta1, beta2, lr, weight_decay, decoupled_weight_decay)
-            step = float(state_steps[i].item())
+            grad, step = adam_moments(
+                i, params, grads, exp_avgs, exp_avg_sqs, state_steps, beta1, beta2, lr, weight_decay,
+                decoupled_weight_decay, maximize,
+            )
             step_size = lr / (1 - beta1**step)
             bias_correction2_sqrt = (1 - beta2**step) ** 0.5
             if amsgrad:
@@ -63,7 +61,7 @@ def adam(
                 denom = (max_exp_avg_sqs[i].sqrt() / bias_correction2_sqrt).add_(eps)
             else:
                 denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
-            param.addcdiv_(exp_avg, denom, value=-step_size)
+            params[i].addcdiv_(exp_avgs[i], denom, value=-step_size)
     elif len(params) > 0 and impl == "foreach":
         torch._foreach_add_(state_steps, 1.0)
         grads = foreach_adam_moments(

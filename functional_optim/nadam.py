@@ -45,13 +45,12 @@ def nadam(
     if impl == "single":
         for i in range(len(params)):
             param = params[i]
-            exp_avg = exp_avgs[i]
             exp_avg_sq = exp_avg_sqs[i]
             mu_product = mu_products[i]
-            state_steps[i].add_(1)
-            step = float(state_steps[i].item())
-            grad = grads[i] if not maximize else -grads[i]
-            grad = adam_moments(param, grad, exp_avg, exp_avg_sq, beta1, beta2, lr, weight_decay, decoupled_weight_decay)
+            grad, step = adam_moments(
+                i, params, grads, exp_avgs, exp_avg_sqs, state_steps, beta1, beta2, lr, weight_decay,
+                decoupled_weight_decay, maximize,
+            )
             # momentum cache mu_t and mu_{t+1}
             mu = beta1 * (1.0 - 0.5 * (0.96 ** (step * momentum_decay)))
             mu_next = beta1 * (1.0 - 0.5 * (0.96 ** ((step + 1) * momentum_decay)))
@@ -61,7 +60,7 @@ def nadam(
             mu_product_next = mu_product_value * mu_next
             denom.add_(eps)
             param.addcdiv_(grad, denom, value=(-lr * (1.0 - mu) / (1.0 - mu_product_value)))
-            param.addcdiv_(exp_avg, denom, value=(-lr * mu_next) / (1.0 - mu_product_next))
+            param.addcdiv_(exp_avgs[i], denom, value=(-lr * mu_next) / (1.0 - mu_product_next))
     elif len(params) > 0 and impl == "foreach":
         torch._foreach_add_(state_steps, 1.0)
         grads = foreach_adam_moments(

@@ -44,15 +44,14 @@ def radam(
     if impl == "single":
         for i in range(len(params)):
             param = params[i]
-            exp_avg = exp_avgs[i]
             exp_avg_sq = exp_avg_sqs[i]
-            state_steps[i].add_(1)
-            step = float(state_steps[i].item())
-            grad = grads[i] if not maximize else -grads[i]
-            adam_moments(param, grad, exp_avg, exp_avg_sq, beta1, beta2, lr, weight_decay, decoupled_weight_decay)
+            _, step = adam_moments(
+                i, params, grads, exp_avgs, exp_avg_sqs, state_steps, beta1, beta2, lr, weight_decay,
+                decoupled_weight_decay, maximize,
+            )
             bias_correction1 = 1 - beta1**step
             bias_correction2 = 1 - beta2**step
-            bias_corrected_exp_avg = exp_avg / bias_correction1
+            bias_corrected_exp_avg = exp_avgs[i] / bias_correction1
             # current length of the approximated simple moving average
             rho_t = rho_inf - 2 * step * (beta2**step) / bias_correction2
             if rho_t > 5.0:
