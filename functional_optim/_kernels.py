@@ -10,10 +10,15 @@ when set, else the ``_C*.so`` next to the ``plugin`` package, located with
 Loading is ``torch.ops.load_library``; when ``plugin`` loads the same file too, the second load
 is a no-op (one ``dlopen`` of one path).
 
-The ops must be registered before a function that calls them is scripted: the fused paths
-call :func:`load` first (the eager entry points below do, and so do the classes), and a
-missing library turns ``fused=True`` into an error that names the file looked for, not into
-a silent fallback.
+The ops must be registered before a function that calls them is scripted: this module loads
+the library when it is imported, and every optimizer's functional form has a branch that
+calls its op, so scripting any optimizer needs the library (without it TorchScript reports an
+unknown ``gilfree_optim`` op). Eagerly, a missing library makes the default implementation
+fall back to torch's choice and turns ``fused=True`` into an ``ImportError`` that names the
+file looked for, not into a silent fallback.
+
+Which CPU kernel ``fused=True`` runs for the optimizers that have both torch's and ours is
+decided in one place, :func:`torch_kernel_on_cpu`.
 """
 import glob
 import importlib.machinery
