@@ -10,10 +10,15 @@ when set, else the ``_C*.so`` next to the ``plugin`` package, located with
 Loading is ``torch.ops.load_library``; when ``plugin`` loads the same file too, the second load
 is a no-op (one ``dlopen`` of one path).
 
-The ops must be registered before a function that calls them is scripted: the fused paths
-call :func:`load` first (the eager entry points below do, and so do the classes), and a
-missing library turns ``fused=True`` into an error that names the file looked for, not into
-a silent fallback.
+The ops must be registered before a function that calls them is scripted: this module loads
+the library when it is imported, and every optimizer's functional form has a branch that
+calls its op, so scripting any optimizer needs the library (without it TorchScript reports an
+unknown ``gilfree_optim`` op). Eagerly, a missing library makes the default implementation
+fall back to torch's choice and turns ``fused=True`` into an ``ImportError`` that names the
+file looked for, not into a silent fallback.
+
+Which CPU kernel ``fused=True`` runs for the optimizers that have both torch's and ours is
+decided in one place, :func:`torch_kernel_on_cpu`.
 """
 import glob
 import importlib.machinery
@@ -23,7 +28,10 @@ from typing import List, Optional
 
 import torch
 
-__all__ = ["LIBRARY_ENV_VAR", "library_in", "find_library", "load", "available", "OPTIMIZERS"]
+__all__ = [
+    "LIBRARY_ENV_VAR", "library_in", "find_library", "load", "available", "OPTIMIZERS", "TORCH_FUSED",
+    "FUSED_DTYPES", "torch_kernel_on_cpu", "fused_devices",
+]
 
 # Same variable as plugin._library: a library built elsewhere (the CMake build, say).
 LIBRARY_ENV_VAR = "GILFREE_RPC_LIBRARY"
@@ -32,6 +40,38 @@ LIBRARY_ENV_VAR = "GILFREE_RPC_LIBRARY"
 OPTIMIZERS: List[str] = [
     "sgd", "adam", "adamw", "adagrad", "rmsprop", "adamax", "adadelta", "rprop", "nadam", "radam",
 ]
+
+# The optimizers for which torch has fused kernels (``torch._fused_<name>_``, CPU and CUDA).
+TORCH_FUSED: List[str] = ["sgd", "adam", "adamw", "adagrad"]
+
+# The parameter dtypes every fused kernel takes (ours and torch's).
+FUSED_DTYPES: List[torch.dtype] = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+
+
+def fused_dtype(dtype: torch.dtype) -> bool:
+    """Whether the fused kernels take parameters of ``dtype`` (:data:`FUSED_DTYPES`; TorchScript)."""
+    return dtype == torch.float32 or dtype == torch.float64 or dtype == torch.bfloat16 or dtype == torch.float16
+
+
+def torch_kernel_on_cpu(name: str) -> bool:
+    """THE choice of fused CPU kernel, one row per optimizer that has both: whether
+    ``fused=True`` on CPU runs torch's kernel (``torch._fused_<name>_``) rather than ours
+    (``torch.ops.gilfree_optim.<name>_``). Set from the benchmark (``scripts/bench_optim.py``):
+    torch's where it is at least as fast as ours. The optimizers of :data:`OPTIMIZERS` that
+    are not in :data:`TORCH_FUSED` always run ours; on CUDA only torch's kernels exist.
+
+    Compiled by TorchScript (a table written as code: TorchScript reads no Python globals).
+    """
+    return name == "sgd" or name == "adam" or name == "adamw" or name == "adagrad"
+
+
+def fused_devices(name: str) -> List[str]:
+    """The device types on which ``fused=True`` can step optimizer ``name``: ``["cpu", "cuda"]``
+    where torch has a kernel, ``["cpu"]`` where only ours exists. Compiled by TorchScript."""
+    if name in ["sgd", "adam", "adamw", "adagrad"]:
+        return ["cpu", "cuda"]
+    return ["cpu"]
+
 
 _state = {"path": None, "error": None}
 
@@ -116,6 +156,18 @@ def available() -> bool:
     return True
 
 
+@torch.jit.unused
+def eager_available() -> bool:
+    """:func:`available`, callable from code that TorchScript compiles (eagerly only)."""
+    return available()
+
+
+@torch.jit.unused
+def eager_load() -> None:
+    """:func:`load`, callable from code that TorchScript compiles (eagerly only)."""
+    load()
+
+
 def op_for(name: str):
     """The fused op ``torch.ops.gilfree_optim.<name>_`` (``name`` in :data:`OPTIMIZERS`).
 
@@ -132,3 +184,8 @@ def op_for(name: str):
 def default_error() -> Optional[str]:
     """Why the kernels are unavailable (``None`` when loaded or not tried yet)."""
     return _state["error"]
+
+
+# Register the ops at import (when the library is there), so that TorchScript can compile the
+# functions that call them; a failure is kept and raised by load() where a kernel is needed.
+available()

@@ -6,15 +6,20 @@ _methods.step``); TorchScript compiles them as methods of each class that holds 
 differs between the optimizers is reached through three hooks that each class defines:
 
 * ``_check(h, o)``: validate a group's hyperparameters ``h`` and options ``o`` (raise with
-  torch's messages);
+  torch's messages); the flags every optimizer shares (``foreach``, ``fused``, ``capturable``,
+  ``differentiable``) are checked after it, here
+  (:func:`functional_optim._validation.check_options`);
 * ``_sparse_error(h, impl) -> Optional[str]``: the ``RuntimeError`` message for a sparse
-  gradient in a group with hyperparameters ``h`` and implementation ``impl``, or ``None``
-  when such a group takes sparse gradients;
+  gradient in a group with hyperparameters ``h`` whose flags ask for implementation ``impl``
+  (torch's rule: ``"fused"`` only for ``fused=True``; a group that runs fused by default steps
+  sparse gradients with ``GroupedState.sparse_impl``), or ``None`` when such a group takes
+  sparse gradients;
 * ``_group_step(g, indices, grads, sparse)``: update the parameters ``indices`` of group ``g``
   (called under ``torch.no_grad()``, after every check has passed).
 
 The constructor of each class builds its dicts of hyperparameters and options and then calls
-``self._s = self._new_state(params, hparams, options)`` and ``self._init_groups()``. The rest of
+``self._s = self._new_state(params, hparams, options, name)`` (``name`` as in
+:data:`functional_optim._kernels.OPTIMIZERS`) and ``self._init_groups()``. The rest of
 the state protocol (see :mod:`functional_optim.state_protocol`) and the eager-only conveniences
 live here too.
 """
@@ -23,7 +28,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import state_protocol
+from . import _validation, state_protocol
 from ._state import GroupedState
 
 __all__ = [
@@ -34,7 +39,7 @@ __all__ = [
 
 
 def _new_state(
-    self, params: List[Tensor], hparams: Dict[str, float], options: Dict[str, Optional[bool]]
+    self, params: List[Tensor], hparams: Dict[str, float], options: Dict[str, Optional[bool]], name: str
 ) -> GroupedState:
     """The constructor's checks and parsing: the state container for ``params``.
 
@@ -45,12 +50,13 @@ def _new_state(
     if not torch.jit.is_scripting():
         hparams, options = self._eager_defaults(hparams, options)
     self._check(hparams, options)
+    _validation.check_options(options)
     groups: List[List[Tensor]] = [params]
     group_hparams: List[Dict[str, float]] = [hparams]
     group_options: List[Dict[str, Optional[bool]]] = [options]
     if not torch.jit.is_scripting():
         groups, group_hparams, group_options = self._eager_parse(params, hparams, options)
-    return GroupedState(groups, group_hparams, group_options)
+    return GroupedState(groups, group_hparams, group_options, name)
 
 
 def _init_groups(self) -> None:
@@ -132,8 +138,10 @@ def set_group(self, group: int, hyperparameters: Dict[str, float], options: Dict
     h = self._s.updated_hparams(group, hyperparameters)
     o = self._s.updated_options(group, options)
     self._check(h, o)
+    _validation.check_options(o)
     impl = self._s.choose_group_impl(group, o)
-    self._s.commit(group, h, o, impl, self._sparse_error(h, impl))
+    sparse_impl = self._s.flags_impl(group, o)
+    self._s.commit(group, h, o, impl, sparse_impl, self._sparse_error(h, sparse_impl))
 
 
 def param_group_indices(self) -> List[List[int]]:

@@ -28,11 +28,11 @@ from typing import Dict, List, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from . import _validation
+from . import _kernels, _validation
 
 __all__ = [
     "GroupedState", "TUPLE_HYPERPARAMETERS", "choose_impl", "split_by_device_dtype",
-    "flag", "device_dtype_splits", "take", "scalar_list", "new_step", "foreach_gradients",
+    "flag", "take", "scalar_list", "new_step", "foreach_gradients",
 ]
 
 # torch.optim keeps these hyperparameters as pairs; the typed dicts keep their two halves.
@@ -86,6 +86,14 @@ def split_by_device_dtype(tensors: List[Tensor]) -> List[List[int]]:
     return out
 
 
+def _check_names(kind: str, names: List[str], known: List[str]) -> None:
+    """Raise ``ValueError("unknown <kind> '<name>'; this optimizer has [...]")`` for the first of
+    ``names`` not in ``known``."""
+    for name in names:
+        if name not in known:
+            raise ValueError("unknown " + kind + " '" + name + "'; this optimizer has " + str(known))
+
+
 def _no_state() -> Dict[str, Tensor]:
     return {}
 
@@ -114,7 +122,9 @@ class GroupedState:
         groups: List[List[Tensor]],
         hparams: List[Dict[str, float]],
         options: List[Dict[str, Optional[bool]]],
+        name: str,
     ) -> None:
+        self.name = name
         self.params: List[Tensor] = []
         self.offsets: List[int] = [0]
         self.group_of: List[int] = []
@@ -123,6 +133,7 @@ class GroupedState:
         self.options: List[Dict[str, Optional[bool]]] = options
         self.state: List[Dict[str, Tensor]] = []
         self.impl: List[str] = []
+        self.sparse_impl: List[str] = []
         self.sparse_errors: List[Optional[str]] = []
         self.homogeneous: List[bool] = []
         self.cache_valid: List[bool] = []
@@ -144,6 +155,7 @@ class GroupedState:
                 self.state.append(_no_state())
             self.offsets.append(len(self.params))
             self.impl.append("single")
+            self.sparse_impl.append("single")
             self.sparse_errors.append(None)
             self.homogeneous.append(len(split_by_device_dtype(group)) == 1)
             self.cache_valid.append(False)
@@ -242,6 +254,29 @@ class GroupedState:
                     if key not in state:
                         state[key] = torch.full_like(p, value, memory_format=torch.preserve_format)
 
+    def prepare(self, g: int, indices: List[int], fills: Dict[str, float]) -> Dict[str, List[Tensor]]:
+        """:meth:`init_state` (``'step'`` float32 on the parameter's device in a fused group),
+        then :meth:`state_lists` of ``'step'`` and the keys of ``fills``, and the parameters
+        themselves under ``'param'`` (:meth:`params_of`)."""
+        self.init_state(g, indices, self.impl[g] == "fused", fills)
+        lists = self.state_lists(g, indices, ["step"] + list(fills.keys()))
+        lists["param"] = self.params_of(g, indices)
+        return lists
+
+    def parts(self, g: int, indices: List[int]) -> List[List[int]]:
+        """Positions in ``indices`` (all in group ``g``) to step in one call each: one device and
+        dtype per call in a fused group whose parameters mix them, else all at once. The
+        result is read only (a whole group gets its cached ``whole_parts[g]``)."""
+        if self.impl[g] == "fused" and not self.homogeneous[g]:
+            return split_by_device_dtype(self.params_of(g, indices))
+        if self.is_full(g, indices):
+            return self.whole_parts[g]
+        return [list(range(len(indices)))]
+
+    def flag(self, g: int, name: str) -> bool:
+        """Group ``g``'s flag ``name`` as a plain bool (None counts as False)."""
+        return flag(self.options[g], name)
+
     def state_lists(self, g: int, indices: List[int], keys: List[str]) -> Dict[str, List[Tensor]]:
         """The state tensors of ``indices`` (all in group ``g``) as one list per key.
 
@@ -338,52 +373,66 @@ class GroupedState:
         """A copy of group ``group``'s hyperparameters with ``updates`` applied (unknown names raise)."""
         self.check_group(group)
         h = self.hparams[group].copy()
-        for name, value in updates.items():
-            if name not in h:
-                raise ValueError(
-                    "unknown hyperparameter '" + name + "'; this optimizer has " + str(list(h.keys()))
-                )
-            h[name] = value
+        _check_names("hyperparameter", list(updates.keys()), list(h.keys()))
+        h.update(updates)
         return h
 
     def updated_options(self, group: int, updates: Dict[str, Optional[bool]]) -> Dict[str, Optional[bool]]:
-        """A copy of group ``group``'s options with ``updates`` applied (unknown names raise)."""
+        """A copy of group ``group``'s options with ``updates`` applied (unknown names raise;
+        ``None`` only for ``foreach`` and ``fused``)."""
         self.check_group(group)
         o = self.options[group].copy()
+        _check_names("option", list(updates.keys()), list(o.keys()))
         for name, value in updates.items():
-            if name not in o:
-                raise ValueError(
-                    "unknown option '" + name + "'; this optimizer has " + str(list(o.keys()))
-                )
             if value is None and name != "foreach" and name != "fused":
                 raise ValueError("option '" + name + "' must be True or False, not None")
-            o[name] = value
+        o.update(updates)
         return o
 
+    def flags_impl(self, group: int, options: Dict[str, Optional[bool]]) -> str:
+        """The implementation torch's rule gives group ``group`` with ``options``
+        (:func:`choose_impl`): what its steps with sparse gradients use."""
+        return choose_impl(self.cache_params[group], options["foreach"], _validation.option(options, "fused"))
+
     def choose_group_impl(self, group: int, options: Dict[str, Optional[bool]]) -> str:
-        """The implementation group ``group`` would use with ``options`` (:func:`choose_impl`).
+        """The implementation group ``group`` would use with ``options``.
+
+        Explicit flags win (:func:`choose_impl`). With ``foreach`` and ``fused`` both None, the
+        fused kernel when every parameter is a dense floating-point tensor (float32, float64,
+        bfloat16, float16) on a device that has one (:func:`~functional_optim._kernels.fused_devices`;
+        eagerly, on CPU, only when the op library is loaded), else torch's rule.
 
         Raises:
-            RuntimeError: ``fused=True`` with a parameter that is not floating point (torch's
-                message).
+            RuntimeError: ``fused=True`` with a parameter that is not floating point or is on a
+                device without a fused kernel (torch's message).
         """
         params = self.cache_params[group]
-        fused: Optional[bool] = None
-        if "fused" in options:
-            fused = options["fused"]
-        impl = choose_impl(params, options["foreach"], fused)
+        devices = _kernels.fused_devices(self.name)
+        if options["foreach"] is None and _validation.option(options, "fused") is None:
+            usable = len(params) > 0
+            for p in params:
+                if not (_kernels.fused_dtype(p.dtype) and p.device.type in devices and not p.is_sparse):
+                    usable = False
+            if usable and not torch.jit.is_scripting() and not _kernels.torch_kernel_on_cpu(self.name):
+                usable = _kernels.eager_available()
+            if usable:
+                return "fused"
+        impl = self.flags_impl(group, options)
         if impl == "fused":
-            _validation.check_fused_params(params)
+            _validation.check_fused_params(params, devices)
+            if not torch.jit.is_scripting() and not _kernels.torch_kernel_on_cpu(self.name):
+                _kernels.eager_load()  # ImportError naming the library file when it is missing
         return impl
 
     def commit(
         self, group: int, hparams: Dict[str, float], options: Dict[str, Optional[bool]], impl: str,
-        sparse_error: Optional[str],
+        sparse_impl: str, sparse_error: Optional[str],
     ) -> None:
         """Install a group's validated values and what follows from them (drops its cached lists)."""
         self.hparams[group] = hparams
         self.options[group] = options
         self.impl[group] = impl
+        self.sparse_impl[group] = sparse_impl
         self.sparse_errors[group] = sparse_error
         self.invalidate(group)
         if not torch.jit.is_scripting():
@@ -402,18 +451,6 @@ def flag(options: Dict[str, Optional[bool]], name: str) -> bool:
     """``options[name]`` as a plain bool (None counts as False)."""
     value = options[name]
     return value is not None and value
-
-
-def device_dtype_splits(s: GroupedState, g: int, params: List[Tensor]) -> List[List[int]]:
-    """Positions in ``params`` to pass to one fused call each (one device and dtype per call).
-
-    The result is read only (a whole group gets its cached ``s.whole_parts[g]``).
-    """
-    if s.impl[g] == "fused" and not s.homogeneous[g]:
-        return split_by_device_dtype(params)
-    if len(params) == s.group_size(g):
-        return s.whole_parts[g]
-    return [list(range(len(params)))]
 
 
 def take(tensors: List[Tensor], positions: List[int]) -> List[Tensor]:
@@ -470,3 +507,44 @@ def new_step(param: Tensor, fused: bool) -> Tensor:
     if fused:
         return torch.zeros((), dtype=torch.float32, device=param.device)
     return torch.zeros((), device=torch.device("cpu"))
+
+
+def adam_moments(
+    i: int, params: List[Tensor], grads: List[Tensor], exp_avgs: List[Tensor], exp_avg_sqs: List[Tensor],
+    state_steps: List[Tensor], beta1: float, beta2: float, lr: float, weight_decay: float,
+    decoupled_weight_decay: bool, maximize: bool,
+) -> Tuple[Tensor, float]:
+    """The first half of a single-tensor step of parameter ``i`` that Adam, NAdam and RAdam share.
+
+    Counts the step; negates the gradient when ``maximize``; applies weight decay (decoupled:
+    scales the parameter by ``1 - lr * weight_decay``; L2: adds ``weight_decay * param`` to
+    the gradient); moves ``exp_avg`` towards the gradient by ``1 - beta1`` and sets
+    ``exp_avg_sq`` to ``beta2 * exp_avg_sq + (1 - beta2) * grad**2``, in place. Returns the
+    gradient used (a new tensor when changed; the caller's is never written) and the new step.
+    """
+    param = params[i]
+    state_steps[i].add_(1)
+    grad = grads[i] if not maximize else -grads[i]
+    if weight_decay != 0:
+        if decoupled_weight_decay:
+            param.mul_(1 - lr * weight_decay)
+        else:
+            grad = grad.add(param, alpha=weight_decay)
+    exp_avgs[i].lerp_(grad, 1 - beta1)
+    exp_avg_sqs[i].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    return grad, float(state_steps[i].item())
+
+
+def foreach_adam_moments(
+    params: List[Tensor], grads: List[Tensor], exp_avgs: List[Tensor], exp_avg_sqs: List[Tensor], beta1: float,
+    beta2: float, lr: float, weight_decay: float, decoupled_weight_decay: bool, maximize: bool,
+) -> List[Tensor]:
+    """:func:`adam_moments` for lists (``torch._foreach_*``), ``maximize`` included; the
+    caller's gradients are not changed. Returns the gradients used (see :func:`foreach_gradients`)."""
+    if decoupled_weight_decay and weight_decay != 0:
+        torch._foreach_mul_(params, 1 - lr * weight_decay)
+    grads = foreach_gradients(params, grads, 0.0 if decoupled_weight_decay else weight_decay, maximize)
+    torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+    torch._foreach_mul_(exp_avg_sqs, beta2)
+    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+    return grads

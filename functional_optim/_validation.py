@@ -7,7 +7,7 @@ exactly, and in TorchScript numbers are printed the TorchScript way (``-1.`` ins
 Inside TorchScript any of these errors reaches Python as ``torch.jit.Error`` (an ``Exception``)
 whose message contains ``"builtins.ValueError: <message>"``.
 """
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -23,29 +23,23 @@ __all__ = [
     "check_betas",
     "check_impl_flags",
     "check_fused_params",
+    "check_values",
+    "check_options",
 ]
 
 
 def dtype_name(dtype: torch.dtype) -> str:
     """Return ``"torch.float32"``-style names (TorchScript prints dtypes as numbers)."""
-    names: List[Tuple[torch.dtype, str]] = [
-        (torch.float32, "torch.float32"),
-        (torch.float64, "torch.float64"),
-        (torch.float16, "torch.float16"),
-        (torch.bfloat16, "torch.bfloat16"),
-        (torch.complex64, "torch.complex64"),
-        (torch.complex128, "torch.complex128"),
-        (torch.int64, "torch.int64"),
-        (torch.int32, "torch.int32"),
-        (torch.int16, "torch.int16"),
-        (torch.int8, "torch.int8"),
-        (torch.uint8, "torch.uint8"),
-        (torch.bool, "torch.bool"),
+    dtypes: List[torch.dtype] = [
+        torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
+        torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool,
     ]
-    for known, name in names:
-        if dtype == known:
-            return name
+    names = "float32 float64 float16 bfloat16 complex64 complex128 int64 int32 int16 int8 uint8 bool".split(" ")
+    for i in range(len(dtypes)):
+        if dtype == dtypes[i]:
+            return "torch." + names[i]
     return "dtype " + str(dtype)
+
 
 
 def describe(t: Tensor) -> str:
@@ -224,11 +218,59 @@ def check_impl_flags(
         raise ValueError("differentiable=True is not supported by functional_optim")
 
 
-def check_fused_params(params: List[Tensor]) -> None:
-    """Raise torch's ``RuntimeError`` unless every parameter is floating point (CPU or CUDA)."""
+def check_fused_params(params: List[Tensor], devices: List[str]) -> None:
+    """Raise torch's ``RuntimeError`` unless every parameter is floating point on one of
+    ``devices`` (``["cpu", "cuda"]`` for torch's kernels, ``["cpu"]`` where only ours exist)."""
     for p in params:
-        if not (p.is_floating_point() and (p.device.type == "cpu" or p.device.type == "cuda")):
+        if not (p.is_floating_point() and p.device.type in devices):
+            quoted: List[str] = []
+            for d in devices:
+                quoted.append("'" + d + "'")
             raise RuntimeError(
-                "`fused=True` requires all the params to be floating point Tensors of supported devices: "
-                + "['cpu', 'cuda'] but " + dtype_name(p.dtype) + " and " + p.device.type
+                "`fused=True` requires all the params to be floating point Tensors of supported devices: ["
+                + ", ".join(quoted) + "] but " + dtype_name(p.dtype) + " and " + p.device.type
             )
+
+
+def check_values(h: Dict[str, float], names: List[str]) -> None:
+    """torch's checks of the hyperparameters ``names``, in that order (torch's order).
+
+    ``lr`` >= 0 (``"Invalid learning rate: ..."``); ``betas`` (``beta1``, ``beta2``) each in
+    [0, 1); ``rho`` in [0, 1]; ``etas`` with 0 < ``etaminus`` < 1 < ``etaplus``; every other name
+    >= 0 (``"Invalid <name> value: ..."``, with ``eps`` named ``epsilon``). NaN fails each.
+
+    Raises:
+        ValueError: the first value that fails, with torch's message.
+    """
+    for name in names:
+        if name == "lr":
+            check_lr(h["lr"])
+        elif name == "betas":
+            check_betas(h["beta1"], h["beta2"])
+        elif name == "eps":
+            check_non_negative(h["eps"], "epsilon")
+        elif name == "rho":
+            if not 0.0 <= h["rho"] <= 1.0:
+                raise ValueError("Invalid rho value: " + str(h["rho"]))
+        elif name == "etas":
+            if not 0.0 < h["etaminus"] < 1.0 < h["etaplus"]:
+                raise ValueError("Invalid eta values: " + str(h["etaminus"]) + ", " + str(h["etaplus"]))
+        else:
+            check_non_negative(h[name], name)
+
+
+def option(options: Dict[str, Optional[bool]], name: str) -> Optional[bool]:
+    """``options[name]``, or ``None`` when the optimizer has no such flag."""
+    if name in options:
+        return options[name]
+    return None
+
+
+def check_options(options: Dict[str, Optional[bool]]) -> None:
+    """:func:`check_impl_flags` on a group's flags (a missing flag counts as unset)."""
+    capturable = option(options, "capturable")
+    differentiable = option(options, "differentiable")
+    check_impl_flags(
+        option(options, "foreach"), option(options, "fused"), capturable is not None and capturable,
+        differentiable is not None and differentiable,
+    )

@@ -1,4 +1,5 @@
-r"""Adagrad: class, functional form and its single-tensor, multi-tensor and fused implementations.
+r"""Adagrad: class and functional form, whose one body holds the single-tensor, multi-tensor
+and fused implementations.
 
 Algorithm: Duchi, Hazan & Singer, "Adaptive Subgradient Methods for Online Learning and
 Stochastic Optimization", JMLR 12 (2011). Reference implementation: ``torch/optim/adagrad.py``
@@ -9,8 +10,8 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
-from . import _methods, _validation
-from ._state import GroupedState, choose_impl, device_dtype_splits, flag, foreach_gradients, scalar_list, take
+from . import _docs, _kernels, _methods, _validation
+from ._state import choose_impl, foreach_gradients, scalar_list, take
 
 __all__ = ["Adagrad", "adagrad"]
 
@@ -19,121 +20,11 @@ def _make_sparse(grad: Tensor, grad_indices: Tensor, values: Tensor) -> Tensor:
     return torch.sparse_coo_tensor(grad_indices, values, grad.size())
 
 
-def _single_tensor_adagrad(
-    params: List[Tensor],
-    grads: List[Tensor],
-    state_sums: List[Tensor],
-    state_steps: List[Tensor],
-    *,
-    lr: float,
-    weight_decay: float,
-    lr_decay: float,
-    eps: float,
-    has_sparse_grad: bool,
-    maximize: bool,
-) -> None:
-    for i in range(len(params)):
-        param = params[i]
-        state_sum = state_sums[i]
-        step_t = state_steps[i]
-        step_t.add_(1)
-        step = float(step_t.item())
-        grad = grads[i] if not maximize else -grads[i]
-        if weight_decay != 0:
-            if grad.is_sparse:
-                raise RuntimeError("weight_decay option is not compatible with sparse gradients")
-            grad = grad.add(param, alpha=weight_decay)
-        clr = lr / (1 + (step - 1) * lr_decay)
-        if grad.is_sparse:
-            grad = grad.coalesce()  # the update is non-linear so indices must be unique
-            grad_indices = grad._indices()
-            grad_values = grad._values()
-            state_sum.add_(_make_sparse(grad, grad_indices, grad_values.pow(2)))
-            std = state_sum.sparse_mask(grad)
-            std_values = std._values().sqrt_().add_(eps)
-            param.add_(_make_sparse(grad, grad_indices, grad_values / std_values), alpha=-clr)
-        else:
-            state_sum.addcmul_(grad, grad, value=1)
-            std = state_sum.sqrt().add_(eps)
-            param.addcdiv_(grad, std, value=-clr)
-
-
-def _multi_tensor_adagrad(
-    params: List[Tensor],
-    grads: List[Tensor],
-    state_sums: List[Tensor],
-    state_steps: List[Tensor],
-    *,
-    lr: float,
-    weight_decay: float,
-    lr_decay: float,
-    eps: float,
-    has_sparse_grad: bool,
-    maximize: bool,
-) -> None:
-    if len(params) == 0:
-        return
-    if has_sparse_grad:
-        # As torch: foreach kernels do not take sparse tensors, so such a group goes one by one.
-        _single_tensor_adagrad(
-            params, grads, state_sums, state_steps, lr=lr, weight_decay=weight_decay,
-            lr_decay=lr_decay, eps=eps, has_sparse_grad=True, maximize=maximize,
-        )
-        return
-    torch._foreach_add_(state_steps, 1.0)
-    grads = foreach_gradients(params, grads, weight_decay, maximize)
-    minus_clr: List[float] = []
-    for step_t in state_steps:
-        minus_clr.append(-lr / (1 + (float(step_t.item()) - 1) * lr_decay))
-    torch._foreach_addcmul_(state_sums, grads, grads, value=1)
-    std = torch._foreach_sqrt(state_sums)
-    torch._foreach_add_(std, eps)
-    if weight_decay != 0 or maximize:
-        torch._foreach_mul_(grads, scalar_list(minus_clr))
-        numerator = grads
-    else:
-        numerator = torch._foreach_mul(grads, scalar_list(minus_clr))
-    torch._foreach_addcdiv_(params, numerator, std)
-
-
-def _fused_adagrad(
-    params: List[Tensor],
-    grads: List[Tensor],
-    state_sums: List[Tensor],
-    state_steps: List[Tensor],
-    *,
-    lr: float,
-    weight_decay: float,
-    lr_decay: float,
-    eps: float,
-    has_sparse_grad: bool,
-    maximize: bool,
-) -> None:
-    if len(params) == 0:
-        return
-    if has_sparse_grad:
-        raise RuntimeError("`fused` does not support sparse grad or complex param")
-    torch._foreach_add_(state_steps, 1.0)
-    torch._fused_adagrad_(
-        params, grads, state_sums, state_steps, lr=lr, lr_decay=lr_decay,
-        weight_decay=weight_decay, eps=eps, maximize=maximize,
-    )
-
-
+@_docs.fill
 def adagrad(
-    params: List[Tensor],
-    grads: List[Tensor],
-    state_sums: List[Tensor],
-    state_steps: List[Tensor],
-    foreach: Optional[bool] = None,
-    fused: Optional[bool] = None,
-    *,
-    lr: float,
-    weight_decay: float,
-    lr_decay: float,
-    eps: float,
-    has_sparse_grad: bool,
-    maximize: bool,
+    params: List[Tensor], grads: List[Tensor], state_sums: List[Tensor], state_steps: List[Tensor],
+    foreach: Optional[bool] = None, fused: Optional[bool] = None, *, lr: float, weight_decay: float,
+    lr_decay: float, eps: float, has_sparse_grad: bool, maximize: bool,
 ) -> None:
     r"""Functional Adagrad: update ``params`` and their sums in place, one step.
 
@@ -147,8 +38,8 @@ def adagrad(
         state_sums: running sums of squared gradients, like ``params``.
         state_steps: 0-dim step counters (float32 on the parameter's device when fused),
             incremented here.
-        foreach, fused: the implementation; None/None picks torch's default. ``fused=True``
-            needs all tensors on one device.
+        foreach: the implementation, as for :func:`functional_optim.adam.adam`.
+        {_functional_fused_doc}
         lr, weight_decay, lr_decay, eps, maximize: as in :class:`Adagrad`.
         has_sparse_grad: whether any gradient is sparse.
 
@@ -159,67 +50,65 @@ def adagrad(
     Algorithm: Duchi, Hazan & Singer, JMLR 2011; reference code ``torch/optim/adagrad.py``
     (torch 2.13).
     """
-    if fused is None and foreach is None:
-        foreach = choose_impl(params, None, None) == "foreach"
-    if fused is not None and fused:
-        _fused_adagrad(
-            params, grads, state_sums, state_steps, lr=lr, weight_decay=weight_decay,
-            lr_decay=lr_decay, eps=eps, has_sparse_grad=has_sparse_grad, maximize=maximize,
-        )
-    elif foreach is not None and foreach:
-        _multi_tensor_adagrad(
-            params, grads, state_sums, state_steps, lr=lr, weight_decay=weight_decay,
-            lr_decay=lr_decay, eps=eps, has_sparse_grad=has_sparse_grad, maximize=maximize,
-        )
-    else:
-        _single_tensor_adagrad(
-            params, grads, state_sums, state_steps, lr=lr, weight_decay=weight_decay,
-            lr_decay=lr_decay, eps=eps, has_sparse_grad=has_sparse_grad, maximize=maximize,
-        )
+    impl = choose_impl(params, foreach, fused)
+    if len(params) > 0 and impl == "fused":
+        if has_sparse_grad:
+            raise RuntimeError("`fused` does not support sparse grad or complex param")
+        if params[0].device.type == "cpu" and not _kernels.torch_kernel_on_cpu("adagrad"):
+            torch.ops.gilfree_optim.adagrad_(  # ours: it counts the steps itself
+                params, grads, state_sums, state_steps, lr=lr, lr_decay=lr_decay,
+                weight_decay=weight_decay, eps=eps, maximize=maximize,
+            )
+        else:
+            torch._foreach_add_(state_steps, 1.0)
+            torch._fused_adagrad_(
+                params, grads, state_sums, state_steps, lr=lr, lr_decay=lr_decay,
+                weight_decay=weight_decay, eps=eps, maximize=maximize,
+            )
+    elif len(params) > 0 and impl == "foreach" and not has_sparse_grad:
+        # (as torch: foreach kernels do not take sparse tensors, so such a group goes one by one)
+        torch._foreach_add_(state_steps, 1.0)
+        grads = foreach_gradients(params, grads, weight_decay, maximize)
+        minus_clr: List[float] = []
+        for step_t in state_steps:
+            minus_clr.append(-lr / (1 + (float(step_t.item()) - 1) * lr_decay))
+        torch._foreach_addcmul_(state_sums, grads, grads, value=1)
+        std = torch._foreach_sqrt(state_sums)
+        torch._foreach_add_(std, eps)
+        if weight_decay != 0 or maximize:
+            torch._foreach_mul_(grads, scalar_list(minus_clr))
+            numerator = grads
+        else:
+            numerator = torch._foreach_mul(grads, scalar_list(minus_clr))
+        torch._foreach_addcdiv_(params, numerator, std)
+    elif impl != "fused":
+        for i in range(len(params)):
+            param = params[i]
+            state_sum = state_sums[i]
+            step_t = state_steps[i]
+            step_t.add_(1)
+            step = float(step_t.item())
+            grad = grads[i] if not maximize else -grads[i]
+            if weight_decay != 0:
+                if grad.is_sparse:
+                    raise RuntimeError("weight_decay option is not compatible with sparse gradients")
+                grad = grad.add(param, alpha=weight_decay)
+            clr = lr / (1 + (step - 1) * lr_decay)
+            if grad.is_sparse:
+                grad = grad.coalesce()  # the update is non-linear so indices must be unique
+                grad_indices = grad._indices()
+                grad_values = grad._values()
+                state_sum.add_(_make_sparse(grad, grad_indices, grad_values.pow(2)))
+                std = state_sum.sparse_mask(grad)
+                std_values = std._values().sqrt_().add_(eps)
+                param.add_(_make_sparse(grad, grad_indices, grad_values / std_values), alpha=-clr)
+            else:
+                state_sum.addcmul_(grad, grad, value=1)
+                std = state_sum.sqrt().add_(eps)
+                param.addcdiv_(grad, std, value=-clr)
 
 
-
-def check_adagrad_hyperparameters(h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
-    """torch's checks for Adagrad (``"Invalid lr_decay value: ..."`` etc.)."""
-    _validation.check_lr(h["lr"])
-    _validation.check_non_negative(h["lr_decay"], "lr_decay")
-    _validation.check_non_negative(h["weight_decay"], "weight_decay")
-    _validation.check_non_negative(h["initial_accumulator_value"], "initial_accumulator_value")
-    _validation.check_non_negative(h["eps"], "epsilon")
-    _validation.check_impl_flags(o["foreach"], o["fused"], False, flag(o, "differentiable"))
-
-
-def _init_adagrad_state(s: GroupedState, g: int, indices: List[int], initial_accumulator_value: float) -> None:
-    s.init_state(g, indices, s.impl[g] == "fused", {"sum": initial_accumulator_value})
-
-
-def adagrad_group_step(
-    s: GroupedState, g: int, indices: List[int], grads: List[Tensor], has_sparse_grad: bool,
-    initial_accumulator_value: float,
-) -> None:
-    """Step the parameters ``indices`` (all in group ``g``) of an Adagrad optimizer."""
-    h = s.hparams[g]
-    o = s.options[g]
-    _init_adagrad_state(s, g, indices, initial_accumulator_value)
-    lists = s.state_lists(g, indices, ["step", "sum"])
-    params = s.params_of(g, indices)
-    for part in device_dtype_splits(s, g, params):
-        adagrad(
-            take(params, part),
-            take(grads, part),
-            take(lists["sum"], part),
-            take(lists["step"], part),
-            foreach=s.impl[g] == "foreach",
-            fused=s.impl[g] == "fused",
-            lr=h["lr"],
-            weight_decay=h["weight_decay"],
-            lr_decay=h["lr_decay"],
-            eps=h["eps"],
-            has_sparse_grad=has_sparse_grad,
-            maximize=flag(o, "maximize"),
-        )
-
-
+@_docs.fill
 @_methods.with_shared_methods
 class Adagrad:
     r"""Adagrad, as ``torch.optim.Adagrad``, with gradients passed in; eager or TorchScript.
@@ -240,8 +129,7 @@ class Adagrad:
     Sources: Duchi, Hazan & Singer, JMLR 2011; reference code ``torch/optim/adagrad.py``.
 
     Args:
-        params: a list of tensors, or (eagerly only) of torch-style param-group dicts.
-            Floating-point, dense, real, leaf tensors on CPU or CUDA; each at most once.
+        {_params_doc}
         lr: learning rate, >= 0 (default 1e-2).
         lr_decay: learning-rate decay per step, >= 0 (default 0).
         weight_decay: L2 penalty, >= 0 (default 0).
@@ -249,14 +137,10 @@ class Adagrad:
             every parameter's sum starts from the constructor's value; a param group's own
             ``initial_accumulator_value`` is recorded but not used.
         eps: denominator term, >= 0 (default 1e-10).
-        foreach: True multi-tensor, False single-tensor, None torch's default (default None).
-        maximize: maximise instead of minimising (default False).
-        differentiable: must be False.
-        fused: True uses ``torch._fused_adagrad_`` (CPU/CUDA, float16/bfloat16/float32/float64)
-            (default None = not fused).
+        {_common_args_doc}
 
-    ``maximize``, ``differentiable``, ``fused`` are keyword-only in torch; here they are
-    positional-or-keyword (TorchScript does not compile keyword-only arguments with defaults).
+    ``maximize``, ``differentiable``, ``fused``
+    {_keyword_only_doc}
 
     Sparse (COO) gradients are accepted as torch accepts them: not with ``weight_decay != 0``
     and not with ``fused=True``.
@@ -265,26 +149,13 @@ class Adagrad:
     (0-dim, float32 on the CPU, or on the parameter's device when fused) and ``'sum'`` (like the
     parameter).
 
-    Raises:
-        ValueError: invalid hyperparameters (torch's messages), an empty, non-leaf, sparse,
-            complex or repeated parameter, ``differentiable=True``.
-        RuntimeError: ``fused`` with ``foreach`` or a non-floating parameter; at ``step``, a
-            sparse gradient with weight decay or in a fused group (before any change).
-        TypeError: (eagerly) a Tensor hyperparameter or a malformed ``params``.
+    {_raises_doc}
     """
 
     def __init__(
-        self,
-        params: List[Tensor],
-        lr: float = 1e-2,
-        lr_decay: float = 0.0,
-        weight_decay: float = 0.0,
-        initial_accumulator_value: float = 0.0,
-        eps: float = 1e-10,
-        foreach: Optional[bool] = None,
-        maximize: bool = False,
-        differentiable: bool = False,
-        fused: Optional[bool] = None,
+        self, params: List[Tensor], lr: float = 1e-2, lr_decay: float = 0.0, weight_decay: float = 0.0,
+        initial_accumulator_value: float = 0.0, eps: float = 1e-10, foreach: Optional[bool] = None,
+        maximize: bool = False, differentiable: bool = False, fused: Optional[bool] = None,
     ) -> None:
         hparams: Dict[str, float] = {
             "lr": lr, "lr_decay": lr_decay, "eps": eps, "weight_decay": weight_decay,
@@ -293,17 +164,27 @@ class Adagrad:
         options: Dict[str, Optional[bool]] = {
             "foreach": foreach, "maximize": maximize, "differentiable": differentiable, "fused": fused,
         }
-        self._s = self._new_state(params, hparams, options)
-        self._initial_accumulator_value: float = float(initial_accumulator_value)
+        self._s = self._new_state(params, hparams, options, "adagrad")
+        # As torch, every sum starts from the constructor's value (not the group's).
+        self._fills: Dict[str, float] = {"sum": float(initial_accumulator_value)}
         self._init_groups()
         for g in range(self._s.num_groups()):  # torch creates Adagrad's state at construction
-            _init_adagrad_state(self._s, g, self._s.full_indices[g], self._initial_accumulator_value)
+            self._s.prepare(g, self._s.full_indices[g], self._fills)
 
     def _check(self, h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
-        check_adagrad_hyperparameters(h, o)
+        _validation.check_values(h, ["lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps"])
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
-        adagrad_group_step(self._s, g, indices, grads, sparse, self._initial_accumulator_value)
+        s = self._s
+        h = s.hparams[g]
+        lists = s.prepare(g, indices, self._fills)
+        impl = s.sparse_impl[g] if sparse else s.impl[g]
+        for part in s.parts(g, indices):
+            adagrad(
+                take(lists["param"], part), take(grads, part), take(lists["sum"], part), take(lists["step"], part),
+                impl == "foreach", impl == "fused", lr=h["lr"], weight_decay=h["weight_decay"],
+                lr_decay=h["lr_decay"], eps=h["eps"], has_sparse_grad=sparse, maximize=s.flag(g, "maximize"),
+            )
 
     def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
         if h["weight_decay"] != 0:

@@ -10,30 +10,18 @@ from typing import Dict, List, Optional, Tuple
 
 from torch import Tensor
 
-from . import _methods
-from .adam import adam, adam_group_step, check_adam_hyperparameters
+from . import _docs, _methods
+from .adam import Adam, adam
 
 __all__ = ["AdamW", "adamw"]
 
 
-
+@_docs.fill
 def adamw(
-    params: List[Tensor],
-    grads: List[Tensor],
-    exp_avgs: List[Tensor],
-    exp_avg_sqs: List[Tensor],
-    max_exp_avg_sqs: List[Tensor],
-    state_steps: List[Tensor],
-    foreach: Optional[bool] = None,
-    fused: Optional[bool] = None,
-    *,
-    amsgrad: bool,
-    beta1: float,
-    beta2: float,
-    lr: float,
-    weight_decay: float,
-    eps: float,
-    maximize: bool,
+    params: List[Tensor], grads: List[Tensor], exp_avgs: List[Tensor], exp_avg_sqs: List[Tensor],
+    max_exp_avg_sqs: List[Tensor], state_steps: List[Tensor], foreach: Optional[bool] = None,
+    fused: Optional[bool] = None, *, amsgrad: bool, beta1: float, beta2: float, lr: float,
+    weight_decay: float, eps: float, maximize: bool,
 ) -> None:
     r"""Functional AdamW: :func:`functional_optim.adam.adam` with ``decoupled_weight_decay=True``.
 
@@ -48,9 +36,7 @@ def adamw(
         amsgrad, beta1, beta2, lr, weight_decay, eps, maximize: as in :class:`AdamW`
             (``weight_decay`` is the decoupled decay rate per unit of ``lr``).
 
-    Raises:
-        RuntimeError: inputs whose lengths, shapes, dtypes or devices do not match (from the
-            aten ops; the class checks its inputs before calling this).
+    {_functional_raises_doc}
 
     Algorithm: Loshchilov & Hutter 2019 (https://arxiv.org/abs/1711.05101) on Kingma & Ba
     2015; reference code ``torch/optim/adamw.py`` (torch 2.13).
@@ -62,6 +48,7 @@ def adamw(
     )
 
 
+@_docs.fill
 @_methods.with_shared_methods
 class AdamW:
     r"""AdamW, as ``torch.optim.AdamW``, with gradients passed in; eager or TorchScript.
@@ -81,41 +68,28 @@ class AdamW:
     reference code ``torch/optim/adamw.py``.
 
     Args:
-        params: a list of tensors, or (eagerly only) of torch-style param-group dicts.
-            Floating-point, dense, real, leaf tensors of any shape on CPU or CUDA; each at most once.
+        {_params_doc}
         lr: learning rate, >= 0 (default 1e-3).
         betas: moment decay rates, each in [0, 1) (default (0.9, 0.999)).
         eps: denominator term, >= 0 (default 1e-8).
         weight_decay: decoupled decay rate per unit of lr, >= 0 (default 1e-2).
         amsgrad: use AMSGrad (default False).
-        maximize: maximise instead of minimising (default False).
-        foreach: True multi-tensor, False single-tensor, None torch's default (default None).
-        capturable, differentiable: must be False.
-        fused: True uses ``torch._fused_adamw_`` (CPU/CUDA, float16/bfloat16/float32/float64)
-            (default None = not fused).
+        {_common_args_doc}
+        {_capturable_doc}
 
-    ``maximize`` ... ``fused`` are keyword-only in torch; here they are positional-or-keyword
-    (TorchScript does not compile keyword-only arguments with defaults). Pass them by keyword.
+    ``maximize`` ... ``fused``
+    {_keyword_only_doc}
     Each param group also has ``decoupled_weight_decay`` (always True here, as in torch).
 
     State per parameter: as :class:`~functional_optim.adam.Adam`.
 
-    Raises:
-        ValueError, RuntimeError, TypeError: as :class:`~functional_optim.adam.Adam`.
+    {_raises_doc}
     """
 
     def __init__(
-        self,
-        params: List[Tensor],
-        lr: float = 1e-3,
-        betas: Tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-        weight_decay: float = 1e-2,
-        amsgrad: bool = False,
-        maximize: bool = False,
-        foreach: Optional[bool] = None,
-        capturable: bool = False,
-        differentiable: bool = False,
+        self, params: List[Tensor], lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: bool = False, maximize: bool = False,
+        foreach: Optional[bool] = None, capturable: bool = False, differentiable: bool = False,
         fused: Optional[bool] = None,
     ) -> None:
         hparams: Dict[str, float] = {
@@ -125,14 +99,9 @@ class AdamW:
             "amsgrad": amsgrad, "maximize": maximize, "foreach": foreach, "capturable": capturable,
             "differentiable": differentiable, "fused": fused, "decoupled_weight_decay": True,
         }
-        self._s = self._new_state(params, hparams, options)
+        self._s = self._new_state(params, hparams, options, "adamw")
         self._init_groups()
 
-    def _check(self, h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
-        check_adam_hyperparameters(h, o)
-
-    def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
-        adam_group_step(self._s, g, indices, grads)
-
-    def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
-        return "Adam does not support sparse gradients, please consider SparseAdam instead"
+    _check = Adam._check
+    _group_step = Adam._group_step
+    _sparse_error = Adam._sparse_error

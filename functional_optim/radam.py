@@ -1,5 +1,5 @@
-r"""RAdam: class, functional form and its single-tensor and multi-tensor implementations
-(torch has no fused RAdam kernel).
+r"""RAdam: class and functional form, whose one body holds the single-tensor and multi-tensor
+implementations (torch has no fused RAdam kernel).
 
 Algorithm: Liu et al., "On the Variance of the Adaptive Learning Rate and Beyond", ICLR 2020
 (https://arxiv.org/abs/1908.03265); decoupled weight decay from Loshchilov & Hutter 2019.
@@ -10,185 +10,91 @@ from typing import Dict, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _methods, _validation
-from ._state import GroupedState, choose_impl, flag, foreach_gradients, scalar_list
+from . import _docs, _methods, _validation
+from ._state import adam_moments, choose_impl, foreach_adam_moments, scalar_list, take
 
 __all__ = ["RAdam", "radam"]
 
 
-def _single_tensor_radam(
-    params: List[Tensor],
-    grads: List[Tensor],
-    exp_avgs: List[Tensor],
-    exp_avg_sqs: List[Tensor],
-    state_steps: List[Tensor],
-    *,
-    beta1: float,
-    beta2: float,
-    lr: float,
-    weight_decay: float,
-    eps: float,
-    decoupled_weight_decay: bool,
-    maximize: bool,
-) -> None:
-    for i in range(len(params)):
-        param = params[i]
-        grad = grads[i] if not maximize else -grads[i]
-        exp_avg = exp_avgs[i]
-        exp_avg_sq = exp_avg_sqs[i]
-        step_t = state_steps[i]
-        step_t.add_(1)
-        step = float(step_t.item())
-        if weight_decay != 0:
-            if decoupled_weight_decay:
-                param.mul_(1 - lr * weight_decay)
-            else:
-                grad = grad.add(param, alpha=weight_decay)
-        exp_avg.lerp_(grad, 1 - beta1)
-        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        bias_correction1 = 1 - beta1**step
-        bias_correction2 = 1 - beta2**step
-        bias_corrected_exp_avg = exp_avg / bias_correction1
-        # maximum and current length of the approximated simple moving average
-        rho_inf = 2 / (1 - beta2) - 1
-        rho_t = rho_inf - 2 * step * (beta2**step) / bias_correction2
-        if rho_t > 5.0:
-            rect = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) ** 0.5
-            exp_avg_sq_sqrt = exp_avg_sq.sqrt().add_(eps)
-            # float / tensor, spelled as eager torch computes it (Tensor.__rtruediv__)
-            adaptive_lr = exp_avg_sq_sqrt.reciprocal() * (bias_correction2**0.5)
-            param.add_(bias_corrected_exp_avg * lr * adaptive_lr * rect, alpha=-1.0)
-        else:
-            param.add_(bias_corrected_exp_avg * lr, alpha=-1.0)
-
-
-def _multi_tensor_radam(
-    params: List[Tensor],
-    grads: List[Tensor],
-    exp_avgs: List[Tensor],
-    exp_avg_sqs: List[Tensor],
-    state_steps: List[Tensor],
-    *,
-    beta1: float,
-    beta2: float,
-    lr: float,
-    weight_decay: float,
-    eps: float,
-    decoupled_weight_decay: bool,
-    maximize: bool,
-) -> None:
-    if len(params) == 0:
-        return
-    torch._foreach_add_(state_steps, 1.0)
-    rho_inf = 2 / (1 - beta2) - 1
-    rho_t_list: List[float] = []
-    for step_t in state_steps:
-        step = float(step_t.item())
-        rho_t_list.append(rho_inf - 2 * step * (beta2**step) / (1 - beta2**step))
-    if decoupled_weight_decay and weight_decay != 0:
-        torch._foreach_mul_(params, 1 - lr * weight_decay)
-    grads = foreach_gradients(params, grads, 0.0 if decoupled_weight_decay else weight_decay, maximize)
-    torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
-    torch._foreach_mul_(exp_avg_sqs, beta2)
-    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
-    unrect_step_size: List[float] = []
-    rect_step_size: List[float] = []
-    for k in range(len(state_steps)):
-        step = float(state_steps[k].item())
-        rho_t = rho_t_list[k]
-        rect = 0.0
-        if rho_t > 5:
-            rect = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) ** 0.5
-        unrectified = 0.0 if rect > 0 else 1.0
-        bias_correction1 = 1 - beta1**step
-        unrect_step_size.append((lr * unrectified / bias_correction1) * -1)
-        rect_step_size.append(((1 - beta2**step) ** 0.5) * (lr * rect / bias_correction1) * -1)
-    buffer = torch._foreach_sqrt(exp_avg_sqs)
-    torch._foreach_add_(buffer, eps)
-    torch._foreach_div_(buffer, scalar_list(rect_step_size))
-    torch._foreach_reciprocal_(buffer)
-    torch._foreach_add_(buffer, scalar_list(unrect_step_size))
-    # buffer = sqrt(1 - beta2^t) * rect_step_size / (sqrt(v) + eps) + unrect_step_size
-    torch._foreach_addcmul_(params, exp_avgs, buffer)
-
-
+@_docs.fill
 def radam(
-    params: List[Tensor],
-    grads: List[Tensor],
-    exp_avgs: List[Tensor],
-    exp_avg_sqs: List[Tensor],
-    state_steps: List[Tensor],
-    foreach: Optional[bool] = None,
-    *,
-    beta1: float,
-    beta2: float,
-    lr: float,
-    weight_decay: float,
-    eps: float,
-    decoupled_weight_decay: bool,
-    maximize: bool,
+    params: List[Tensor], grads: List[Tensor], exp_avgs: List[Tensor], exp_avg_sqs: List[Tensor],
+    state_steps: List[Tensor], foreach: Optional[bool] = None,
+    fused: Optional[bool] = None, *, beta1: float, beta2: float, lr: float,
+    weight_decay: float, eps: float, decoupled_weight_decay: bool, maximize: bool,
 ) -> None:
     r"""Functional RAdam: update ``params`` and their state in place, one step.
 
-    Same arguments and results as ``torch.optim.radam.radam`` (without ``capturable``,
-    ``differentiable`` and complex support). Compiles with TorchScript, multi-tensor included.
+    {_functional_intro_doc}
 
     Args:
-        params: parameters, any shapes, floating dtypes, CPU or CUDA.
-        grads: dense gradients like ``params``.
+        {_functional_args_doc}
+        {_functional_fused_doc}
         exp_avgs, exp_avg_sqs: moment estimates, like ``params``.
-        state_steps: 0-dim step counters, incremented here.
-        foreach: True multi-tensor, False single-tensor, None torch's default.
         beta1, beta2, lr, weight_decay, eps, decoupled_weight_decay, maximize: as in :class:`RAdam`.
 
-    Raises:
-        RuntimeError: inputs whose lengths, shapes, dtypes or devices do not match (from the
-            aten ops; the class checks its inputs before calling this).
+    {_functional_raises_doc}
 
     Algorithm: Liu et al., ICLR 2020 (https://arxiv.org/abs/1908.03265); reference code
     ``torch/optim/radam.py`` (torch 2.13).
     """
-    if foreach is None:
-        foreach = choose_impl(params, None, None) == "foreach"
-    if foreach:
-        _multi_tensor_radam(
-            params, grads, exp_avgs, exp_avg_sqs, state_steps, beta1=beta1, beta2=beta2, lr=lr,
+    # maximum length of the approximated simple moving average
+    rho_inf = 2 / (1 - beta2) - 1
+    impl = choose_impl(params, foreach, fused)
+    if impl == "single":
+        for i in range(len(params)):
+            param = params[i]
+            exp_avg_sq = exp_avg_sqs[i]
+            _, step = adam_moments(
+                i, params, grads, exp_avgs, exp_avg_sqs, state_steps, beta1, beta2, lr, weight_decay,
+                decoupled_weight_decay, maximize,
+            )
+            bias_correction1 = 1 - beta1**step
+            bias_correction2 = 1 - beta2**step
+            bias_corrected_exp_avg = exp_avgs[i] / bias_correction1
+            # current length of the approximated simple moving average
+            rho_t = rho_inf - 2 * step * (beta2**step) / bias_correction2
+            if rho_t > 5.0:
+                rect = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) ** 0.5
+                exp_avg_sq_sqrt = exp_avg_sq.sqrt().add_(eps)
+                # float / tensor, spelled as eager torch computes it (Tensor.__rtruediv__)
+                adaptive_lr = exp_avg_sq_sqrt.reciprocal() * (bias_correction2**0.5)
+                param.add_(bias_corrected_exp_avg * lr * adaptive_lr * rect, alpha=-1.0)
+            else:
+                param.add_(bias_corrected_exp_avg * lr, alpha=-1.0)
+    elif len(params) > 0 and impl == "foreach":
+        torch._foreach_add_(state_steps, 1.0)
+        grads = foreach_adam_moments(
+            params, grads, exp_avgs, exp_avg_sqs, beta1, beta2, lr, weight_decay, decoupled_weight_decay, maximize
+        )
+        unrect_step_size: List[float] = []
+        rect_step_size: List[float] = []
+        for step_t in state_steps:
+            step = float(step_t.item())
+            rho_t = rho_inf - 2 * step * (beta2**step) / (1 - beta2**step)
+            rect = 0.0
+            if rho_t > 5:
+                rect = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) ** 0.5
+            unrectified = 0.0 if rect > 0 else 1.0
+            bias_correction1 = 1 - beta1**step
+            unrect_step_size.append((lr * unrectified / bias_correction1) * -1)
+            rect_step_size.append(((1 - beta2**step) ** 0.5) * (lr * rect / bias_correction1) * -1)
+        buffer = torch._foreach_sqrt(exp_avg_sqs)
+        torch._foreach_add_(buffer, eps)
+        torch._foreach_div_(buffer, scalar_list(rect_step_size))
+        torch._foreach_reciprocal_(buffer)
+        torch._foreach_add_(buffer, scalar_list(unrect_step_size))
+        # buffer = sqrt(1 - beta2^t) * rect_step_size / (sqrt(v) + eps) + unrect_step_size
+        torch._foreach_addcmul_(params, exp_avgs, buffer)
+    elif len(params) > 0:
+        torch.ops.gilfree_optim.radam_(  # ours: it counts the steps itself
+            params, grads, exp_avgs, exp_avg_sqs, state_steps, lr=lr, beta1=beta1, beta2=beta2,
             weight_decay=weight_decay, eps=eps, decoupled_weight_decay=decoupled_weight_decay,
             maximize=maximize,
         )
-    else:
-        _single_tensor_radam(
-            params, grads, exp_avgs, exp_avg_sqs, state_steps, beta1=beta1, beta2=beta2, lr=lr,
-            weight_decay=weight_decay, eps=eps, decoupled_weight_decay=decoupled_weight_decay,
-            maximize=maximize,
-        )
 
 
-
-def check_radam_hyperparameters(h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
-    """torch's checks for RAdam."""
-    _validation.check_lr(h["lr"])
-    _validation.check_non_negative(h["eps"], "epsilon")
-    _validation.check_betas(h["beta1"], h["beta2"])
-    _validation.check_non_negative(h["weight_decay"], "weight_decay")
-    _validation.check_impl_flags(o["foreach"], None, flag(o, "capturable"), flag(o, "differentiable"))
-
-
-def radam_group_step(s: GroupedState, g: int, indices: List[int], grads: List[Tensor]) -> None:
-    """Step the parameters ``indices`` (all in group ``g``) of an RAdam optimizer."""
-    h = s.hparams[g]
-    o = s.options[g]
-    s.init_state(g, indices, False, {"exp_avg": 0.0, "exp_avg_sq": 0.0})
-    lists = s.state_lists(g, indices, ["step", "exp_avg", "exp_avg_sq"])
-    params = s.params_of(g, indices)
-    radam(
-        params, grads, lists["exp_avg"], lists["exp_avg_sq"], lists["step"],
-        foreach=s.impl[g] == "foreach", beta1=h["beta1"], beta2=h["beta2"], lr=h["lr"],
-        weight_decay=h["weight_decay"], eps=h["eps"],
-        decoupled_weight_decay=flag(o, "decoupled_weight_decay"), maximize=flag(o, "maximize"),
-    )
-
-
+@_docs.fill
 @_methods.with_shared_methods
 class RAdam:
     r"""RAdam (rectified Adam), as ``torch.optim.RAdam``; eager or TorchScript.
@@ -213,42 +119,30 @@ class RAdam:
     ``torch/optim/radam.py``.
 
     Args:
-        params: a list of tensors, or (eagerly only) of torch-style param-group dicts.
-            Floating-point, dense, real, leaf tensors on CPU or CUDA; each at most once.
+        {_params_doc}
         lr: learning rate, >= 0 (default 1e-3).
         betas: decay rates, each in [0, 1) (default (0.9, 0.999)).
         eps: denominator term, >= 0 (default 1e-8).
         weight_decay: L2 penalty (or decoupled decay rate), >= 0 (default 0).
         decoupled_weight_decay: AdamW-style weight decay (default False).
-        foreach: True multi-tensor, False single-tensor, None torch's default (default None).
-        maximize: maximise instead of minimising (default False).
-        capturable, differentiable: must be False.
+        {_common_args_doc}
+        {_capturable_doc}
 
-    ``foreach`` ... ``differentiable`` are keyword-only in torch; here they are
-    positional-or-keyword (TorchScript does not compile keyword-only arguments with defaults).
+    ``foreach`` ... ``differentiable``
+    {_keyword_only_doc}
+    {_fused_extra_doc}
 
     State per parameter: ``'step'`` (0-dim float32 on the CPU), ``'exp_avg'``, ``'exp_avg_sq'``
     (like the parameter).
 
-    Raises:
-        ValueError: invalid hyperparameters (torch's messages), an empty, non-leaf, sparse,
-            complex or repeated parameter, ``capturable``/``differentiable`` True.
-        RuntimeError: at ``step``, a sparse gradient (torch's message), before any change.
-        TypeError: (eagerly) a Tensor hyperparameter or a malformed ``params``.
+    {_raises_doc}
     """
 
     def __init__(
-        self,
-        params: List[Tensor],
-        lr: float = 1e-3,
-        betas: Tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-        weight_decay: float = 0.0,
-        decoupled_weight_decay: bool = False,
-        foreach: Optional[bool] = None,
-        maximize: bool = False,
-        capturable: bool = False,
-        differentiable: bool = False,
+        self, params: List[Tensor], lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8, weight_decay: float = 0.0, decoupled_weight_decay: bool = False,
+        foreach: Optional[bool] = None, maximize: bool = False, capturable: bool = False,
+        differentiable: bool = False, fused: Optional[bool] = None,
     ) -> None:
         hparams: Dict[str, float] = {
             "lr": lr, "beta1": betas[0], "beta2": betas[1], "eps": eps, "weight_decay": weight_decay,
@@ -256,15 +150,26 @@ class RAdam:
         options: Dict[str, Optional[bool]] = {
             "maximize": maximize, "foreach": foreach, "capturable": capturable,
             "decoupled_weight_decay": decoupled_weight_decay, "differentiable": differentiable,
+            "fused": fused,
         }
-        self._s = self._new_state(params, hparams, options)
+        self._s = self._new_state(params, hparams, options, "radam")
         self._init_groups()
 
     def _check(self, h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
-        check_radam_hyperparameters(h, o)
+        _validation.check_values(h, ["lr", "eps", "betas", "weight_decay"])
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
-        radam_group_step(self._s, g, indices, grads)
+        s = self._s
+        h = s.hparams[g]
+        lists = s.prepare(g, indices, {"exp_avg": 0.0, "exp_avg_sq": 0.0})
+        for part in s.parts(g, indices):
+            radam(
+                take(lists["param"], part), take(grads, part), take(lists["exp_avg"], part),
+                take(lists["exp_avg_sq"], part), take(lists["step"], part), s.impl[g] == "foreach",
+                s.impl[g] == "fused", beta1=h["beta1"], beta2=h["beta2"], lr=h["lr"],
+                weight_decay=h["weight_decay"], eps=h["eps"], maximize=s.flag(g, "maximize"),
+                decoupled_weight_decay=s.flag(g, "decoupled_weight_decay"),
+            )
 
     def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
         return "RAdam does not support sparse gradients"

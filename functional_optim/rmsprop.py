@@ -1,5 +1,5 @@
-r"""RMSprop: class, functional form and its single-tensor and multi-tensor implementations
-(torch has no fused RMSprop kernel).
+r"""RMSprop: class and functional form, whose one body holds the single-tensor and multi-tensor
+implementations (torch has no fused RMSprop kernel).
 
 Algorithm: Hinton, "Neural Networks for Machine Learning", lecture 6e (2012); centered variant
 from Graves, "Generating Sequences With Recurrent Neural Networks" (2013),
@@ -10,188 +10,85 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
-from . import _methods, _validation
-from ._state import GroupedState, choose_impl, flag, foreach_gradients
+from . import _docs, _methods, _validation
+from ._state import choose_impl, foreach_gradients, take
 
 __all__ = ["RMSprop", "rmsprop"]
 
 
-def _single_tensor_rmsprop(
-    params: List[Tensor],
-    grads: List[Tensor],
-    square_avgs: List[Tensor],
-    grad_avgs: List[Tensor],
-    momentum_buffer_list: List[Tensor],
-    state_steps: List[Tensor],
-    *,
-    lr: float,
-    alpha: float,
-    eps: float,
-    weight_decay: float,
-    momentum: float,
-    centered: bool,
-    maximize: bool,
-) -> None:
-    for i in range(len(params)):
-        param = params[i]
-        grad = grads[i] if not maximize else -grads[i]
-        square_avg = square_avgs[i]
-        state_steps[i].add_(1)
-        if weight_decay != 0:
-            grad = grad.add(param, alpha=weight_decay)
-        square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
-        if centered:
-            grad_avg = grad_avgs[i]
-            grad_avg.lerp_(grad, 1 - alpha)
-            avg = square_avg.addcmul(grad_avg, grad_avg, value=-1).sqrt_()
-        else:
-            avg = square_avg.sqrt()
-        avg = avg.add_(eps)
-        if momentum > 0:
-            buf = momentum_buffer_list[i]
-            buf.mul_(momentum).addcdiv_(grad, avg)
-            param.add_(buf, alpha=-lr)
-        else:
-            param.addcdiv_(grad, avg, value=-lr)
-
-
-def _multi_tensor_rmsprop(
-    params: List[Tensor],
-    grads: List[Tensor],
-    square_avgs: List[Tensor],
-    grad_avgs: List[Tensor],
-    momentum_buffer_list: List[Tensor],
-    state_steps: List[Tensor],
-    *,
-    lr: float,
-    alpha: float,
-    eps: float,
-    weight_decay: float,
-    momentum: float,
-    centered: bool,
-    maximize: bool,
-) -> None:
-    if len(params) == 0:
-        return
-    torch._foreach_add_(state_steps, 1.0)
-    grads = foreach_gradients(params, grads, weight_decay, maximize)
-    torch._foreach_mul_(square_avgs, alpha)
-    torch._foreach_addcmul_(square_avgs, grads, grads, value=1 - alpha)
-    if centered:
-        torch._foreach_lerp_(grad_avgs, grads, 1 - alpha)
-        avg = torch._foreach_addcmul(square_avgs, grad_avgs, grad_avgs, value=-1)
-        torch._foreach_sqrt_(avg)
-        torch._foreach_add_(avg, eps)
-    else:
-        avg = torch._foreach_sqrt(square_avgs)
-        torch._foreach_add_(avg, eps)
-    if momentum > 0:
-        torch._foreach_mul_(momentum_buffer_list, momentum)
-        torch._foreach_addcdiv_(momentum_buffer_list, grads, avg)
-        torch._foreach_add_(params, momentum_buffer_list, alpha=-lr)
-    else:
-        torch._foreach_addcdiv_(params, grads, avg, value=-lr)
-
-
+@_docs.fill
 def rmsprop(
-    params: List[Tensor],
-    grads: List[Tensor],
-    square_avgs: List[Tensor],
-    grad_avgs: List[Tensor],
-    momentum_buffer_list: List[Tensor],
-    state_steps: List[Tensor],
-    foreach: Optional[bool] = None,
-    *,
-    lr: float,
-    alpha: float,
-    eps: float,
-    weight_decay: float,
-    momentum: float,
-    centered: bool,
-    maximize: bool,
+    params: List[Tensor], grads: List[Tensor], square_avgs: List[Tensor], grad_avgs: List[Tensor],
+    momentum_buffer_list: List[Tensor], state_steps: List[Tensor], foreach: Optional[bool] = None,
+    fused: Optional[bool] = None, *,
+    lr: float, alpha: float, eps: float, weight_decay: float, momentum: float, centered: bool, maximize: bool,
 ) -> None:
     r"""Functional RMSprop: update ``params`` and their state in place, one step.
 
-    Same arguments and results as ``torch.optim.rmsprop.rmsprop`` (without ``capturable``,
-    ``differentiable`` and complex support). Compiles with TorchScript, multi-tensor included.
+    {_functional_intro_doc}
 
     Args:
-        params: parameters, any shapes, floating dtypes, CPU or CUDA.
-        grads: dense gradients like ``params``.
+        {_functional_args_doc}
+        {_functional_fused_doc}
         square_avgs: running averages of squared gradients, like ``params``.
         grad_avgs: running averages of gradients when ``centered`` (else empty).
         momentum_buffer_list: buffers when ``momentum > 0`` (else empty).
-        state_steps: 0-dim step counters, incremented here.
-        foreach: True multi-tensor, False single-tensor, None torch's default.
         lr, alpha, eps, weight_decay, momentum, centered, maximize: as in :class:`RMSprop`.
 
-    Raises:
-        RuntimeError: inputs whose lengths, shapes, dtypes or devices do not match (from the
-            aten ops; the class checks its inputs before calling this).
+    {_functional_raises_doc}
 
     Algorithm: Hinton, lecture 6e (2012); centered: Graves 2013; reference code
     ``torch/optim/rmsprop.py`` (torch 2.13).
     """
-    if foreach is None:
-        foreach = choose_impl(params, None, None) == "foreach"
-    if foreach:
-        _multi_tensor_rmsprop(
-            params, grads, square_avgs, grad_avgs, momentum_buffer_list, state_steps, lr=lr,
-            alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
-            centered=centered, maximize=maximize,
+    impl = choose_impl(params, foreach, fused)
+    if impl == "single":
+        for i in range(len(params)):
+            param = params[i]
+            grad = grads[i] if not maximize else -grads[i]
+            square_avg = square_avgs[i]
+            state_steps[i].add_(1)
+            if weight_decay != 0:
+                grad = grad.add(param, alpha=weight_decay)
+            square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
+            if centered:
+                grad_avg = grad_avgs[i]
+                grad_avg.lerp_(grad, 1 - alpha)
+                avg = square_avg.addcmul(grad_avg, grad_avg, value=-1).sqrt_()
+            else:
+                avg = square_avg.sqrt()
+            avg = avg.add_(eps)
+            if momentum > 0:
+                buf = momentum_buffer_list[i]
+                buf.mul_(momentum).addcdiv_(grad, avg)
+                param.add_(buf, alpha=-lr)
+            else:
+                param.addcdiv_(grad, avg, value=-lr)
+    elif len(params) > 0 and impl == "foreach":
+        torch._foreach_add_(state_steps, 1.0)
+        grads = foreach_gradients(params, grads, weight_decay, maximize)
+        torch._foreach_mul_(square_avgs, alpha)
+        torch._foreach_addcmul_(square_avgs, grads, grads, value=1 - alpha)
+        if centered:
+            torch._foreach_lerp_(grad_avgs, grads, 1 - alpha)
+            avg = torch._foreach_addcmul(square_avgs, grad_avgs, grad_avgs, value=-1)
+            torch._foreach_sqrt_(avg)
+        else:
+            avg = torch._foreach_sqrt(square_avgs)
+        torch._foreach_add_(avg, eps)
+        if momentum > 0:
+            torch._foreach_mul_(momentum_buffer_list, momentum)
+            torch._foreach_addcdiv_(momentum_buffer_list, grads, avg)
+            torch._foreach_add_(params, momentum_buffer_list, alpha=-lr)
+        else:
+            torch._foreach_addcdiv_(params, grads, avg, value=-lr)
+    elif len(params) > 0:
+        torch.ops.gilfree_optim.rmsprop_(  # ours: it counts the steps itself
+            params, grads, square_avgs, grad_avgs, momentum_buffer_list, state_steps, lr=lr, alpha=alpha,
+            eps=eps, weight_decay=weight_decay, momentum=momentum, centered=centered, maximize=maximize,
         )
-    else:
-        _single_tensor_rmsprop(
-            params, grads, square_avgs, grad_avgs, momentum_buffer_list, state_steps, lr=lr,
-            alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
-            centered=centered, maximize=maximize,
-        )
 
 
-
-def check_rmsprop_hyperparameters(h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
-    """torch's checks for RMSprop."""
-    _validation.check_lr(h["lr"])
-    _validation.check_non_negative(h["eps"], "epsilon")
-    _validation.check_non_negative(h["momentum"], "momentum")
-    _validation.check_non_negative(h["weight_decay"], "weight_decay")
-    _validation.check_non_negative(h["alpha"], "alpha")
-    _validation.check_impl_flags(o["foreach"], None, flag(o, "capturable"), flag(o, "differentiable"))
-
-
-def rmsprop_group_step(s: GroupedState, g: int, indices: List[int], grads: List[Tensor]) -> None:
-    """Step the parameters ``indices`` (all in group ``g``) of an RMSprop optimizer."""
-    h = s.hparams[g]
-    o = s.options[g]
-    momentum = h["momentum"]
-    centered = flag(o, "centered")
-    fills: Dict[str, float] = {"square_avg": 0.0}
-    if momentum > 0:
-        fills["momentum_buffer"] = 0.0
-    if centered:
-        fills["grad_avg"] = 0.0
-    s.init_state(g, indices, False, fills)
-    lists = s.state_lists(g, indices, ["step"] + list(fills.keys()))
-    params = s.params_of(g, indices)
-    empty: List[Tensor] = []
-    rmsprop(
-        params,
-        grads,
-        lists["square_avg"],
-        lists["grad_avg"] if centered else empty,
-        lists["momentum_buffer"] if momentum > 0 else empty,
-        lists["step"],
-        foreach=s.impl[g] == "foreach",
-        lr=h["lr"],
-        alpha=h["alpha"],
-        eps=h["eps"],
-        weight_decay=h["weight_decay"],
-        momentum=momentum,
-        centered=centered,
-        maximize=flag(o, "maximize"),
-    )
-
-
+@_docs.fill
 @_methods.with_shared_methods
 class RMSprop:
     r"""RMSprop, as ``torch.optim.RMSprop``, with gradients passed in; eager or TorchScript.
@@ -216,44 +113,28 @@ class RMSprop:
     ``torch/optim/rmsprop.py``.
 
     Args:
-        params: a list of tensors, or (eagerly only) of torch-style param-group dicts.
-            Floating-point, dense, real, leaf tensors on CPU or CUDA; each at most once.
+        {_params_doc}
         lr: learning rate, >= 0 (default 1e-2).
         alpha: smoothing constant, >= 0 (default 0.99).
         eps: denominator term, >= 0 (default 1e-8).
         weight_decay: L2 penalty, >= 0 (default 0).
         momentum: momentum factor, >= 0 (default 0).
         centered: normalise by the estimated variance (default False).
-        capturable: must be False.
-        foreach: True multi-tensor, False single-tensor, None torch's default (default None).
-        maximize: maximise instead of minimising (default False).
-        differentiable: must be False.
+        {_common_args_doc}
+        {_capturable_doc}
 
     The argument order is torch's (all positional-or-keyword there too).
 
     State per parameter: ``'step'`` (0-dim float32 on the CPU), ``'square_avg'``, and
     ``'momentum_buffer'`` when momentum > 0, ``'grad_avg'`` when centered (like the parameter).
 
-    Raises:
-        ValueError: invalid hyperparameters (torch's messages), an empty, non-leaf, sparse,
-            complex or repeated parameter, ``capturable``/``differentiable`` True.
-        RuntimeError: at ``step``, a sparse gradient (torch's message), before any change.
-        TypeError: (eagerly) a Tensor hyperparameter or a malformed ``params``.
+    {_raises_doc}
     """
 
     def __init__(
-        self,
-        params: List[Tensor],
-        lr: float = 1e-2,
-        alpha: float = 0.99,
-        eps: float = 1e-8,
-        weight_decay: float = 0.0,
-        momentum: float = 0.0,
-        centered: bool = False,
-        capturable: bool = False,
-        foreach: Optional[bool] = None,
-        maximize: bool = False,
-        differentiable: bool = False,
+        self, params: List[Tensor], lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
+        weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False, capturable: bool = False,
+        foreach: Optional[bool] = None, maximize: bool = False, differentiable: bool = False, fused: Optional[bool] = None,
     ) -> None:
         hparams: Dict[str, float] = {
             "lr": lr, "momentum": momentum, "alpha": alpha, "eps": eps, "weight_decay": weight_decay,
@@ -261,15 +142,34 @@ class RMSprop:
         options: Dict[str, Optional[bool]] = {
             "centered": centered, "capturable": capturable, "foreach": foreach,
             "maximize": maximize, "differentiable": differentiable,
+            "fused": fused,
         }
-        self._s = self._new_state(params, hparams, options)
+        self._s = self._new_state(params, hparams, options, "rmsprop")
         self._init_groups()
 
     def _check(self, h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
-        check_rmsprop_hyperparameters(h, o)
+        _validation.check_values(h, ["lr", "eps", "momentum", "weight_decay", "alpha"])
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
-        rmsprop_group_step(self._s, g, indices, grads)
+        h = self._s.hparams[g]
+        momentum = h["momentum"]
+        centered = self._s.flag(g, "centered")
+        fills: Dict[str, float] = {"square_avg": 0.0}
+        if momentum > 0:
+            fills["momentum_buffer"] = 0.0
+        if centered:
+            fills["grad_avg"] = 0.0
+        lists = self._s.prepare(g, indices, fills)
+        empty: List[Tensor] = []
+        for part in self._s.parts(g, indices):
+            rmsprop(
+                take(lists["param"], part), take(grads, part), take(lists["square_avg"], part),
+                take(lists["grad_avg"], part) if centered else empty,
+                take(lists["momentum_buffer"], part) if momentum > 0 else empty, take(lists["step"], part),
+                self._s.impl[g] == "foreach", self._s.impl[g] == "fused", lr=h["lr"], alpha=h["alpha"],
+                eps=h["eps"], weight_decay=h["weight_decay"], momentum=momentum, centered=centered,
+                maximize=self._s.flag(g, "maximize"),
+            )
 
     def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
         return "RMSprop does not support sparse gradients"

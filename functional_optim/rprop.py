@@ -1,5 +1,5 @@
-r"""Rprop: class, functional form and its single-tensor and multi-tensor implementations
-(torch has no fused Rprop kernel).
+r"""Rprop: class and functional form, whose one body holds the single-tensor and multi-tensor
+implementations (torch has no fused Rprop kernel).
 
 Algorithm: Riedmiller & Braun, "A Direct Adaptive Method for Faster Backpropagation Learning:
 The RPROP Algorithm", IEEE ICNN 1993. Reference implementation: ``torch/optim/rprop.py``
@@ -10,155 +10,84 @@ from typing import Dict, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _methods, _validation
-from ._state import GroupedState, choose_impl, flag
+from . import _docs, _methods, _validation
+from ._state import choose_impl, take
 
 __all__ = ["Rprop", "rprop"]
 
 
-def _single_tensor_rprop(
-    params: List[Tensor],
-    grads: List[Tensor],
-    prevs: List[Tensor],
-    step_sizes: List[Tensor],
-    state_steps: List[Tensor],
-    *,
-    step_size_min: float,
-    step_size_max: float,
-    etaminus: float,
-    etaplus: float,
-    maximize: bool,
-) -> None:
-    for i in range(len(params)):
-        param = params[i]
-        grad = grads[i] if not maximize else -grads[i]
-        prev = prevs[i]
-        step_size = step_sizes[i]
-        state_steps[i].add_(1)
-        sign = grad.mul(prev).sign()
-        sign.masked_fill_(sign.gt(0), etaplus)
-        sign.masked_fill_(sign.lt(0), etaminus)
-        sign.masked_fill_(sign.eq(0), 1)
-        step_size.mul_(sign).clamp_(step_size_min, step_size_max)
-        # for dir < 0, dfdx = 0; for dir >= 0, dfdx = dfdx
-        grad = grad.clone(memory_format=torch.preserve_format)
-        grad.masked_fill_(sign.eq(etaminus), 0)
-        param.addcmul_(grad.sign(), step_size, value=-1)
-        prev.copy_(grad)
-
-
-def _multi_tensor_rprop(
-    params: List[Tensor],
-    grads: List[Tensor],
-    prevs: List[Tensor],
-    step_sizes: List[Tensor],
-    state_steps: List[Tensor],
-    *,
-    step_size_min: float,
-    step_size_max: float,
-    etaminus: float,
-    etaplus: float,
-    maximize: bool,
-) -> None:
-    if len(params) == 0:
-        return
-    torch._foreach_add_(state_steps, 1.0)
-    signs = torch._foreach_mul(grads, prevs)
-    if maximize:
-        torch._foreach_neg_(signs)
-    # prevs ends up holding this step's (masked) gradients, so use its memory for them.
-    torch._foreach_copy_(prevs, grads)
-    if maximize:
-        torch._foreach_neg_(prevs)
-    torch._foreach_sign_(signs)
-    for sign in signs:
-        sign.masked_fill_(sign.gt(0), etaplus)
-        sign.masked_fill_(sign.lt(0), etaminus)
-        sign.masked_fill_(sign.eq(0), 1)
-    torch._foreach_mul_(step_sizes, signs)
-    for step_size in step_sizes:
-        step_size.clamp_(step_size_min, step_size_max)
-    for i in range(len(prevs)):
-        prevs[i].masked_fill_(signs[i].eq(etaminus), 0)
-    grad_signs: List[Tensor] = []
-    for grad in prevs:
-        grad_signs.append(grad.sign())
-    torch._foreach_addcmul_(params, grad_signs, step_sizes, value=-1)
-
-
+@_docs.fill
 def rprop(
-    params: List[Tensor],
-    grads: List[Tensor],
-    prevs: List[Tensor],
-    step_sizes: List[Tensor],
-    state_steps: List[Tensor],
-    foreach: Optional[bool] = None,
-    *,
-    step_size_min: float,
-    step_size_max: float,
-    etaminus: float,
-    etaplus: float,
-    maximize: bool,
+    params: List[Tensor], grads: List[Tensor], prevs: List[Tensor], step_sizes: List[Tensor],
+    state_steps: List[Tensor], foreach: Optional[bool] = None,
+    fused: Optional[bool] = None, *,
+    step_size_min: float, step_size_max: float, etaminus: float, etaplus: float, maximize: bool,
 ) -> None:
     r"""Functional Rprop: update ``params`` and their state in place, one step.
 
-    Same arguments and results as ``torch.optim.rprop.rprop`` (without ``capturable``,
-    ``differentiable`` and complex support). Compiles with TorchScript, multi-tensor included.
+    {_functional_intro_doc}
 
     Args:
-        params: parameters, any shapes, floating dtypes, CPU or CUDA.
-        grads: dense gradients like ``params``.
+        {_functional_args_doc}
+        {_functional_fused_doc}
         prevs: the previous step's (masked) gradients; step_sizes: per-element step sizes in
             parameter units (both like ``params``).
-        state_steps: 0-dim step counters, incremented here.
-        foreach: True multi-tensor, False single-tensor, None torch's default.
         step_size_min, step_size_max, etaminus, etaplus, maximize: as in :class:`Rprop`.
 
-    Raises:
-        RuntimeError: inputs whose lengths, shapes, dtypes or devices do not match (from the
-            aten ops; the class checks its inputs before calling this).
+    {_functional_raises_doc}
 
     Algorithm: Riedmiller & Braun, IEEE ICNN 1993; reference code ``torch/optim/rprop.py``
     (torch 2.13).
     """
-    if foreach is None:
-        foreach = choose_impl(params, None, None) == "foreach"
-    if foreach:
-        _multi_tensor_rprop(
+    impl = choose_impl(params, foreach, fused)
+    if impl == "single":
+        for i in range(len(params)):
+            param = params[i]
+            grad = grads[i] if not maximize else -grads[i]
+            prev = prevs[i]
+            step_size = step_sizes[i]
+            state_steps[i].add_(1)
+            sign = grad.mul(prev).sign()
+            sign.masked_fill_(sign.gt(0), etaplus)
+            sign.masked_fill_(sign.lt(0), etaminus)
+            sign.masked_fill_(sign.eq(0), 1)
+            step_size.mul_(sign).clamp_(step_size_min, step_size_max)
+            # for dir < 0, dfdx = 0; for dir >= 0, dfdx = dfdx
+            grad = grad.clone(memory_format=torch.preserve_format)
+            grad.masked_fill_(sign.eq(etaminus), 0)
+            param.addcmul_(grad.sign(), step_size, value=-1)
+            prev.copy_(grad)
+    elif len(params) > 0 and impl == "foreach":
+        torch._foreach_add_(state_steps, 1.0)
+        signs = torch._foreach_mul(grads, prevs)
+        if maximize:
+            torch._foreach_neg_(signs)
+        # prevs ends up holding this step's (masked) gradients, so use its memory for them.
+        torch._foreach_copy_(prevs, grads)
+        if maximize:
+            torch._foreach_neg_(prevs)
+        torch._foreach_sign_(signs)
+        for sign in signs:
+            sign.masked_fill_(sign.gt(0), etaplus)
+            sign.masked_fill_(sign.lt(0), etaminus)
+            sign.masked_fill_(sign.eq(0), 1)
+        torch._foreach_mul_(step_sizes, signs)
+        for step_size in step_sizes:
+            step_size.clamp_(step_size_min, step_size_max)
+        for i in range(len(prevs)):
+            prevs[i].masked_fill_(signs[i].eq(etaminus), 0)
+        grad_signs: List[Tensor] = []
+        for grad in prevs:
+            grad_signs.append(grad.sign())
+        torch._foreach_addcmul_(params, grad_signs, step_sizes, value=-1)
+    elif len(params) > 0:
+        torch.ops.gilfree_optim.rprop_(  # ours: it counts the steps itself
             params, grads, prevs, step_sizes, state_steps, step_size_min=step_size_min,
             step_size_max=step_size_max, etaminus=etaminus, etaplus=etaplus, maximize=maximize,
         )
-    else:
-        _single_tensor_rprop(
-            params, grads, prevs, step_sizes, state_steps, step_size_min=step_size_min,
-            step_size_max=step_size_max, etaminus=etaminus, etaplus=etaplus, maximize=maximize,
-        )
 
 
-
-def check_rprop_hyperparameters(h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
-    """torch's checks for Rprop (``"Invalid eta values: ..."``)."""
-    _validation.check_lr(h["lr"])
-    if not 0.0 < h["etaminus"] < 1.0 < h["etaplus"]:
-        raise ValueError("Invalid eta values: " + str(h["etaminus"]) + ", " + str(h["etaplus"]))
-    _validation.check_impl_flags(o["foreach"], None, flag(o, "capturable"), flag(o, "differentiable"))
-
-
-def rprop_group_step(s: GroupedState, g: int, indices: List[int], grads: List[Tensor]) -> None:
-    """Step the parameters ``indices`` (all in group ``g``) of an Rprop optimizer."""
-    h = s.hparams[g]
-    o = s.options[g]
-    s.init_state(g, indices, False, {"prev": 0.0, "step_size": h["lr"]})
-    lists = s.state_lists(g, indices, ["step", "prev", "step_size"])
-    params = s.params_of(g, indices)
-    rprop(
-        params, grads, lists["prev"], lists["step_size"], lists["step"],
-        foreach=s.impl[g] == "foreach", step_size_min=h["step_size_min"],
-        step_size_max=h["step_size_max"], etaminus=h["etaminus"], etaplus=h["etaplus"],
-        maximize=flag(o, "maximize"),
-    )
-
-
+@_docs.fill
 @_methods.with_shared_methods
 class Rprop:
     r"""Rprop (resilient backpropagation), as ``torch.optim.Rprop``; eager or TorchScript.
@@ -180,39 +109,28 @@ class Rprop:
     Sources: Riedmiller & Braun, IEEE ICNN 1993; reference code ``torch/optim/rprop.py``.
 
     Args:
-        params: a list of tensors, or (eagerly only) of torch-style param-group dicts.
-            Floating-point, dense, real, leaf tensors on CPU or CUDA; each at most once.
+        {_params_doc}
         lr: initial step size in parameter units, >= 0 (default 1e-2); only read when a
             parameter's state is created, as in torch.
         etas: (etaminus, etaplus) with 0 < etaminus < 1 < etaplus (default (0.5, 1.2)).
         step_sizes: (min, max) allowed step sizes (default (1e-6, 50)).
-        capturable, differentiable: must be False.
-        foreach: True multi-tensor, False single-tensor, None torch's default (default None).
-        maximize: maximise instead of minimising (default False).
+        {_common_args_doc}
+        {_capturable_doc}
 
-    ``capturable`` ... ``differentiable`` are keyword-only in torch; here they are
-    positional-or-keyword (TorchScript does not compile keyword-only arguments with defaults).
+    ``capturable`` ... ``differentiable``
+    {_keyword_only_doc}
+    {_fused_extra_doc}
 
     State per parameter: ``'step'`` (0-dim float32 on the CPU), ``'prev'``, ``'step_size'``
     (like the parameter).
 
-    Raises:
-        ValueError: invalid hyperparameters (torch's messages), an empty, non-leaf, sparse,
-            complex or repeated parameter, ``capturable``/``differentiable`` True.
-        RuntimeError: at ``step``, a sparse gradient (torch's message), before any change.
-        TypeError: (eagerly) a Tensor hyperparameter or a malformed ``params``.
+    {_raises_doc}
     """
 
     def __init__(
-        self,
-        params: List[Tensor],
-        lr: float = 1e-2,
-        etas: Tuple[float, float] = (0.5, 1.2),
-        step_sizes: Tuple[float, float] = (1e-6, 50.0),
-        capturable: bool = False,
-        foreach: Optional[bool] = None,
-        maximize: bool = False,
-        differentiable: bool = False,
+        self, params: List[Tensor], lr: float = 1e-2, etas: Tuple[float, float] = (0.5, 1.2),
+        step_sizes: Tuple[float, float] = (1e-6, 50.0), capturable: bool = False,
+        foreach: Optional[bool] = None, maximize: bool = False, differentiable: bool = False, fused: Optional[bool] = None,
     ) -> None:
         hparams: Dict[str, float] = {
             "lr": lr, "etaminus": etas[0], "etaplus": etas[1],
@@ -220,15 +138,25 @@ class Rprop:
         }
         options: Dict[str, Optional[bool]] = {
             "foreach": foreach, "maximize": maximize, "differentiable": differentiable, "capturable": capturable,
+            "fused": fused,
         }
-        self._s = self._new_state(params, hparams, options)
+        self._s = self._new_state(params, hparams, options, "rprop")
         self._init_groups()
 
     def _check(self, h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
-        check_rprop_hyperparameters(h, o)
+        _validation.check_values(h, ["lr", "etas"])
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
-        rprop_group_step(self._s, g, indices, grads)
+        s = self._s
+        h = s.hparams[g]
+        lists = s.prepare(g, indices, {"prev": 0.0, "step_size": h["lr"]})
+        for part in s.parts(g, indices):
+            rprop(
+                take(lists["param"], part), take(grads, part), take(lists["prev"], part), take(lists["step_size"], part),
+                take(lists["step"], part), s.impl[g] == "foreach", s.impl[g] == "fused",
+                step_size_min=h["step_size_min"], step_size_max=h["step_size_max"], etaminus=h["etaminus"],
+                etaplus=h["etaplus"], maximize=s.flag(g, "maximize"),
+            )
 
     def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
         return "Rprop does not support sparse gradients"

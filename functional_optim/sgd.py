@@ -1,5 +1,5 @@
-r"""SGD (with momentum, Nesterov momentum, dampening, weight decay): class, functional form and
-its single-tensor, multi-tensor and fused implementations.
+r"""SGD (with momentum, Nesterov momentum, dampening, weight decay): class and functional form
+(one body holds the single-tensor, multi-tensor and fused implementations).
 
 Algorithm: Robbins & Monro, "A Stochastic Approximation Method" (1951); momentum as in
 Sutskever et al., "On the importance of initialization and momentum in deep learning", ICML 2013
@@ -10,119 +10,25 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
-from . import _methods, _validation
-from ._state import GroupedState, choose_impl, device_dtype_splits, flag, foreach_gradients, take
+from . import _docs, _kernels, _methods, _validation
+from ._state import choose_impl, flag, foreach_gradients, take
 
 __all__ = ["SGD", "sgd"]
 
 
-def _single_tensor_sgd(
-    params: List[Tensor],
-    grads: List[Tensor],
-    momentum_buffer_list: List[Optional[Tensor]],
-    *,
-    weight_decay: float,
-    momentum: float,
-    lr: float,
-    dampening: float,
-    nesterov: bool,
-    maximize: bool,
-    has_sparse_grad: bool,
+def _foreach_momentum_step(
+    params: List[Tensor], grads: List[Tensor], bufs: List[Tensor], weight_decay: float, momentum: float, lr: float,
+    dampening: float, nesterov: bool, maximize: bool, has_sparse_grad: bool,
 ) -> None:
-    for i in range(len(params)):
-        param = params[i]
-        grad = grads[i] if not maximize else -grads[i]
-        if weight_decay != 0:
-            grad = grad.add(param, alpha=weight_decay)
-        if momentum != 0:
-            buf = momentum_buffer_list[i]
-            if buf is None:
-                buf = grad.detach().clone()
-                momentum_buffer_list[i] = buf
-            else:
-                buf.mul_(momentum).add_(grad, alpha=1 - dampening)
-            if nesterov:
-                grad = grad.add(buf, alpha=momentum)
-            else:
-                grad = buf
-        param.add_(grad, alpha=-lr)
-
-
-def _multi_tensor_sgd(
-    params: List[Tensor],
-    grads: List[Tensor],
-    momentum_buffer_list: List[Optional[Tensor]],
-    *,
-    weight_decay: float,
-    momentum: float,
-    lr: float,
-    dampening: float,
-    nesterov: bool,
-    maximize: bool,
-    has_sparse_grad: bool,
-) -> None:
-    if len(params) == 0:
-        return
-    if momentum != 0:
-        bufs: List[Tensor] = []
-        for buf in momentum_buffer_list:
-            if buf is not None:
-                bufs.append(buf)
-        if len(bufs) == len(params):
-            _multi_tensor_sgd_buffers(
-                params, grads, bufs, weight_decay=weight_decay, momentum=momentum, lr=lr,
-                dampening=dampening, nesterov=nesterov, maximize=maximize,
-                has_sparse_grad=has_sparse_grad,
-            )
-            return
-    grads = foreach_gradients(params, grads, weight_decay, maximize)
-    if momentum != 0:
-        bufs = []
-        for i in range(len(momentum_buffer_list)):
-            buf = momentum_buffer_list[i]
-            if buf is None:
-                buf = grads[i].detach().clone()
-                momentum_buffer_list[i] = buf
-            else:
-                buf.mul_(momentum).add_(grads[i], alpha=1 - dampening)
-            bufs.append(buf)
-        _multi_tensor_sgd_momentum_update(
-            params, grads, bufs, momentum=momentum, nesterov=nesterov, lr=lr, has_sparse_grad=has_sparse_grad
-        )
-        return
-    _multi_tensor_sgd_update(params, grads, lr=lr, has_sparse_grad=has_sparse_grad)
-
-
-def _multi_tensor_sgd_buffers(
-    params: List[Tensor],
-    grads: List[Tensor],
-    bufs: List[Tensor],
-    *,
-    weight_decay: float,
-    momentum: float,
-    lr: float,
-    dampening: float,
-    nesterov: bool,
-    maximize: bool,
-    has_sparse_grad: bool,
-) -> None:
-    """:func:`_multi_tensor_sgd` with ``momentum != 0`` once every parameter has its buffer."""
+    """The multi-tensor step with ``momentum != 0`` once every parameter has its buffer."""
     grads = foreach_gradients(params, grads, weight_decay, maximize)
     torch._foreach_mul_(bufs, momentum)
     torch._foreach_add_(bufs, grads, alpha=1 - dampening)
-    _multi_tensor_sgd_momentum_update(
-        params, grads, bufs, momentum=momentum, nesterov=nesterov, lr=lr, has_sparse_grad=has_sparse_grad
-    )
+    _foreach_momentum_update(params, grads, bufs, momentum, nesterov, lr, has_sparse_grad)
 
 
-def _multi_tensor_sgd_momentum_update(
-    params: List[Tensor],
-    grads: List[Tensor],
-    bufs: List[Tensor],
-    *,
-    momentum: float,
-    nesterov: bool,
-    lr: float,
+def _foreach_momentum_update(
+    params: List[Tensor], grads: List[Tensor], bufs: List[Tensor], momentum: float, nesterov: bool, lr: float,
     has_sparse_grad: bool,
 ) -> None:
     """The multi-tensor step's update once the momentum buffers hold this step's values."""
@@ -132,10 +38,10 @@ def _multi_tensor_sgd_momentum_update(
         grads = torch._foreach_add(grads, bufs, alpha=momentum)
     else:
         grads = bufs
-    _multi_tensor_sgd_update(params, grads, lr=lr, has_sparse_grad=has_sparse_grad)
+    _foreach_update(params, grads, lr, has_sparse_grad)
 
 
-def _multi_tensor_sgd_update(params: List[Tensor], grads: List[Tensor], *, lr: float, has_sparse_grad: bool) -> None:
+def _foreach_update(params: List[Tensor], grads: List[Tensor], lr: float, has_sparse_grad: bool) -> None:
     if not has_sparse_grad:
         torch._foreach_add_(params, grads, alpha=-lr)
     else:
@@ -143,33 +49,34 @@ def _multi_tensor_sgd_update(params: List[Tensor], grads: List[Tensor], *, lr: f
             params[i].add_(grads[i], alpha=-lr)
 
 
-def _fused_sgd(
-    params: List[Tensor],
-    grads: List[Tensor],
-    momentum_buffer_list: List[Optional[Tensor]],
-    *,
-    weight_decay: float,
-    momentum: float,
-    lr: float,
-    dampening: float,
-    nesterov: bool,
-    maximize: bool,
-    has_sparse_grad: bool,
+def _fused_sgd_kernel(
+    params: List[Tensor], grads: List[Tensor], bufs: List[Tensor], weight_decay: float, momentum: float, lr: float,
+    dampening: float, nesterov: bool, maximize: bool, is_first_step: bool,
 ) -> None:
-    if len(params) == 0:
-        return
-    if has_sparse_grad:
-        raise RuntimeError("`_fused_sgd` does not support sparse gradients")
-    if momentum == 0:
-        no_buffers: List[Tensor] = []
-        torch._fused_sgd_(
-            params, grads, no_buffers, weight_decay=weight_decay, momentum=momentum, lr=lr,
-            dampening=dampening, nesterov=nesterov, maximize=maximize, is_first_step=False,
+    """One fused SGD call: ours on CPU unless the table (``_kernels.torch_kernel_on_cpu``) says
+    torch's, torch's ``torch._fused_sgd_`` elsewhere (same arguments and semantics)."""
+    if params[0].device.type == "cpu" and not _kernels.torch_kernel_on_cpu("sgd"):
+        torch.ops.gilfree_optim.sgd_(
+            params, grads, bufs, weight_decay=weight_decay, momentum=momentum, lr=lr, dampening=dampening,
+            nesterov=nesterov, maximize=maximize, is_first_step=is_first_step,
         )
-        return
-    # The kernel starts a buffer (buf = grad) when is_first_step. torch assumes that either all
-    # or none of the buffers exist; a mix (a parameter skipped on earlier steps) is handled here
-    # by one call for the new buffers and one for the others.
+    else:
+        torch._fused_sgd_(
+            params, grads, bufs, weight_decay=weight_decay, momentum=momentum, lr=lr, dampening=dampening,
+            nesterov=nesterov, maximize=maximize, is_first_step=is_first_step,
+        )
+
+
+def _fused_sgd_new_buffers(
+    params: List[Tensor], grads: List[Tensor], momentum_buffer_list: List[Optional[Tensor]], weight_decay: float,
+    momentum: float, lr: float, dampening: float, nesterov: bool, maximize: bool,
+) -> None:
+    """torch's fused SGD with momentum when some buffers do not exist yet.
+
+    The kernel starts a buffer (buf = grad) when is_first_step. torch assumes that either all
+    or none of the buffers exist; a mix (a parameter skipped on earlier steps) is handled here
+    by one call for the new buffers and one for the others.
+    """
     new_positions: List[int] = []
     old_positions: List[int] = []
     old_buffers: List[Tensor] = []
@@ -186,36 +93,22 @@ def _fused_sgd(
             buf = torch.empty_like(grads[i])
             momentum_buffer_list[i] = buf
             new_buffers.append(buf)
-        torch._fused_sgd_(
-            take(params, new_positions), take(grads, new_positions), new_buffers,
-            weight_decay=weight_decay, momentum=momentum, lr=lr, dampening=dampening,
-            nesterov=nesterov, maximize=maximize, is_first_step=True,
+        _fused_sgd_kernel(
+            take(params, new_positions), take(grads, new_positions), new_buffers, weight_decay, momentum, lr,
+            dampening, nesterov, maximize, True,
         )
     if len(old_positions) > 0:
-        whole = len(old_positions) == len(params)
-        torch._fused_sgd_(
-            params if whole else take(params, old_positions),
-            grads if whole else take(grads, old_positions),
-            old_buffers,
-            weight_decay=weight_decay, momentum=momentum, lr=lr, dampening=dampening,
-            nesterov=nesterov, maximize=maximize, is_first_step=False,
+        _fused_sgd_kernel(
+            take(params, old_positions), take(grads, old_positions), old_buffers, weight_decay, momentum, lr,
+            dampening, nesterov, maximize, False,
         )
 
 
+@_docs.fill
 def sgd(
-    params: List[Tensor],
-    d_p_list: List[Tensor],
-    momentum_buffer_list: List[Optional[Tensor]],
-    foreach: Optional[bool] = None,
-    fused: Optional[bool] = None,
-    *,
-    weight_decay: float,
-    momentum: float,
-    lr: float,
-    dampening: float,
-    nesterov: bool,
-    maximize: bool,
-    has_sparse_grad: bool,
+    params: List[Tensor], d_p_list: List[Tensor], momentum_buffer_list: List[Optional[Tensor]],
+    foreach: Optional[bool] = None, fused: Optional[bool] = None, *, weight_decay: float, momentum: float,
+    lr: float, dampening: float, nesterov: bool, maximize: bool, has_sparse_grad: bool,
 ) -> None:
     r"""Functional SGD: update ``params`` (and momentum buffers) in place, one step.
 
@@ -229,8 +122,8 @@ def sgd(
         momentum_buffer_list: one entry per parameter: its buffer, or None before its first
             step with momentum; None entries are replaced by new buffers (``buf = grad``, as
             torch, no dampening on the first step). Ignored (may be empty) when ``momentum == 0``.
-        foreach, fused: the implementation; None/None picks torch's default (multi-tensor on
-            CUDA/XPU/MTIA, else single-tensor). ``fused=True`` needs all tensors on one device.
+        foreach: the implementation, as for :func:`functional_optim.adam.adam`.
+        {_functional_fused_doc}
         weight_decay, momentum, lr, dampening, nesterov, maximize: as in :class:`SGD`.
         has_sparse_grad: whether any gradient is sparse.
 
@@ -240,112 +133,67 @@ def sgd(
     Algorithm: Robbins & Monro 1951; momentum: Sutskever et al. 2013; reference code
     ``torch/optim/sgd.py`` (torch 2.13).
     """
-    if fused is None and foreach is None:
-        foreach = choose_impl(params, None, None) == "foreach"
-    if fused is not None and fused:
-        _fused_sgd(
-            params, d_p_list, momentum_buffer_list, weight_decay=weight_decay, momentum=momentum,
-            lr=lr, dampening=dampening, nesterov=nesterov, maximize=maximize,
-            has_sparse_grad=has_sparse_grad,
-        )
-    elif foreach is not None and foreach:
-        _multi_tensor_sgd(
-            params, d_p_list, momentum_buffer_list, weight_decay=weight_decay, momentum=momentum,
-            lr=lr, dampening=dampening, nesterov=nesterov, maximize=maximize,
-            has_sparse_grad=has_sparse_grad,
-        )
-    else:
-        _single_tensor_sgd(
-            params, d_p_list, momentum_buffer_list, weight_decay=weight_decay, momentum=momentum,
-            lr=lr, dampening=dampening, nesterov=nesterov, maximize=maximize,
-            has_sparse_grad=has_sparse_grad,
-        )
-
-
-
-def check_sgd_hyperparameters(h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
-    """torch's checks for SGD (``"Invalid learning rate: ..."``, Nesterov conditions, ...)."""
-    _validation.check_lr(h["lr"])
-    if h["momentum"] < 0.0:
-        raise ValueError("Invalid momentum value: " + str(h["momentum"]))
-    _validation.check_non_negative(h["weight_decay"], "weight_decay")
-    if flag(o, "nesterov") and (h["momentum"] <= 0 or h["dampening"] != 0):
-        raise ValueError("Nesterov momentum requires a momentum and zero dampening")
-    _validation.check_impl_flags(o["foreach"], o["fused"], False, flag(o, "differentiable"))
-
-
-def sgd_group_step(s: GroupedState, g: int, indices: List[int], grads: List[Tensor], has_sparse_grad: bool) -> None:
-    """Step the parameters ``indices`` (all in group ``g``) of an SGD optimizer."""
-    h = s.hparams[g]
-    o = s.options[g]
-    momentum = h["momentum"]
-    impl = s.impl[g]
-    if momentum != 0 and not s.needs_init(g, indices) and (
-        impl == "foreach" or (impl == "fused" and s.homogeneous[g] and not has_sparse_grad)
-    ):
-        # Every whole-group step after the first: every buffer exists and the cached lists hold
-        # them, typed as the kernels take them. One call for the group: what _fused_sgd and
-        # _multi_tensor_sgd do when every buffer exists, without copying the buffers into a
-        # List[Optional[Tensor]] and back (the interpreter pays per element for that).
-        params = s.cache_params[g]
-        buffers_now = s.cache_state[g]["momentum_buffer"]
-        if impl == "fused":
-            torch._fused_sgd_(
-                params, grads, buffers_now, weight_decay=h["weight_decay"], momentum=momentum,
-                lr=h["lr"], dampening=h["dampening"], nesterov=flag(o, "nesterov"),
-                maximize=flag(o, "maximize"), is_first_step=False,
-            )
-        else:
-            _multi_tensor_sgd_buffers(
-                params, grads, buffers_now, weight_decay=h["weight_decay"], momentum=momentum,
-                lr=h["lr"], dampening=h["dampening"], nesterov=flag(o, "nesterov"),
-                maximize=flag(o, "maximize"), has_sparse_grad=has_sparse_grad,
-            )
+    grads = d_p_list
+    impl = choose_impl(params, foreach, fused)
+    if impl == "single":
+        for i in range(len(params)):
+            param = params[i]
+            grad = grads[i] if not maximize else -grads[i]
+            if weight_decay != 0:
+                grad = grad.add(param, alpha=weight_decay)
+            if momentum != 0:
+                buf = momentum_buffer_list[i]
+                if buf is None:
+                    buf = grad.detach().clone()
+                    momentum_buffer_list[i] = buf
+                else:
+                    buf.mul_(momentum).add_(grad, alpha=1 - dampening)
+                if nesterov:
+                    grad = grad.add(buf, alpha=momentum)
+                else:
+                    grad = buf
+            param.add_(grad, alpha=-lr)
         return
-    buffers: List[Optional[Tensor]] = []
-    cached = momentum != 0 and not s.needs_init(g, indices)
-    if cached:
-        for buf in s.state_lists(g, indices, ["momentum_buffer"])["momentum_buffer"]:
-            buffers.append(buf)
-    elif momentum != 0:
-        for i in indices:
-            buffers.append(s.state[i].get("momentum_buffer"))
-    params = s.params_of(g, indices)
-    if has_sparse_grad and impl == "fused":
-        impl = "single"
-    for part in device_dtype_splits(s, g, params):
-        whole = len(part) == len(params)
-        part_buffers: List[Optional[Tensor]] = buffers
-        if not whole and momentum != 0:
-            part_buffers = []
-            for k in part:
-                part_buffers.append(buffers[k])
-        sgd(
-            params if whole else take(params, part),
-            grads if whole else take(grads, part),
-            part_buffers,
-            foreach=impl == "foreach",
-            fused=impl == "fused",
-            weight_decay=h["weight_decay"],
-            momentum=momentum,
-            lr=h["lr"],
-            dampening=h["dampening"],
-            nesterov=flag(o, "nesterov"),
-            maximize=flag(o, "maximize"),
-            has_sparse_grad=has_sparse_grad,
-        )
-        if not whole and momentum != 0:
-            for j in range(len(part)):
-                buffers[part[j]] = part_buffers[j]
-    if momentum != 0 and not cached:
-        for k in range(len(indices)):
-            buf = buffers[k]
+    if len(params) == 0:
+        return
+    if impl == "fused":
+        if has_sparse_grad:
+            raise RuntimeError("`_fused_sgd` does not support sparse gradients")
+        if momentum != 0:
+            _fused_sgd_new_buffers(
+                params, grads, momentum_buffer_list, weight_decay, momentum, lr, dampening, nesterov, maximize
+            )
+            return
+        no_buffers: List[Tensor] = []
+        _fused_sgd_kernel(params, grads, no_buffers, weight_decay, momentum, lr, dampening, nesterov, maximize, False)
+        return
+    bufs: List[Tensor] = []
+    if momentum != 0:
+        for buf in momentum_buffer_list:
             if buf is not None:
-                s.state[indices[k]]["momentum_buffer"] = buf
-        if s.is_full(g, indices):
-            s.state_lists(g, indices, ["momentum_buffer"])
+                bufs.append(buf)
+        if len(bufs) == len(params):
+            _foreach_momentum_step(
+                params, grads, bufs, weight_decay, momentum, lr, dampening, nesterov, maximize, has_sparse_grad
+            )
+            return
+    grads = foreach_gradients(params, grads, weight_decay, maximize)
+    if momentum != 0:
+        bufs = []
+        for i in range(len(momentum_buffer_list)):
+            buf = momentum_buffer_list[i]
+            if buf is None:
+                buf = grads[i].detach().clone()
+                momentum_buffer_list[i] = buf
+            else:
+                buf.mul_(momentum).add_(grads[i], alpha=1 - dampening)
+            bufs.append(buf)
+        _foreach_momentum_update(params, grads, bufs, momentum, nesterov, lr, has_sparse_grad)
+        return
+    _foreach_update(params, grads, lr, has_sparse_grad)
 
 
+@_docs.fill
 @_methods.with_shared_methods
 class SGD:
     r"""Stochastic gradient descent, as ``torch.optim.SGD``, with gradients passed in; eager or
@@ -367,47 +215,29 @@ class SGD:
     ``torch/optim/sgd.py``.
 
     Args:
-        params: a list of tensors, or (eagerly only) of torch-style param-group dicts.
-            Floating-point, dense, real, leaf tensors of any shape on CPU or CUDA; each at most once.
+        {_params_doc}
         lr: learning rate, >= 0 (default 1e-3, as torch 2.13).
         momentum: momentum factor, >= 0 (default 0).
         dampening: dampening of the momentum (default 0).
         weight_decay: L2 penalty, >= 0 (default 0).
         nesterov: Nesterov momentum; needs momentum > 0 and dampening 0 (default False).
-        maximize: maximise instead of minimising (default False).
-        foreach: True multi-tensor, False single-tensor, None torch's default (default None).
-        differentiable: must be False.
-        fused: True uses ``torch._fused_sgd_`` (CPU/CUDA, float16/bfloat16/float32/float64)
-            (default None = not fused).
+        {_common_args_doc}
 
-    ``maximize`` ... ``fused`` are keyword-only in torch; here they are positional-or-keyword
-    (TorchScript does not compile keyword-only arguments with defaults). Pass them by keyword.
+    ``maximize`` ... ``fused``
+    {_keyword_only_doc}
 
     Sparse (COO) gradients are accepted, as torch accepts them, except with ``fused=True``.
 
     State per parameter: ``'momentum_buffer'`` (like the parameter) once the parameter has
     stepped with momentum != 0; no state otherwise (as torch).
 
-    Raises:
-        ValueError: invalid hyperparameters (torch's messages), an empty, non-leaf, sparse,
-            complex or repeated parameter, ``differentiable=True``.
-        RuntimeError: ``fused`` together with ``foreach``, with a non-floating parameter, or
-            (at ``step``) with a sparse gradient.
-        TypeError: (eagerly) a Tensor hyperparameter or a malformed ``params``.
+    {_raises_doc}
     """
 
     def __init__(
-        self,
-        params: List[Tensor],
-        lr: float = 1e-3,
-        momentum: float = 0.0,
-        dampening: float = 0.0,
-        weight_decay: float = 0.0,
-        nesterov: bool = False,
-        maximize: bool = False,
-        foreach: Optional[bool] = None,
-        differentiable: bool = False,
-        fused: Optional[bool] = None,
+        self, params: List[Tensor], lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
+        weight_decay: float = 0.0, nesterov: bool = False, maximize: bool = False,
+        foreach: Optional[bool] = None, differentiable: bool = False, fused: Optional[bool] = None,
     ) -> None:
         hparams: Dict[str, float] = {
             "lr": lr, "momentum": momentum, "dampening": dampening, "weight_decay": weight_decay,
@@ -416,14 +246,75 @@ class SGD:
             "nesterov": nesterov, "maximize": maximize, "foreach": foreach,
             "differentiable": differentiable, "fused": fused,
         }
-        self._s = self._new_state(params, hparams, options)
+        self._s = self._new_state(params, hparams, options, "sgd")
         self._init_groups()
 
     def _check(self, h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
-        check_sgd_hyperparameters(h, o)
+        _validation.check_values(h, ["lr"])
+        if h["momentum"] < 0.0:  # torch's test (NaN passes)
+            raise ValueError("Invalid momentum value: " + str(h["momentum"]))
+        _validation.check_values(h, ["weight_decay"])
+        if flag(o, "nesterov") and (h["momentum"] <= 0 or h["dampening"] != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
-        sgd_group_step(self._s, g, indices, grads, sparse)
+        s = self._s
+        h = s.hparams[g]
+        momentum = h["momentum"]
+        impl = s.impl[g]
+        if momentum != 0 and not s.needs_init(g, indices) and (
+            impl == "foreach" or (impl == "fused" and s.homogeneous[g] and not sparse)
+        ):
+            # Every whole-group step after the first: every buffer exists and the cached lists hold
+            # them, typed as the kernels take them. One call for the group: what sgd() does when
+            # every buffer exists, without copying the buffers into a List[Optional[Tensor]] and
+            # back (the interpreter pays per element for that).
+            params = s.cache_params[g]
+            buffers_now = s.cache_state[g]["momentum_buffer"]
+            if impl == "fused":
+                _fused_sgd_kernel(
+                    params, grads, buffers_now, h["weight_decay"], momentum, h["lr"], h["dampening"],
+                    s.flag(g, "nesterov"), s.flag(g, "maximize"), False,
+                )
+            else:
+                _foreach_momentum_step(
+                    params, grads, buffers_now, h["weight_decay"], momentum, h["lr"], h["dampening"],
+                    s.flag(g, "nesterov"), s.flag(g, "maximize"), sparse,
+                )
+            return
+        buffers: List[Optional[Tensor]] = []
+        cached = momentum != 0 and not s.needs_init(g, indices)
+        if cached:
+            for buf in s.state_lists(g, indices, ["momentum_buffer"])["momentum_buffer"]:
+                buffers.append(buf)
+        elif momentum != 0:
+            for i in indices:
+                buffers.append(s.state[i].get("momentum_buffer"))
+        params = s.params_of(g, indices)
+        if sparse:
+            impl = s.sparse_impl[g]
+        for part in s.parts(g, indices):
+            whole = len(part) == len(params)
+            part_buffers: List[Optional[Tensor]] = buffers
+            if not whole and momentum != 0:
+                part_buffers = []
+                for k in part:
+                    part_buffers.append(buffers[k])
+            sgd(
+                take(params, part), take(grads, part), part_buffers, impl == "foreach", impl == "fused",
+                weight_decay=h["weight_decay"], momentum=momentum, lr=h["lr"], dampening=h["dampening"],
+                nesterov=s.flag(g, "nesterov"), maximize=s.flag(g, "maximize"), has_sparse_grad=sparse,
+            )
+            if not whole and momentum != 0:
+                for j in range(len(part)):
+                    buffers[part[j]] = part_buffers[j]
+        if momentum != 0 and not cached:
+            for k in range(len(indices)):
+                buf = buffers[k]
+                if buf is not None:
+                    s.state[indices[k]]["momentum_buffer"] = buf
+            if s.is_full(g, indices):
+                s.state_lists(g, indices, ["momentum_buffer"])
 
     def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
         if impl == "fused":

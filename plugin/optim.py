@@ -66,11 +66,12 @@ class ScriptLocalOptimizer(torch.nn.Module):
     locks. Which of two waiting steps goes first is not specified. A parameter's lock is freed
     with the last local optimizer over it.
 
-    Implementation: as ``torch.optim`` chooses, except that Adam and AdamW use torch's fused
-    kernel (``fused=True``) when neither ``foreach`` nor ``fused`` is given and the parameters
-    are floating point on CPU or CUDA: serialized steps make the step's length the limit on an
-    owner's steps per second, and the fused step is several times shorter on CPU. Its results
-    equal the single-tensor step's up to rounding. Pass ``fused=False`` for torch's choice.
+    Implementation: the optimizer's default (``foreach=None``, ``fused=None``): a fused kernel
+    for dense floating-point parameters on CPU (every optimizer) or CUDA (torch's, for SGD,
+    Adam, AdamW and Adagrad), else torch's choice; serialized steps make the step's length the
+    limit on an owner's steps per second, and the fused step is several times shorter on CPU.
+    Its results equal the single-tensor step's up to rounding. Pass ``fused=False`` for
+    torch's choice.
 
     Args:
         optimizer_class (type): a ``functional_optim`` class or a ``torch.optim`` class that
@@ -245,11 +246,14 @@ class ScriptLocalOptimizer(torch.nn.Module):
         self.step(context_id)
 
 
-# Optimizers whose local step uses torch's fused kernel unless the caller chooses an
-# implementation (foreach= or fused=): steps over the same parameters are serialized,
-# so the step's length bounds an owner's steps per second. Adam and AdamW reject sparse
-# gradients anyway; SGD and Adagrad, which take them (but not fused), keep torch's choice.
-_FUSED_BY_DEFAULT = (functional_optim.Adam, functional_optim.AdamW)
+# Optimizers whose local step is forced to fused=True unless the caller chooses an
+# implementation (foreach= or fused=). None is needed any more: every functional_optim class
+# now runs a fused kernel by default (foreach=None, fused=None) for dense floating-point CPU
+# parameters (and torch's CUDA kernel for SGD/Adam/AdamW/Adagrad), which is what owners want
+# (their steps over the same parameters are serialized, so the step's length bounds an
+# owner's steps per second), while steps with sparse gradients (SGD, Adagrad) keep torch's
+# choice, which an explicit fused=True would reject.
+_FUSED_BY_DEFAULT: tuple = ()
 _FUSED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _COMPILE_LOCK = threading.Lock()
 

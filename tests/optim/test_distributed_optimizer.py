@@ -127,8 +127,9 @@ def test_state_dict_round_trip(cluster):
         for ctx in forward_backward(step):
             opt.step(ctx)
     saved = opt.state_dict()
-    # the local optimizers run Adam fused unless told otherwise (ScriptLocalOptimizer)
-    _, reference = local_reference(torch.optim.Adam, {"lr": 0.05, "amsgrad": True, "fused": True}, 3)
+    # the local optimizers run a fused kernel by default with the flags left None, as torch's
+    # default; its state equals the single-tensor step's up to rounding
+    _, reference = local_reference(torch.optim.Adam, {"lr": 0.05, "amsgrad": True}, 3)
     torch_sd = reference.state_dict()
     assert saved["param_groups"] == torch_sd["param_groups"]
     assert saved["state"].keys() == torch_sd["state"].keys()
@@ -290,12 +291,21 @@ def test_concurrent_trainers_on_shared_parameters(cluster):
     torch.testing.assert_close(end, start - 60, rtol=0, atol=1e-9)
 
 
-def test_adam_runs_fused_unless_told_otherwise():
+@pytest.mark.parametrize("optim_class", [
+    torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, torch.optim.Adagrad, torch.optim.RMSprop,
+    torch.optim.Adamax, torch.optim.Adadelta, torch.optim.Rprop, torch.optim.NAdam, torch.optim.RAdam,
+], ids=lambda c: c.__name__)
+def test_every_optimizer_runs_fused_unless_told_otherwise(optim_class):
     p = [torch.zeros(3, requires_grad=True)]
-    assert ScriptLocalOptimizer.create(torch.optim.Adam, p).optimizer.options()[0]["fused"] is True
-    assert ScriptLocalOptimizer.create(torch.optim.Adam, p, fused=False).optimizer.options()[0]["fused"] is False
-    assert ScriptLocalOptimizer.create(torch.optim.Adam, p, foreach=True).optimizer.options()[0]["fused"] is None
-    assert ScriptLocalOptimizer.create(torch.optim.SGD, p, lr=0.1).optimizer.options()[0]["fused"] is None
+
+    def impl(**kwargs):
+        return ScriptLocalOptimizer.create(optim_class, p, lr=0.1, **kwargs).optimizer.optim._s.impl
+
+    assert impl() == ["fused"]
+    assert impl(fused=False) == ["single"]
+    assert impl(foreach=True) == ["foreach"]
+    # the flags are left as the caller gave them (None): sparse gradients keep torch's path
+    assert ScriptLocalOptimizer.create(optim_class, p, lr=0.1).optimizer.options()[0]["fused"] is None
 
 
 def test_local_optimizers_that_share_a_parameter_share_its_lock():

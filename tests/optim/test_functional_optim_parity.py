@@ -43,10 +43,14 @@ def test_parity_sparse_gradients(info, config, impl, dtype):
 
 @pytest.mark.parametrize("info", C.INFOS, ids=str)
 def test_default_implementation_matches_torch(info):
-    """With foreach=None/fused=None torch picks the single-tensor path on CPU; so do we."""
+    """With foreach=None/fused=None torch picks the single-tensor path on CPU; we pick the
+    fused kernel for floating-point CPU parameters, with the same results (to rounding), and
+    torch's choice for steps with sparse gradients and for what no fused kernel takes."""
     run_parity(info, info.configs[0], None, torch.float64, steps=5)
     opt = info.ours(C.make_params(torch.float32))
-    assert opt._s.impl == ["single"]
+    assert opt._s.impl == ["fused"] and opt._s.sparse_impl == ["single"]
+    assert info.ours(C.make_params(torch.float32), foreach=False)._s.impl == ["single"]
+    assert info.ours(C.make_params(torch.float32), fused=False)._s.impl == ["single"]
 
 
 @pytest.mark.parametrize("info", [C.INFO_BY_NAME["Adam"], C.INFO_BY_NAME["Rprop"]], ids=str)

@@ -1,0 +1,85 @@
+"""``fused=True`` of every functional_optim class against torch.optim's single-tensor step.
+
+For every optimizer and every configuration of the table (``tests/support/optim_configs.py``:
+param groups, skipped parameters, late starts), 50 steps of ours with ``fused=True`` and of
+``torch.optim.<Class>(foreach=False)`` from the same start must agree element by element:
+parameters half-way and at the end, and the whole state at the end (float64: rtol 1e-10;
+float32: rtol 1e-5, atol 1e-6), eagerly and as TorchScript. For SGD, Adam, AdamW and Adagrad,
+``fused=True`` runs the kernel that ``functional_optim._kernels.torch_kernel_on_cpu`` names;
+the other kernel of those four is run eagerly here too, by switching the table.
+"""
+import pytest
+import torch
+
+from functional_optim import _kernels
+from tests.support import optim_configs as C
+from tests.support.optim_helpers import run_parity
+
+pytestmark = pytest.mark.timeout(600)
+
+DTYPES = [torch.float32, torch.float64]
+CASES = [
+    pytest.param(info, config, dtype, id=f"{info.name}-{config.name}-{str(dtype)[6:]}")
+    for info in C.INFOS
+    for config in info.configs
+    for dtype in DTYPES
+]
+BOTH_KERNELS = [info for info in C.INFOS if info.name.lower() in _kernels.TORCH_FUSED]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _library():
+    if not _kernels.available():
+        pytest.fail(f"the op library with the fused kernels did not load: {_kernels.default_error()}")
+
+
+@pytest.mark.parametrize("info, config, dtype", CASES)
+def test_fused_matches_torch_single_tensor(info, config, dtype):
+    run_parity(info, config, None, dtype, our_overrides={"fused": True}, torch_overrides={"foreach": False})
+
+
+@pytest.mark.parametrize("info", BOTH_KERNELS, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
+def test_other_kernel_of_the_table_matches_too(info, dtype, monkeypatch):
+    """The kernel the table does not pick (eagerly: TorchScript compiles the table once)."""
+    table = _kernels.torch_kernel_on_cpu
+    monkeypatch.setattr(_kernels, "torch_kernel_on_cpu", lambda name: not table(name))
+    for config in info.configs:
+        run_parity(
+            info, config, None, dtype, our_overrides={"fused": True}, torch_overrides={"foreach": False},
+            scripted_too=False,
+        )
+
+
+def test_parity_check_can_fail():
+    """The comparison is not a tautology: a slightly different lr on the fused side is caught."""
+    info = C.INFO_BY_NAME["RAdam"]
+    with pytest.raises(AssertionError):
+        run_parity(
+            info, info.configs[0], None, torch.float64, steps=5, our_overrides={"fused": True, "lr": 0.01 * (1 + 1e-6)}
+        )
+
+
+@pytest.mark.parametrize("info", C.INFOS, ids=str)
+def test_fused_errors_are_torchs(info):
+    """torch's rules for fused=True: not with foreach, not with differentiable, floating point only,
+    sparse gradients rejected at step (before any change)."""
+    params = C.make_params(torch.float32)
+    with pytest.raises(RuntimeError, match="`fused` and `foreach` cannot be `True` together."):
+        info.ours(params, fused=True, foreach=True)
+    with pytest.raises(RuntimeError, match="`fused` does not support `differentiable`"):
+        info.ours(params, fused=True, differentiable=True)
+    with pytest.raises(RuntimeError, match="`fused=True` requires all the params to be floating point"):
+        info.ours([torch.zeros(3, dtype=torch.int64)], fused=True)
+    opt = info.ours(params, fused=True)
+    before = [p.clone() for p in params]
+    sparse = [torch.ones(4, 3).to_sparse(), torch.ones(5), torch.ones(())]
+    with pytest.raises(RuntimeError):
+        opt.step(sparse)
+    assert all(torch.equal(p, b) for p, b in zip(params, before))
+
+
+@pytest.mark.parametrize("info", [i for i in C.INFOS if i.sparse_configs], ids=str)
+def test_default_keeps_the_sparse_path(info):
+    """A group that runs fused by default steps sparse gradients with torch's choice, as before."""
+    run_parity(info, info.sparse_configs[0], None, torch.float64, sparse=True, steps=10)
