@@ -616,7 +616,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 timed_out = "no answer within the RPC timeout" in remote_error_summary(errors[0][1])
                 _raise_errors(errors, what, "; it may still apply the step when it answers" if timed_out else "")
             return
+        if self._one_phase:
+            self._check_commits(OrderedDict(
+                (owner, _send(owner, _local_step, (rref, context_id))) for owner, rref in self._local_optimizers.items()
+            ), what)
+            return
         self._check_commits(self._commit(self._prepare(context_id, what)), what)
+
+    # For scripts/bench_gil.py only: step every owner in one round trip, as if each were the only
+    # one, without the all-or-nothing guarantee, to measure what the two phases cost.
+    _one_phase = False
 
     def state_dict(self) -> Dict[str, Any]:
         """Every owner's optimizer state in one ``torch.optim``-format dict.
