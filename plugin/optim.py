@@ -744,10 +744,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 timed_out = "no answer within the RPC timeout" in remote_error_summary(errors[0][1])
                 _raise_errors(errors, what, "; it may still apply the step when it answers" if timed_out else "")
             return
-        if len(self._local_optimizers) == 2 and not self._one_phase:
+        if len(self._local_optimizers) == 2 and self._bench_protocol is None:
             self._chain_step(context_id, what)
             return
-        if self._one_phase:
+        if self._bench_protocol == "one-phase":
             self._check_commits(OrderedDict(
                 (owner, _send(owner, _local_step, (rref, context_id))) for owner, rref in self._local_optimizers.items()
             ), what)
@@ -785,9 +785,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
                                                   f"may still apply it)")
             _raise_errors([(first, e)], what, "; no owner applied the step")
 
-    # For scripts/bench_gil.py only: step every owner in one round trip, as if each were the only
-    # one, without the all-or-nothing guarantee, to measure what the two phases cost.
-    _one_phase = False
+    # For scripts/bench_gil.py only, to measure what the guarantee costs: "one-phase" steps every
+    # owner in one round trip, as if each were the only one, without the all-or-nothing
+    # guarantee; "parallel" runs the phases from the caller (phase 1 on all owners, then the
+    # commits) as with three owners or more, instead of the chain of two owners.
+    _bench_protocol: Optional[str] = None
 
     def state_dict(self) -> Dict[str, Any]:
         """Every owner's optimizer state in one ``torch.optim``-format dict.

@@ -21,12 +21,14 @@ interval (5 ms by default): that wait is part of the "python" rows.
 
 Part 3, the cost of the all-or-nothing step (issue 10): the parameters split over
 --two-phase-servers servers (default 2), so the plugin's step has two phases (validate on
-every owner, then apply); against it, the same optimizer switched to one round trip
-(DistributedOptimizer._one_phase, which exists for this measurement: every owner steps at
-once, without the guarantee). The two alternate, --repeats runs each (default 3), in one
-process group, for Adam and NAdam and every T; reported: median steps/s of each and the cost,
-1 - the median ratio of neighbouring runs. Target: under 10 %. With one server the step is one
-call whatever the switch, so part 3 needs two or more.
+every owner, then apply; with two owners chained by the first owner, one round trip from the
+trainer); against it, the same optimizer switched (DistributedOptimizer._bench_protocol, which
+exists for this measurement) to one round trip without the guarantee (every owner steps at
+once), and to the phases sent from the trainer to every owner (as with three owners or more:
+one extra round trip). The three alternate, --repeats rounds (default 3), in one process
+group, for Adam and NAdam and every T; reported: median steps/s of each and the cost,
+1 - the median ratio of the same round's runs. Target: under 10 %. With one server the step is
+one call whatever the switch, so part 3 needs two or more.
 
 Writes JSON (default results/bench_gil.json), which docs/benchmarks.md quotes.
 
@@ -63,8 +65,10 @@ TRANSPORTS = ["uv"]
 NUM_PARAMS = 400
 PARAM_SIZE = 4096
 ENGINES = ["plugin-adam", "torch-adam-torchscript", "plugin-nadam", "torch-nadam-python"]
-# part 3: the plugin's step with its two phases, and the same step sent to every owner at once
-ONE_PHASE = "-one-phase"
+# part 3: the plugin's step (two owners: chained by the first owner), the phases sent from the
+# caller to all owners (as with three owners or more), and the same step sent to every owner at
+# once without the guarantee; values: DistributedOptimizer._bench_protocol
+PROTOCOLS = {"two_phase": None, "parallel": "parallel", "one_phase": "one-phase"}
 TWO_PHASE_ENGINES = {"adam": "plugin-adam", "nadam": "plugin-nadam"}
 
 # --- the spinning thread --------------------------------------------------------------------
@@ -163,8 +167,8 @@ def _prepare(engine, param_rrefs, servers, param_size):
     cls = torch.optim.NAdam if "nadam" in engine else torch.optim.Adam
     if engine.startswith("plugin"):
         opt = plugin.optim.DistributedOptimizer(cls, param_rrefs, lr=1e-4)
-        # the switch that exists for this benchmark: every owner in one round trip, no guarantee
-        opt._one_phase = engine.endswith(ONE_PHASE)
+        # the switch that exists for this benchmark (see PROTOCOLS)
+        opt._bench_protocol = next((p for p in PROTOCOLS.values() if p and engine.endswith("-" + p)), None)
     else:
         opt = TorchDistributedOptimizer(cls, param_rrefs, lr=1e-4)
     ctx = dist_autograd.context()
@@ -220,19 +224,19 @@ def coordinate_two_phase(trainers, args):
     servers, names, param_rrefs = _setup_server(trainers, args)
     results = {}
     for name, engine in TWO_PHASE_ENGINES.items():
-        runs = {"two_phase": [], "one_phase": []}
+        runs = {key: [] for key in PROTOCOLS}
         for _ in range(args.repeats):
-            runs["two_phase"].append(_steps_per_s(engine, False, servers, names, param_rrefs, args))
-            runs["one_phase"].append(_steps_per_s(engine + ONE_PHASE, False, servers, names, param_rrefs, args))
+            for key, protocol in PROTOCOLS.items():
+                suffix = "-" + protocol if protocol else ""
+                runs[key].append(_steps_per_s(engine + suffix, False, servers, names, param_rrefs, args))
+        # the runs of one round follow each other, so their ratios see the same machine load
         ratios = [two / one for two, one in zip(runs["two_phase"], runs["one_phase"])]
-        results[name] = {
-            "two_phase": statistics.median(runs["two_phase"]),
-            "one_phase": statistics.median(runs["one_phase"]),
-            # a pair's runs follow each other, so their ratio sees the same machine load
-            "ratio": statistics.median(ratios),
-            "cost": 1.0 - statistics.median(ratios),
-            "ratios": ratios,
-        }
+        parallel = [p / one for p, one in zip(runs["parallel"], runs["one_phase"])]
+        results[name] = dict(
+            {key: statistics.median(v) for key, v in runs.items()},
+            ratio=statistics.median(ratios), cost=1.0 - statistics.median(ratios), ratios=ratios,
+            parallel_cost=1.0 - statistics.median(parallel), parallel_ratios=parallel,
+        )
     return results
 
 
@@ -468,11 +472,13 @@ def main():
         two_phase = {t: run_server_benchmark(t, part3, coordinate_two_phase) for t in trainers}
         print(f"\nTwo-phase step: {args.num_params} x {args.param_size} on {args.two_phase_servers} servers, "
               f"steps/s, medians of {args.repeats} alternating runs:")
-        print(f"{'T':>3} {'optimizer':>9} {'two-phase':>10} {'one-phase':>10} {'ratio':>7} {'cost':>7}   ratios")
+        print(f"{'T':>3} {'optimizer':>9} {'two-phase':>10} {'parallel':>10} {'one-phase':>10} {'cost':>7} "
+              f"{'parallel cost':>14}   ratios (two-phase / one-phase)")
         for t, r in two_phase.items():
             for name, c in r.items():
-                print(f"{t:>3} {name:>9} {c['two_phase']:>10.1f} {c['one_phase']:>10.1f} {c['ratio']:>7.3f} "
-                      f"{100 * c['cost']:>6.1f}%   " + " ".join(f"{x:.3f}" for x in c["ratios"]))
+                print(f"{t:>3} {name:>9} {c['two_phase']:>10.1f} {c['parallel']:>10.1f} {c['one_phase']:>10.1f} "
+                      f"{100 * c['cost']:>6.1f}% {100 * c['parallel_cost']:>13.1f}%   "
+                      + " ".join(f"{x:.3f}" for x in c["ratios"]))
         results["two_phase"] = {str(t): r for t, r in two_phase.items()}
     meta = {}
     if parts != {1, 2, 3} and os.path.exists(args.out):
