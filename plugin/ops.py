@@ -20,7 +20,7 @@ Functions whose names start with an underscore wrap the engine's RPC handlers an
 bookkeeping ops, and the distributed optimizer's; they are for the package's own modules
 (``plugin/_handlers.py``, :mod:`plugin.autograd`, :mod:`plugin.optim`).
 """
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 from torch import Tensor
@@ -133,6 +133,25 @@ def _take_step(token: int) -> List[Optional[Tensor]]:
 def _drop_step(token: int) -> bool:
     """The op ``dist_engine::_drop_step``: forgets a parked step; whether it was still parked."""
     return torch.ops.dist_engine._drop_step(token)
+
+
+def _error_of(future: torch.futures.Future[Any]) -> torch.futures.Future[Optional[str]]:
+    """The op ``dist_engine::_error_of``: a future that completes when ``future`` does, with
+    its error message, or ``None`` when it succeeded (TorchScript has no ``try``)."""
+    return torch.ops.dist_engine._error_of(future)
+
+
+def _call_script(worker: str, function: str, args: Any, timeout_s: float) -> torch.futures.Future[Any]:
+    """The op ``dist_engine::_call_script``: calls the TorchScript function ``function`` (a
+    qualified name) on ``worker`` with the elements of the tuple ``args``, by the RPC agent's
+    own send (TorchScript's ``rpc_async`` takes the sending process's GIL); ``timeout_s`` <= 0:
+    the agent's timeout. The future completes with the reply's value or the peer's error."""
+    return torch.ops.dist_engine._call_script(worker, function, args, timeout_s)
+
+
+def _wall_clock_ms() -> int:
+    """The op ``dist_engine::_wall_clock_ms``: milliseconds since the Unix epoch (system clock)."""
+    return torch.ops.dist_engine._wall_clock_ms()
 
 
 def _optimizer_debug_info() -> Dict[str, int]:

@@ -42,6 +42,8 @@ class LocalOptimizerInterface(torch.nn.Module):
     def step(self, context_id: int) -> None: pass
     def prepare_step(self, context_id: int, lease_ms: int) -> int: pass
     def commit_step(self, token: int) -> None: pass
+    def step_before(self, context_id: int, deadline_ms: int) -> None: pass
+    def chain_step(self, context_id: int, lease_ms: int, deadline_ms: int, timeout_s: float) -> None: pass
     def drop_step(self, token: int) -> bool: pass
 
 
@@ -91,8 +93,16 @@ class ScriptLocalOptimizer(torch.nn.Module):
     two-phase step (:meth:`prepare_step`, :meth:`commit_step`) for steps over several owners.
     """
 
+    # the owner after this one in a step over two owners (set by DistributedOptimizer)
+    _next_owner: str
+    _next: List[RRef[LocalOptimizerInterface]]
+    _next_function: str
+
     def __init__(self, optimizer_class: type, params: List[Tensor], *args: Any, **kwargs: Any) -> None:
         super().__init__()
+        self._next_owner = ""
+        self._next = []
+        self._next_function = _STEP_BEFORE_REMOTE
         functional_class = functional_optim.functional_optimizer_for(optimizer_class)
         self._params = list(params)
         if functional_class in _FUSED_BY_DEFAULT and "fused" not in kwargs and "foreach" not in kwargs and all(
@@ -204,6 +214,69 @@ class ScriptLocalOptimizer(torch.nn.Module):
             self.optimizer.step(gradients)
 
     @torch.jit.export
+    def step_before(self, context_id: int, deadline_ms: int) -> None:
+        """:meth:`step`, applied only if this worker holds the parameters' locks before
+        ``deadline_ms`` on its system clock: the last owner's part of a step over two owners,
+        whose first owner stops waiting for it a while after the deadline and then drops its
+        own part. An owner frozen past the deadline, then resumed, applies nothing.
+
+        Args:
+            context_id (int): a distributed autograd context id.
+            deadline_ms (int): milliseconds since the Unix epoch; -1: no deadline.
+
+        Raises:
+            ValueError: a gradient whose shape, dtype or device differs from its parameter's.
+            RuntimeError: the optimizer rejects a gradient, or the deadline passed (nothing
+                applied); ``torch.jit.Error`` once scripted.
+        """
+        gradients = ops.gradients_for(context_id, self._params)
+        with self._lock:
+            if deadline_ms >= 0 and ops._wall_clock_ms() >= deadline_ms:
+                raise RuntimeError(
+                    "the step reached this owner after its deadline (the owner was frozen or overloaded); "
+                    "nothing was applied on this worker"
+                )
+            self.optimizer.step(gradients)
+
+    @torch.jit.export
+    def chain_step(self, context_id: int, lease_ms: int, deadline_ms: int, timeout_s: float) -> None:
+        """A step over this owner and the next one (set by :class:`DistributedOptimizer`), all
+        or nothing, in one round trip from the caller: validates and keeps this owner's
+        gradients (:meth:`prepare_step`), asks the next owner to step (:meth:`step_before`,
+        which validates before it applies) and waits for it, then applies its own
+        (:meth:`commit_step`), or drops them if the next owner failed. Waiting holds no
+        thread and no lock. Without a next owner, the same as :meth:`step`.
+
+        Args:
+            context_id (int): a distributed autograd context id.
+            lease_ms (int): milliseconds, > 0, that this owner keeps its gradients.
+            deadline_ms (int): the next owner's deadline (see :meth:`step_before`); -1: none.
+            timeout_s (float): seconds to wait for the next owner; <= 0: the RPC timeout.
+
+        Raises:
+            RuntimeError: this owner rejected a gradient (nothing applied anywhere); the next
+                owner failed (the message starts with ``[chain] next owner '<name>' failed``,
+                then its error; nothing applied here); or this owner failed to apply after
+                the next one did (``[chain] commit failed after owner '<name>' applied``).
+            ValueError: a gradient whose shape, dtype or device differs from its parameter's.
+        """
+        if len(self._next) == 0:
+            self.step(context_id)
+            return
+        token = self.prepare_step(context_id, lease_ms)
+        # by the agent's own send: TorchScript's rpc_async takes this process's GIL
+        fut = ops._call_script(self._next_owner, self._next_function,
+                               (self._next[0], context_id, deadline_ms), timeout_s)
+        error = ops._error_of(fut).wait()
+        if error is not None:
+            self.drop_step(token)
+            raise RuntimeError("[chain] next owner '" + self._next_owner + "' failed; nothing was applied on "
+                               "this worker:\n" + error)
+        error = ops._error_of(torch.jit._fork(self.commit_step, token)).wait()
+        if error is not None:
+            raise RuntimeError("[chain] commit failed after owner '" + self._next_owner + "' applied:\n" + error)
+
+    @torch.jit.export
     def drop_step(self, token: int) -> bool:
         """Forgets a step prepared by :meth:`prepare_step` without applying it.
 
@@ -272,7 +345,7 @@ class _Held:
 
 
 # The interface's methods are ScriptLocalOptimizer's: one docstring for both.
-for _name in ("step", "prepare_step", "commit_step", "drop_step"):
+for _name in ("step", "prepare_step", "commit_step", "step_before", "chain_step", "drop_step"):
     getattr(LocalOptimizerInterface, _name).__doc__ = getattr(ScriptLocalOptimizer, _name).__doc__
 
 
@@ -306,11 +379,30 @@ def _local_drop(local_optimizer: RRef[LocalOptimizerInterface], token: int) -> b
     return local_optimizer.local_value().drop_step(token)
 
 
+def _step_before_remote(local_optimizer: RRef[LocalOptimizerInterface], context_id: int, deadline_ms: int) -> None:
+    local_optimizer.local_value().step_before(context_id, deadline_ms)
+
+
+def _local_chain(local_optimizer: RRef[LocalOptimizerInterface], context_id: int, lease_ms: int, deadline_ms: int,
+                 timeout_s: float) -> None:
+    local_optimizer.local_value().chain_step(context_id, lease_ms, deadline_ms, timeout_s)
+
+
+def _link(local_optimizer, next_owner, next_local_optimizer):
+    """Runs on the first of two owners, once: the owner its steps go on to."""
+    module = local_optimizer.local_value()
+    module._next_owner = next_owner
+    module._next = [next_local_optimizer]
+
+
 # TorchScript functions: an owner runs them without the GIL
 _local_step = _jit.script(_local_step)
 _local_prepare = _jit.script(_local_prepare)
 _local_commit = _jit.script(_local_commit)
 _local_drop = _jit.script(_local_drop)
+_step_before_remote = _jit.script(_step_before_remote)
+_local_chain = _jit.script(_local_chain)
+_STEP_BEFORE_REMOTE = _step_before_remote.qualified_name  # what chain_step calls on the next owner
 
 
 def _local_state_dict(local_optimizer):
@@ -458,6 +550,11 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
             for owner, indices in by_owner.items()
         )
         self._local_optimizers: Dict[str, RRef] = _wait_all(futures, "building the local optimizer")
+        if len(self._local_optimizers) == 2:
+            # the first owner's steps go on to the second (see step)
+            (first, first_rref), (second, second_rref) = self._local_optimizers.items()
+            _wait_all(OrderedDict([(first, _send(first, _link, (first_rref, second, second_rref)))]),
+                      "building the local optimizer")
         self._init_torch_optimizer(params_rref)
 
     @property
@@ -557,11 +654,16 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         skipped, as in torch; an owner that no backward pass of the context reached skips
         all of its parameters.
 
-        All or nothing: with several owners the step has two phases. Phase 1, on every owner
-        at once: read and validate the gradients, and keep them. Phase 2, only when every
-        owner succeeded: apply them. A gradient that one owner rejects changes no owner. With
-        one owner the two run in one round trip. An owner that dies or freezes between the
-        phases makes the step raise, naming it and listing the owners that applied it.
+        All or nothing: with several owners the step has two phases. Phase 1: read and
+        validate the gradients, and keep them. Phase 2, only when every owner succeeded:
+        apply them. A gradient that one owner rejects changes no owner. With one owner the
+        two run in one round trip. With two, the caller sends one RPC: the first owner runs
+        its phase 1, has the second owner validate and apply, then applies its own part or
+        drops it (:meth:`ScriptLocalOptimizer.chain_step`; the second owner applies only
+        before a deadline of half the RPC timeout on its system clock). With three or more,
+        phase 1 runs on every owner at once, then phase 2. An owner that dies or freezes
+        between the phases makes the step raise, naming it and listing the owners that
+        applied it (the "Failures and guarantees" page has the table).
 
         Args:
             context_id (int): the distributed autograd context whose gradients to apply: live
@@ -582,7 +684,52 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
                 timed_out = "no answer within the RPC timeout" in remote_error_summary(errors[0][1])
                 _raise_errors(errors, what, "; it may still apply the step when it answers" if timed_out else "")
             return
+        if len(self._local_optimizers) == 2 and self._bench_protocol is None:
+            self._chain_step(context_id, what)
+            return
+        if self._bench_protocol == "one-phase":
+            self._check_commits(OrderedDict(
+                (owner, _send(owner, _local_step, (rref, context_id))) for owner, rref in self._local_optimizers.items()
+            ), what)
+            return
         self._check_commits(self._commit(self._prepare(context_id, what)), what)
+
+    def _chain_step(self, context_id: int, what: str) -> None:
+        """A step over two owners in one round trip: the first validates and keeps its part,
+        asks the second to step (validate, then apply), then applies its own part, or drops it
+        when the second failed (ScriptLocalOptimizer.chain_step). The second owner applies only
+        before a deadline, half the RPC timeout from now on the system clock; the first waits
+        for it three quarters of the timeout, so its answer, naming the owner that failed,
+        comes before the caller's own timeout."""
+        (first, first_rref), (second, _) = self._local_optimizers.items()
+        timeout = rpc.get_rpc_timeout()
+        finite = 0 < timeout < 300
+        deadline = ops._wall_clock_ms() + int(500 * timeout) if finite else -1
+        fut = _send(first, _local_chain, (first_rref, context_id, _lease_ms(), deadline, 0.75 * timeout if finite else 0.0))
+        try:
+            fut.wait()
+        except Exception as e:  # noqa: BLE001 (re-raised naming the owner)
+            text = str(e)
+            if "[chain] next owner " in text:
+                late = "no answer within the RPC timeout" in remote_error_summary(e)
+                _raise_errors([(second, e)], what, "; no owner applied the step" + (
+                    f" (unless {second!r} applied it just before its deadline, half the RPC timeout after the "
+                    f"step was sent, and its answer was late)" if late else ""))
+            if "[chain] commit failed after owner " in text:
+                _raise_errors([(first, e)], what, f"; the step was applied on owners [{second!r}] and not "
+                                                  f"confirmed on [{first!r}]")
+            if "no answer within the RPC timeout" in remote_error_summary(e) or "connection to it was lost" in \
+                    remote_error_summary(e):
+                _raise_errors([(first, e)], what, f"; the step was applied on owners [] and not confirmed on "
+                                                  f"[{first!r}, {second!r}] (an owner that did not answer in time "
+                                                  f"may still apply it)")
+            _raise_errors([(first, e)], what, "; no owner applied the step")
+
+    # For scripts/bench_gil.py only, to measure what the guarantee costs: "one-phase" steps every
+    # owner in one round trip, as if each were the only one, without the all-or-nothing
+    # guarantee; "parallel" runs the phases from the caller (phase 1 on all owners, then the
+    # commits) as with three owners or more, instead of the chain of two owners.
+    _bench_protocol: Optional[str] = None
 
     def state_dict(self) -> Dict[str, Any]:
         """Every owner's optimizer state in one ``torch.optim``-format dict.

@@ -19,11 +19,24 @@ Target: slowdown at most 1.2x. A call from Python gives the GIL up for the step 
 get it back from the spinning thread afterwards, which CPython grants after its switch
 interval (5 ms by default): that wait is part of the "python" rows.
 
+Part 3, the cost of the all-or-nothing step (issue 10): the parameters split over
+--two-phase-servers servers (default 2), so the plugin's step has two phases (validate on
+every owner, then apply; with two owners chained by the first owner, one round trip from the
+trainer); against it, the same optimizer switched (DistributedOptimizer._bench_protocol, which
+exists for this measurement) to one round trip without the guarantee (every owner steps at
+once), and to the phases sent from the trainer to every owner (as with three owners or more:
+one extra round trip). The three alternate, --repeats rounds (default 3), in one process
+group, for Adam and NAdam and every T; reported: median steps/s of each and the cost,
+1 - the median ratio of the same round's runs. Target: under 10 %. With one server the step is
+one call whatever the switch, so part 3 needs two or more.
+
 Writes JSON (default results/bench_gil.json), which docs/benchmarks.md quotes.
 
-    python scripts/bench_gil.py [--seconds S] [--trainers 1,2,4,8] [--quick] [--out PATH]
+    python scripts/bench_gil.py [--seconds S] [--trainers 1,2,4,8] [--parts 1,2,3] [--repeats N]
+                                [--quick] [--out PATH]
 """
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -54,6 +67,11 @@ TRANSPORTS = ["uv"]
 NUM_PARAMS = 400
 PARAM_SIZE = 4096
 ENGINES = ["plugin-adam", "torch-adam-torchscript", "plugin-nadam", "torch-nadam-python"]
+# part 3: the plugin's step (two owners: chained by the first owner), the phases sent from the
+# caller to all owners (as with three owners or more), and the same step sent to every owner at
+# once without the guarantee; values: DistributedOptimizer._bench_protocol
+PROTOCOLS = {"two_phase": None, "parallel": "parallel", "one_phase": "one-phase"}
+TWO_PHASE_ENGINES = {"adam": "plugin-adam", "nadam": "plugin-nadam"}
 
 # --- the spinning thread --------------------------------------------------------------------
 
@@ -151,6 +169,8 @@ def _prepare(engine, param_rrefs, servers, param_size):
     cls = torch.optim.NAdam if "nadam" in engine else torch.optim.Adam
     if engine.startswith("plugin"):
         opt = plugin.optim.DistributedOptimizer(cls, param_rrefs, lr=1e-4)
+        # the switch that exists for this benchmark (see PROTOCOLS)
+        opt._bench_protocol = next((p for p in PROTOCOLS.values() if p and engine.endswith("-" + p)), None)
     else:
         opt = TorchDistributedOptimizer(cls, param_rrefs, lr=1e-4)
     ctx = dist_autograd.context()
@@ -191,30 +211,64 @@ def _release():
 
 def coordinate_server(trainers, args):
     """Rank 0: drives the trainers for every engine, with and without the spinner."""
+    servers, names, param_rrefs = _setup_server(trainers, args)
+    results = {}
+    for spinner in (False, True):
+        for engine in ENGINES:
+            results[f"{engine}{'+spinner' if spinner else ''}"] = _steps_per_s(
+                engine, spinner, servers, names, param_rrefs, args)
+    return results
+
+
+def coordinate_two_phase(trainers, args):
+    """Rank 0, part 3: for each optimizer, the two-phase step and the one-phase step in
+    alternation, ``args.repeats`` times each, without the spinner."""
+    servers, names, param_rrefs = _setup_server(trainers, args)
+    results = {}
+    for name, engine in TWO_PHASE_ENGINES.items():
+        runs = {key: [] for key in PROTOCOLS}
+        for _ in range(args.repeats):
+            for key, protocol in PROTOCOLS.items():
+                suffix = "-" + protocol if protocol else ""
+                runs[key].append(_steps_per_s(engine + suffix, False, servers, names, param_rrefs, args))
+        # the runs of one round follow each other, so their ratios see the same machine load
+        ratios = [two / one for two, one in zip(runs["two_phase"], runs["one_phase"])]
+        parallel = [p / one for p, one in zip(runs["parallel"], runs["one_phase"])]
+        results[name] = dict(
+            {key: statistics.median(v) for key, v in runs.items()},
+            ratio=statistics.median(ratios), cost=1.0 - statistics.median(ratios), ratios=ratios,
+            parallel_cost=1.0 - statistics.median(parallel), parallel_ratios=parallel,
+        )
+    return results
+
+
+def _setup_server(trainers, args):
     servers = server_names(args.servers)
     names = [f"trainer{i}" for i in range(trainers)]
     param_rrefs = []
     for server in servers:  # the parameters split evenly over the servers
         param_rrefs += rpc.rpc_sync(server, server_params, args=(args.num_params // len(servers), args.param_size))
-    results = {}
-    for spinner in (False, True):
-        for engine in ENGINES:
-            for name in names:
-                rpc.rpc_sync(name, trainer_prepare, args=(engine, param_rrefs, servers, args.param_size))
-            if spinner:
-                for server in servers:
-                    rpc.rpc_sync(server, start_spinner)
-            futs = [rpc.rpc_async(name, trainer_run, args=(args.seconds,)) for name in names]
-            runs = [f.wait() for f in futs]
-            if spinner:
-                for server in servers:
-                    rpc.rpc_sync(server, stop_spinner)
-            for name in names:
-                rpc.rpc_sync(name, trainer_release)
-            steps = sum(r[0] for r in runs)
-            elapsed = max(r[1] for r in runs)
-            results[f"{engine}{'+spinner' if spinner else ''}"] = steps / elapsed
-    return results
+    return servers, names, param_rrefs
+
+
+def _steps_per_s(engine, spinner, servers, names, param_rrefs, args):
+    """Every trainer steps its own optimizer of ``engine`` for ``args.seconds``; returns the
+    steps per second of all of them together."""
+    for name in names:
+        rpc.rpc_sync(name, trainer_prepare, args=(engine, param_rrefs, servers, args.param_size))
+    if spinner:
+        for server in servers:
+            rpc.rpc_sync(server, start_spinner)
+    futs = [rpc.rpc_async(name, trainer_run, args=(args.seconds,)) for name in names]
+    runs = [f.wait() for f in futs]
+    if spinner:
+        for server in servers:
+            rpc.rpc_sync(server, stop_spinner)
+    for name in names:
+        rpc.rpc_sync(name, trainer_release)
+    steps = sum(r[0] for r in runs)
+    elapsed = max(r[1] for r in runs)
+    return steps / elapsed
 
 
 def server_names(count):
@@ -222,7 +276,7 @@ def server_names(count):
     return ["server"] if count == 1 else [f"server{i}" for i in range(count)]
 
 
-def server_worker(rank, world_size, port, args, queue):
+def server_worker(rank, world_size, port, args, queue, coordinate=coordinate_server):
     os.environ["MASTER_ADDR"] = "localhost"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
@@ -233,11 +287,11 @@ def server_worker(rank, world_size, port, args, queue):
     plugin.rpc.init_rpc(rank=rank, world_size=world_size, master_port=port, worker_names=names,
                         num_worker_threads=16, rpc_timeout=120, transports=TRANSPORTS)
     if rank == 0:
-        queue.put(coordinate_server(world_size - 1 - len(servers), args))
+        queue.put(coordinate(world_size - 1 - len(servers), args))
     rpc.shutdown()
 
 
-def run_server_benchmark(trainers, args):
+def run_server_benchmark(trainers, args, coordinate=coordinate_server):
     from socket import socket
 
     with socket() as s:
@@ -246,7 +300,7 @@ def run_server_benchmark(trainers, args):
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     world = trainers + 1 + args.servers
-    procs = [ctx.Process(target=server_worker, args=(r, world, port, args, queue)) for r in range(world)]
+    procs = [ctx.Process(target=server_worker, args=(r, world, port, args, queue, coordinate)) for r in range(world)]
     for p in procs:
         p.start()
     result = _get(queue, procs, 1800)
@@ -359,55 +413,88 @@ def local_worker(args, queue):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, default=2.0, help="stepping time per configuration (part 1)")
-    parser.add_argument("--trainers", default="1,2,4,8", help="trainer counts (part 1)")
-    parser.add_argument("--num-params", type=int, default=100, help="parameters on the server (part 1)")
+    parser.add_argument("--seconds", type=float, default=2.0, help="stepping time per configuration (parts 1, 3)")
+    parser.add_argument("--trainers", default="1,2,4,8", help="trainer counts (parts 1, 3)")
+    parser.add_argument("--num-params", type=int, default=100, help="parameters on the server(s) (parts 1, 3)")
     parser.add_argument("--servers", type=int, default=1,
                         help="servers that share the parameters (part 1); with more than one, the "
                              "plugin's step has two phases (validate everywhere, then apply)")
-    parser.add_argument("--param-size", type=int, default=4096, help="elements per parameter (part 1)")
+    parser.add_argument("--param-size", type=int, default=4096, help="elements per parameter (parts 1, 3)")
     parser.add_argument("--local-iters", type=int, default=200, help="timed steps per case (part 2)")
+    parser.add_argument("--two-phase-servers", type=int, default=2, help="servers in part 3 (at least 2)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="part 3: runs of each of the two steps, in alternation (median reported)")
+    parser.add_argument("--parts", default="1,2,3",
+                        help="which parts to run; the other parts' results already in --out are kept")
     parser.add_argument("--quick", action="store_true", help="tiny settings, to check the script runs")
     parser.add_argument("--out", default=os.path.join("results", "bench_gil.json"))
     args = parser.parse_args()
     if args.quick:
-        args.seconds, args.trainers, args.local_iters = 0.3, "1,2", 10
-
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    p = ctx.Process(target=local_worker, args=(args, queue))
-    p.start()
-    local = _get(queue, [p], 600)
-    p.join()
-    server = {int(t): run_server_benchmark(int(t), args) for t in args.trainers.split(",")}
+        args.seconds, args.trainers, args.local_iters, args.repeats = 0.3, "1,2", 10, 1
+    if args.two_phase_servers < 2:
+        parser.error("--two-phase-servers must be at least 2 (one owner steps in one call)")
+    parts = {int(p) for p in args.parts.split(",")}
+    trainers = [int(t) for t in args.trainers.split(",")]
+    results = {}
 
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {platform.machine()}")
-    print(f"\nScriptLocalOptimizer.step(context_id), {NUM_PARAMS} x {PARAM_SIZE} Adam, one process, ms per step:")
-    for name, cases in local.items():
-        for case, r in cases.items():
-            print(f"  {name:<8} called from {case:<12} alone {r['alone_ms']:7.3f}   with spinner {r['spinner_ms']:7.3f}"
-                  f"   slowdown {r['slowdown']:.2f}x")
-    print(f"\nParameter server, {args.num_params} x {args.param_size} on {args.servers} server(s): steps/s")
-    header = "".join(f"{e + s:>34}" for s in ("", "+spinner") for e in ENGINES)
-    print(f"{'T':>3}{header}")
-    for t, r in server.items():
-        print(f"{t:>3}" + "".join(f"{r[e + s]:>34.1f}" for s in ("", "+spinner") for e in ENGINES))
-    ratios = {}
-    for t, r in server.items():
-        ratios[t] = {}
-        for s in ("", "+spinner"):
-            ratios[t]["adam: plugin/torch-torchscript" + s] = r["plugin-adam" + s] / r["torch-adam-torchscript" + s]
-            ratios[t]["nadam: plugin/torch-python" + s] = r["plugin-nadam" + s] / r["torch-nadam-python" + s]
-    print("\nRatios (plugin / torch, steps/s):")
-    for t, r in ratios.items():
-        print(f"{t:>3}  " + "   ".join(f"{k} {v:.2f}" for k, v in r.items()))
-    results = {
-        "local_step": local,
-        "server": {str(t): r for t, r in server.items()},
-        "server_ratios": {str(t): r for t, r in ratios.items()},
-        "meta": run_meta(seconds=args.seconds, num_params=args.num_params, param_size=args.param_size,
-                         quick=args.quick, servers=args.servers),
-    }
+    if 2 in parts:
+        ctx = mp.get_context("spawn")
+        queue = ctx.Queue()
+        p = ctx.Process(target=local_worker, args=(args, queue))
+        p.start()
+        local = _get(queue, [p], 600)
+        p.join()
+        results["local_step"] = local
+        print(f"\nScriptLocalOptimizer.step(context_id), {NUM_PARAMS} x {PARAM_SIZE} Adam, one process, ms per step:")
+        for name, cases in local.items():
+            for case, r in cases.items():
+                print(f"  {name:<8} called from {case:<12} alone {r['alone_ms']:7.3f}   with spinner {r['spinner_ms']:7.3f}"
+                      f"   slowdown {r['slowdown']:.2f}x")
+    if 1 in parts:
+        server = {t: run_server_benchmark(t, args) for t in trainers}
+        print(f"\nParameter server, {args.num_params} x {args.param_size} on {args.servers} server(s): steps/s")
+        header = "".join(f"{e + s:>34}" for s in ("", "+spinner") for e in ENGINES)
+        print(f"{'T':>3}{header}")
+        for t, r in server.items():
+            print(f"{t:>3}" + "".join(f"{r[e + s]:>34.1f}" for s in ("", "+spinner") for e in ENGINES))
+        ratios = {}
+        for t, r in server.items():
+            ratios[t] = {}
+            for s in ("", "+spinner"):
+                ratios[t]["adam: plugin/torch-torchscript" + s] = r["plugin-adam" + s] / r["torch-adam-torchscript" + s]
+                ratios[t]["nadam: plugin/torch-python" + s] = r["plugin-nadam" + s] / r["torch-nadam-python" + s]
+        print("\nRatios (plugin / torch, steps/s):")
+        for t, r in ratios.items():
+            print(f"{t:>3}  " + "   ".join(f"{k} {v:.2f}" for k, v in r.items()))
+        results["server"] = {str(t): r for t, r in server.items()}
+        results["server_ratios"] = {str(t): r for t, r in ratios.items()}
+    if 3 in parts:
+        part3 = argparse.Namespace(**dict(vars(args), servers=args.two_phase_servers))
+        two_phase = {t: run_server_benchmark(t, part3, coordinate_two_phase) for t in trainers}
+        print(f"\nTwo-phase step: {args.num_params} x {args.param_size} on {args.two_phase_servers} servers, "
+              f"steps/s, medians of {args.repeats} alternating runs:")
+        print(f"{'T':>3} {'optimizer':>9} {'two-phase':>10} {'parallel':>10} {'one-phase':>10} {'cost':>7} "
+              f"{'parallel cost':>14}   ratios (two-phase / one-phase)")
+        for t, r in two_phase.items():
+            for name, c in r.items():
+                print(f"{t:>3} {name:>9} {c['two_phase']:>10.1f} {c['parallel']:>10.1f} {c['one_phase']:>10.1f} "
+                      f"{100 * c['cost']:>6.1f}% {100 * c['parallel_cost']:>13.1f}%   "
+                      + " ".join(f"{x:.3f}" for x in c["ratios"]))
+        results["two_phase"] = {str(t): r for t, r in two_phase.items()}
+    meta = {}
+    if parts != {1, 2, 3} and os.path.exists(args.out):
+        # a run of some parts keeps the other parts' earlier results (and their meta)
+        with open(args.out) as f:
+            earlier = json.load(f)
+        meta = earlier.pop("meta", {})
+        results = dict(earlier, **results)
+    if 1 in parts:
+        meta.update(seconds=args.seconds, servers=args.servers)
+    if 3 in parts:
+        meta.update(two_phase_seconds=args.seconds, two_phase_servers=args.two_phase_servers, repeats=args.repeats)
+    results["meta"] = dict(meta, **run_meta(num_params=args.num_params, param_size=args.param_size,
+                                            quick=args.quick or meta.get("quick", False)))
     write_results(args.out, results)
 
 

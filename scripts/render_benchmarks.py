@@ -287,6 +287,39 @@ def render_bench_gil(data: Any) -> str:
             v = local["plugin"][case]["slowdown"]
             rows.append([f"local step slowdown with the spinner, {label}", "<= 1.2x", f"{v:.2f}x", _verdict(v, 1.2)])
     out.append(_table(["target (issue 4)", "bound", "measured", "verdict"], rows))
+    if "two_phase" in data:
+        out.append("")
+        out.append(render_two_phase(data["two_phase"], meta))
+    return "\n".join(out)
+
+
+TWO_PHASE_TARGET = ("Target (issue 10): the all-or-nothing step over several owners (validate on every owner, "
+                    "then apply) costs less than 10 % of the steps/s of the same step sent to every owner at once "
+                    "without the guarantee.")
+
+
+def render_two_phase(data: Any, meta: Dict[str, Any]) -> str:
+    """The two-phase step against the one-phase step (part 3 of bench_gil)."""
+    out = [TWO_PHASE_TARGET, ""]
+    out.append(
+        f"Two-phase cost: {meta.get('num_params', '?')} parameters of {meta.get('param_size', 0):,} elements "
+        f"split over {meta.get('two_phase_servers', '?')} servers, every trainer stepping the same context, "
+        f"no spinning thread, {meta.get('two_phase_seconds', '?')} s per run. The plugin's step (two owners: "
+        "chained by the first owner, one round trip from the trainer) against the same optimizer switched to "
+        "one round trip without the guarantee (every owner steps at once); the last columns: the phases sent "
+        "from the trainer to both owners (what three owners or more use, one extra round trip). The three "
+        f"alternate, {meta.get('repeats', '?')} rounds, in one process group. Steps/s are medians; a cost is "
+        "1 minus the median of the ratios to the one-round-trip step of the same round."
+    )
+    out.append("")
+    rows = []
+    for t, by_optimizer in data.items():
+        for name, r in by_optimizer.items():
+            rows.append([t, name, f"{r['two_phase']:.0f}", f"{r['one_phase']:.0f}", f"{100 * r['cost']:.1f} %",
+                         "met" if r["cost"] < 0.10 else "**missed**", f"{r['parallel']:.0f}",
+                         f"{100 * r['parallel_cost']:.1f} %"])
+    out.append(_table(["trainers", "optimizer", "two-phase steps/s", "one-phase steps/s", "cost", "verdict (< 10 %)",
+                       "phases from the caller, steps/s", "their cost"], rows))
     return "\n".join(out)
 
 

@@ -63,6 +63,17 @@ TORCH_LIBRARY(dist_engine, m) {
   def(m, "_park_step(Tensor?[] gradients, int lease_ms) -> int");
   def(m, "_take_step(int token) -> Tensor?[]");
   def(m, "_drop_step(int token) -> bool");
+  // A future that completes, when `future` does, with its error message, or None when it
+  // succeeded: TorchScript has no try/except, and an owner that asked the next owner to
+  // step must drop its own prepared step when that failed.
+  def(m, "_error_of(Future(Any) future) -> Future(str?)");
+  // Milliseconds since the Unix epoch (the system clock): the deadline of the last
+  // owner's part of a step over two owners is a time on the clock every host keeps.
+  def(m, "_wall_clock_ms() -> int");
+  // Calls the TorchScript function `function` (a qualified name) on `worker` with the
+  // elements of the tuple `args`, by the agent's own send: the first owner of a chained
+  // step asks the next one. TorchScript's rpc_async takes the GIL of the sending process.
+  def(m, "_call_script(str worker, str function, Any args, float timeout_s) -> Future(Any)");
   // Counters of the optimizer's state in this process: num_param_locks (live
   // per-parameter locks), num_prepared_steps (steps parked between their phases).
   def(m, "_optimizer_debug_info() -> Dict(str, int)");

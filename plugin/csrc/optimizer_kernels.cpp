@@ -5,8 +5,13 @@
 #include "step_lock.h"
 
 #include <torch/csrc/distributed/autograd/context/container.h>
+#include <torch/csrc/distributed/rpc/rpc_agent.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/core/stack.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include <chrono>
 #include <optional>
 
 namespace dist_engine {
@@ -62,6 +67,56 @@ bool dropStepKernel(int64_t token) {
   return dropStep(token);
 }
 
+// Boxed: a plain kernel cannot take or return a Future. Pops the future, pushes a
+// future of its outcome; the callback runs on the thread that completes `future`.
+void errorOfKernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto future = torch::jit::pop(*stack).toFuture();
+  auto outcome = c10::make_intrusive<c10::ivalue::Future>(c10::OptionalType::create(c10::StringType::get()));
+  future->addCallback([outcome](c10::ivalue::Future& done) {
+    if (done.hasError()) {
+      outcome->markCompleted(c10::IValue(done.tryRetrieveErrorMessage()));
+    } else {
+      outcome->markCompleted(c10::IValue());
+    }
+  });
+  torch::jit::push(*stack, outcome);
+}
+
+// Boxed (it returns a Future). The reply's value, or the peer's error, completes it.
+void callScriptKernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  namespace rpc = torch::distributed::rpc;
+  double timeoutSeconds = torch::jit::pop(*stack).toDouble();
+  auto args = torch::jit::pop(*stack);
+  std::string function = torch::jit::pop(*stack).toStringRef();
+  std::string worker = torch::jit::pop(*stack).toStringRef();
+  TORCH_CHECK(args.isTuple(), "_call_script: args must be a tuple");
+  TORCH_CHECK(rpc::RpcAgent::isCurrentRpcAgentSet(), "_call_script: RPC is not initialized");
+  auto agent = rpc::RpcAgent::getCurrentRpcAgent();
+  std::vector<c10::IValue> values(args.toTupleRef().elements().begin(), args.toTupleRef().elements().end());
+  auto sent = agent->send(
+      agent->getWorkerInfo(worker),
+      scriptCallMessage(c10::QualifiedName(function), std::move(values), /*asyncExecution=*/false),
+      timeoutSeconds > 0 ? static_cast<float>(timeoutSeconds) : rpc::kUnsetRpcTimeout);
+  auto result = c10::make_intrusive<c10::ivalue::Future>(c10::AnyType::get());
+  sent->addCallback([result](c10::ivalue::Future& done) {
+    if (done.hasError()) {
+      result->setError(done.exception_ptr());
+      return;
+    }
+    try {
+      result->markCompleted(replyValue(done));
+    } catch (const std::exception&) {
+      result->setError(std::current_exception());
+    }
+  });
+  torch::jit::push(*stack, result);
+}
+
+int64_t wallClockMsKernel() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 c10::Dict<std::string, int64_t> optimizerDebugInfoKernel() {
   c10::Dict<std::string, int64_t> info;
   info.insert("num_param_locks", numParamLocks());
@@ -82,6 +137,9 @@ TORCH_LIBRARY_IMPL(dist_engine, CompositeImplicitAutograd, m) {
   m.impl("_park_step", TORCH_FN(parkStepKernel));
   m.impl("_take_step", TORCH_FN(takeStepKernel));
   m.impl("_drop_step", TORCH_FN(dropStepKernel));
+  m.impl("_error_of", torch::CppFunction::makeFromBoxedFunction<&errorOfKernel>());
+  m.impl("_wall_clock_ms", TORCH_FN(wallClockMsKernel));
+  m.impl("_call_script", torch::CppFunction::makeFromBoxedFunction<&callScriptKernel>());
   m.impl("_optimizer_debug_info", TORCH_FN(optimizerDebugInfoKernel));
   m.impl("_swap_current_context", TORCH_FN(swapCurrentContextKernel));
 }

@@ -93,3 +93,17 @@ def test_verdicts_follow_the_numbers(results_copy):
     text = R.render_page(page(), str(results_copy))
     row = next(line for line in text.splitlines() if line.startswith(f"| {name} | 0.500x"))
     assert "0.500x, met" in row and "1.500x, **missed**" in row
+
+
+def test_two_phase_cost_is_rendered_with_its_verdict():
+    """bench_gil's part 3: a cost under 10 % is met, one at or above it missed; a file
+    without part 3 renders without the table."""
+    row = {"two_phase": 95.0, "parallel": 70.0, "one_phase": 100.0, "ratio": 0.95, "cost": 0.05,
+           "ratios": [0.95], "parallel_cost": 0.3, "parallel_ratios": [0.7]}
+    meta = {"num_params": 100, "param_size": 4096, "two_phase_servers": 2, "repeats": 1, "two_phase_seconds": 1.0}
+    text = R.render_two_phase({"1": {"adam": row}, "8": {"nadam": dict(row, two_phase=80.0, cost=0.2)}}, meta)
+    assert "| 1 | adam | 95 | 100 | 5.0 % | met | 70 | 30.0 % |" in text
+    assert "| 8 | nadam | 80 | 100 | 20.0 % | **missed** | 70 | 30.0 % |" in text
+    data = json.loads((R.RESULTS and open(os.path.join(R.RESULTS, "bench_gil.json")).read()))
+    data.pop("two_phase", None)
+    assert "Target (issue 10)" not in R.render_bench_gil(data)

@@ -55,6 +55,18 @@ def test_owner_lost_before_the_step_changes_no_owner(how):
     assert r["after"]["info"]["num_prepared_steps"] == 0
 
 
+def test_second_owner_frozen_past_its_deadline_applies_nothing_when_it_resumes():
+    """A step over two owners is chained (the first owner asks the second): the second owner,
+    frozen when the step is sent and resumed after the caller got its error, finds the step
+    past its deadline and applies nothing, as the first owner dropped its part."""
+    r = run("stop_resume_before_step")
+    assert r["error"] is not None and "failed on owner 'victim'" in r["error"], r["error"]
+    assert "no owner applied the step" in r["error"], r["error"]
+    assert r["elapsed"] < 1.2 * r["rpc_timeout"], r["elapsed"]
+    assert unchanged(r)
+    assert r["victim_after"] == r["victim_before"]
+
+
 @pytest.mark.parametrize("how", ["kill", "stop"])
 def test_owner_lost_between_the_phases_is_named_with_the_owners_that_applied(how):
     r = run(f"{how}_mid_commit")

@@ -47,7 +47,8 @@ def run_scenario(scenario):
     rrefs = [rpc.rpc_sync(owner, optim_remote.make_param, args=(owner, (1000,), seed)) for seed, owner in enumerate(("healthy", "victim"))]
     opt = plugin.optim.DistributedOptimizer(torch.optim.SGD, rrefs, lr=1.0, momentum=0.9)
     victim_pid = rpc.rpc_sync("victim", os.getpid)
-    result = {"before": healthy_view(), "rpc_timeout": RPC_TIMEOUT}
+    result = {"before": healthy_view(), "rpc_timeout": RPC_TIMEOUT,
+              "victim_before": rpc.rpc_sync("victim", optim_remote.param_value, args=("victim",)).tolist()}
     how = signal.SIGKILL if scenario.startswith("kill") else signal.SIGSTOP
     with dist_autograd.context() as ctx:
         forward_backward_in(ctx)
@@ -75,6 +76,11 @@ def run_scenario(scenario):
         except Exception as e:  # noqa: BLE001 (reported)
             result["error"] = f"{type(e).__name__}: {e}"
         result["elapsed"] = time.monotonic() - started
+        if "resume" in scenario:
+            # the victim wakes up with the step's RPC waiting: past its deadline, it must not apply
+            os.kill(victim_pid, signal.SIGCONT)
+            time.sleep(1.0)
+            result["victim_after"] = rpc.rpc_sync("victim", optim_remote.param_value, args=("victim",)).tolist()
     time.sleep(0.5)  # let the healthy owner handle the drop of its prepared step, if any
     result["after"] = healthy_view()
     return result
