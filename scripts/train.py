@@ -470,7 +470,6 @@ def run_worker(rank, args, port=None, master_addr=None):
     torch.set_num_threads(1)
     import plugin.rpc
 
-    _new_keys_after_a_restart()
     plugin.rpc.init_rpc(
         rank=rank,
         world_size=len(worker_names(args)),
@@ -489,22 +488,6 @@ def run_worker(rank, args, port=None, master_addr=None):
         unreachable = plugin.rpc.shutdown()
     if unreachable:
         raise SystemExit(f"train.py: {worker_names(args)[rank]}: shutdown could not wait for {', '.join(unreachable)}")
-
-
-def _new_keys_after_a_restart():
-    """Keeps a group that torchrun restarted (``--max-restarts``) from reading the dead group's keys.
-
-    torchrun's store outlives a restart, and torch's ``init_rpc`` keeps its rendezvous keys
-    (among them the addresses of the Gloo group its agent starts) under ``rpc_prefix_<n>``,
-    ``n`` counting the calls in this process: 0 again in every restarted worker, so the
-    restarted group would connect to the dead group's addresses. Starting the count at a
-    number of its own per restart gives each group fresh keys.
-    """
-    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    if restart:
-        # torch internal: the module-level counter of torch/distributed/rpc/__init__.py that
-        # init_rpc's PrefixStore is named after (checked on torch 2.13).
-        rpc._init_counter = max(getattr(rpc, "_init_counter", 0), 1000 * restart)
 
 
 def _spawned_worker(rank, args, port, parent_pid):
