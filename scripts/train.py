@@ -6,7 +6,8 @@ its share of the training set, as in torch's RPC parameter-server tutorials: for
 the servers by RPC, a distributed backward pass, and a step of the shared parameters on the
 servers. With ``--stack plugin`` (the default) the backward pass is the plugin's engine and
 the step the plugin's DistributedOptimizer (TorchScript on the servers, without the GIL, with
-torch's fused Adam kernel); with ``--stack torch`` the same job runs on torch's distributed
+torch's fused Adam kernel; ``step_async``, so that the update overlaps the trainer's next
+batch, unless ``--sync-step``); with ``--stack torch`` the same job runs on torch's distributed
 autograd and DistributedOptimizer. Trainer 0 also coordinates: after every epoch it measures
 accuracy on held-out digits and prints one line.
 
@@ -72,6 +73,9 @@ def parse_args(argv=None):
     p.add_argument("--stack", choices=["plugin", "torch"], default="plugin",
                    help="plugin: this project's engine and optimizer (default); torch: torch's own")
     p.add_argument("--mode", choices=["smart", "fast"], default="smart", help="backward mode of the plugin (default smart)")
+    p.add_argument("--sync-step", action="store_true",
+                   help="plugin stack: wait for each step to be applied (DistributedOptimizer.step) instead of "
+                        "overlapping the update with the next batch (step_async, the default)")
     p.add_argument("--seed", type=int, default=0, help="seed of the data split, the weights and the shuffles")
     p.add_argument("--metrics-out", default=os.path.join("results", "train", "metrics.json"),
                    help="where to write the metrics as JSON (default results/train/metrics.json)")
@@ -279,7 +283,17 @@ def train_batch(b):
         else:
             dist_autograd.backward(ctx, [loss])
         t4 = clock()
-        t["optimizer"].step(ctx)
+        if args.stack == "plugin" and not args.sync_step:
+            # step_async returns once every server holds this step's gradients (phase 1 of
+            # the all-or-nothing step); the update itself (phase 2) runs on the servers while
+            # this trainer goes on to its next batch. At most one step is in flight per
+            # trainer: the previous one must have been applied before this one starts.
+            finish_step()
+            t["step"] = t["optimizer"].step_async(ctx)
+            if args.deterministic:  # the next trainer's turn must see this step applied
+                finish_step()
+        else:
+            t["optimizer"].step(ctx)  # torch's DistributedOptimizer has no asynchronous step
         t5 = clock()
     t["stats"][0] += loss.item() * len(batch)
     t["stats"][1] += len(batch)
@@ -292,8 +306,22 @@ def train_batch(b):
     _TIMERS["trainer batch total"] += end - start
 
 
+def finish_step():
+    """Runs on each trainer: waits until its last step (``step_async``) has been applied
+    on every server; raises its error, if any."""
+    step = _TRAINER.pop("step", None)
+    if step is not None:
+        start = time.perf_counter()
+        step.wait()
+        _TIMERS["trainer step: of which waiting for the previous update"] += time.perf_counter() - start
+
+
 def end_epoch():
-    """Runs on each trainer: (loss sum, samples, seconds) of its epoch."""
+    """Runs on each trainer: (loss sum, samples, seconds) of its epoch, once its last step
+    has been applied."""
+    start = time.perf_counter()
+    finish_step()
+    _TRAINER["stats"][2] += time.perf_counter() - start
     return tuple(_TRAINER["stats"])
 
 
