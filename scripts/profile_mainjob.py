@@ -35,8 +35,9 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # What a CPU sample's call stack was doing, by markers anywhere in its native stack; the
-# first rule that matches wins. (Python frames appear as the interpreter's C functions;
-# the only Python function a server runs during training is the forward pass.)
+# first rule that matches wins. (Python frames appear as the interpreter's C functions: the
+# only Python function a server runs during training is the forward pass; a trainer's
+# Python is its training loop and the RPC calls it makes.)
 WORK_RULES = [
     ("optimizer step", re.compile(
         r"fused_adam|_fused_adam|prepared_steps|ParkedStep|parkStep|takeStep|gradientsFor|gradients_for|StepLock|"
@@ -45,7 +46,8 @@ WORK_RULES = [
         r"dist_engine::|autograd::Engine|DistEngine|Backward|distributed::autograd|AccumulateGrad|"
         r"evaluate_function|autograd::Node|call_function")),
     ("optimizer step", re.compile(r"torch::jit::")),  # the scripted local steps of both stacks
-    ("forward pass (Python function)", re.compile(r"_PyEval_EvalFrame|processPythonCall|PythonRpcHandler")),
+    ("Python code (servers: the forward function; trainers: the loop, RPC calls)",
+     re.compile(r"_PyEval_EvalFrame|processPythonCall|PythonRpcHandler")),
     ("RPC transport (TensorPipe)", re.compile(r"tensorpipe|uv__|uv_run|TensorPipeAgent")),
     # perf cannot unwind through MKL's kernels (no unwind tables): their samples stop at the
     # kernel, so the matrix products of the forward and backward passes are counted together
@@ -192,6 +194,7 @@ def main(argv=None):
     if use_perf and shutil.which("perf") is None:
         p.error("perf is not installed: install it (linux-tools) or pass --no-perf")
 
+    load_start = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     stacks = {}
     with tempfile.TemporaryDirectory() as tmp:
         for stack in ("plugin", "torch"):
@@ -215,6 +218,8 @@ def main(argv=None):
         "meta": {"torch": __import__("torch").__version__, "python": platform.python_version(),
                  "cpus": os.cpu_count(), "epochs": args.epochs, "perf_hz": args.perf_hz if use_perf else None,
                  "train_options": extra, "job": job, "note": args.note,
+                 "load_average": {"start": load_start,
+                                  "end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
                  "command": "python scripts/profile_mainjob.py " + " ".join(sys.argv[1:] if argv is None else argv)},
         "stacks": stacks,
     }

@@ -297,6 +297,10 @@ MAINJOB_TARGET = ("Target (issue 14): on the default job of `scripts/train.py`, 
                   "torch's stack in whole-run training throughput (samples/s), the median over alternated pairs.")
 
 
+def _loads(values: Optional[List[float]]) -> str:
+    return "–" if not values else ", ".join(f"{x:.1f}" for x in values)
+
+
 def render_bench_mainjob(data: Any) -> str:
     meta = data["meta"]
     job = meta["job"]
@@ -310,6 +314,9 @@ def render_bench_mainjob(data: Any) -> str:
         + (f"; `scripts/train.py` options {' '.join(meta['train_options'])}" if meta["train_options"] else "")
         + ". Throughput: training samples over the seconds of the training epochs (set-up and held-out "
         "evaluation excluded)."
+        + (f" {meta['note']}" if meta.get("note") else "")
+        + (f" Load average (1, 5, 15 min) at the start: {_loads(meta['load_average']['start'])}; at the end: "
+           f"{_loads(meta['load_average']['end'])}." if meta.get("load_average") else "")
     )
     out.append("")
     rows = []
@@ -351,6 +358,8 @@ def render_profile_mainjob(data: Any) -> str:
         f"`{meta['command'].strip()}`: {job['trainers']} trainers, {job['servers']} servers, hidden width "
         f"{job['hidden']}, batch {job['batch_size']}, {job['optimizer']} lr={job['lr']:g}, {meta['epochs']} epochs "
         f"per run, the first not measured." + (f" {meta['note']}" if meta.get("note") else "")
+        + (f" Load average (1, 5, 15 min) at the start: {_loads(meta['load_average']['start'])}; at the end: "
+           f"{_loads(meta['load_average']['end'])}." if meta.get("load_average") else "")
     )
     out.append("")
     out.append("Wall-clock seconds per epoch, from timers in `scripts/train.py --profile` (trainers: the mean "
