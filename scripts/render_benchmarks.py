@@ -372,6 +372,11 @@ def render_profile_mainjob(data: Any) -> str:
             for k in stacks[n]["wall"].get(role, {}):
                 if (role, k) not in keys:
                     keys.append((role, k))
+    for role, k in list(keys):  # "<phase>: of which ..." right after its phase
+        parent = (role, k.split(": of which")[0])
+        if ": of which" in k and parent in keys:
+            keys.remove((role, k))
+            keys.insert(keys.index(parent) + 1, (role, k))
     rows = [["epoch (training)"] + [_s(stacks[n]["epoch_seconds"]) for n in names]
             + [_ratio(*(stacks[n]["epoch_seconds"] for n in names)) if len(names) == 2 else "–"]]
     for role, k in keys:

@@ -32,6 +32,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 import warnings
 
@@ -166,7 +167,9 @@ def shard_sizes(args):
 def shard_forward(shard_rref, x):
     start = time.perf_counter()
     y = shard_rref.local_value()(x)
-    _TIMERS["server forward (in the Python function)"] += time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    with _TIMERS_LOCK:  # several RPC threads run this at once
+        _TIMERS["server forward (in the Python function)"] += seconds
     return y
 
 
@@ -210,6 +213,7 @@ def load_data(seed):
 _TRAINER = {}
 # Wall-clock seconds per phase of this worker (reported by --profile).
 _TIMERS = collections.defaultdict(float)
+_TIMERS_LOCK = threading.Lock()
 
 
 def setup_trainer(trainer_index, shards, args, optimizer_state=None):
