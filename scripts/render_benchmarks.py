@@ -301,6 +301,14 @@ def _loads(values: Optional[List[float]]) -> str:
     return "–" if not values else ", ".join(f"{x:.1f}" for x in values)
 
 
+def _loaded(meta: Dict[str, Any]) -> str:
+    """A warning for a verdict taken while the machine had more runnable work than cores."""
+    loads = meta.get("load_average") or {}
+    peak = max((loads.get("start") or [0])[0], (loads.get("end") or [0])[0])
+    cpus = meta.get("cpus") or 0
+    return f" (under load {peak:.0f} on {cpus} CPUs: rerun on a quiet machine)" if cpus and peak > cpus else ""
+
+
 def render_bench_mainjob(data: Any) -> str:
     meta = data["meta"]
     job = meta["job"]
@@ -330,7 +338,7 @@ def render_bench_mainjob(data: Any) -> str:
     v = data["median_ratio"]
     out.append(_table(["target (issue 14)", "bound", "measured", "verdict"],
                       [["plugin / torch samples/s, default job (median of pairs)", f">= {data['target']}x",
-                        f"{v:.2f}x", _verdict(v, data["target"], below=False)]]))
+                        f"{v:.2f}x", _verdict(v, data["target"], below=False) + _loaded(meta)]]))
     return "\n".join(out)
 
 

@@ -118,7 +118,8 @@ def test_profile_writes_each_workers_phases_and_cpu_seconds(tmp_path):
                 phases = ["forward RPC to server0", "forward RPC to server1", "trainer loss", "trainer backward",
                           "trainer step", "trainer other (batch, context, bookkeeping)"]
                 assert all(t[k] > 0 for k in phases), t
-                assert sum(t[k] for k in phases) == pytest.approx(t["trainer batch total"], rel=1e-6)
+                # (the forward timers leave out the Python between the two RPCs)
+                assert 0.97 * t["trainer batch total"] <= sum(t[k] for k in phases) <= t["trainer batch total"], t
                 assert t["trainer batch total"] <= p["training_seconds"] * 1.05
                 waited = "trainer step: of which waiting for the previous update"
                 assert (waited in t) == (stack == "plugin" and not extra), t
