@@ -109,6 +109,11 @@ def init_rpc(
     exchange of addresses) waits at most ``rpc_timeout`` per store operation. Algorithm
     and limits: the "Start-up and shutdown" section of ``docs/failures.md``.
 
+    A group that torchrun restarts (``--max-restarts``) starts afresh: torchrun's store
+    outlives the dead group, and both the start-up check and torch's own start-up use keys
+    of their own per restart (``TORCHELASTIC_RESTART_COUNT``), so the new group never reads
+    the dead group's addresses.
+
     Device maps are one world-wide table given identically to every rank,
     ``{worker: {peer: {device: device}}}``; row ``device_maps[a][b]`` says where a tensor
     that ``a`` sends to ``b`` lands on ``b``. Each rank applies the rows it takes part in,
@@ -208,11 +213,33 @@ def init_rpc(
     options.init_method = init_method_for(store, rank, world_size)
     with _arrivals:
         _arrived.clear()
+    _fresh_torch_keys_after_a_restart()
     with warnings.catch_warnings():
         # torch's own rendezvous code warns about its own use of a deprecated API
         warnings.filterwarnings("ignore", message="You are using a Backend .* as a ProcessGroup", category=UserWarning)
         _rpc.init_rpc(name, rank=rank, world_size=world_size, rpc_backend_options=options)
     return _rpc.get_worker_info()
+
+
+def _fresh_torch_keys_after_a_restart() -> None:
+    """Keeps a group that torchrun restarted (``--max-restarts``) from reading the dead
+    group's keys in torch's own start-up.
+
+    torchrun's store outlives a restart, and torch's ``rpc.init_rpc`` keeps its rendezvous
+    keys (among them the addresses of the Gloo group its agent starts) under
+    ``rpc_prefix_<n>``, ``n`` counting the calls in this process: 0 again in every
+    restarted worker, so the restarted group would connect to the dead group's addresses
+    and hang or fail. Starting the count at a number of its own per restart
+    (``TORCHELASTIC_RESTART_COUNT``, set by torchrun) gives each group fresh keys; every
+    process of a group was restarted the same number of times, so they agree on it. (The
+    start-up check's own keys carry the restart count in their prefix already.)
+    """
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    if restart:
+        # torch internal: the module-level counter of torch/distributed/rpc/__init__.py
+        # that init_rpc names its PrefixStore after (checked on torch 2.11 and 2.13).
+        with _rpc._init_counter_lock:
+            _rpc._init_counter = max(_rpc._init_counter, 1000 * restart)
 
 
 # Shutdown. Each worker tells every peer that it has reached shutdown(); the peers' RPC

@@ -11,7 +11,7 @@ Target (issue 14): plugin / torch >= 1.3x on the default job.
 
 Writes JSON (default results/bench_mainjob.json), which docs/benchmarks.md quotes.
 
-    python scripts/bench_mainjob.py [--pairs N] [--out PATH] [-- extra train.py options]
+    python scripts/bench_mainjob.py [--pairs N] [--out PATH] [--note TEXT] [-- extra train.py options]
 """
 import argparse
 import json
@@ -60,10 +60,12 @@ def main(argv=None):
     p.add_argument("--pairs", type=int, default=3, help="runs per stack, in alternating order (default 3)")
     p.add_argument("--out", default=os.path.join(REPO, "results", "bench_mainjob.json"),
                    help="where to write the JSON (default results/bench_mainjob.json)")
+    p.add_argument("--note", default="", help="a sentence on the conditions of the run (load, machine), stored in the JSON")
     args = p.parse_args(argv)
     if args.pairs < 1:
         p.error("--pairs must be >= 1")
 
+    load_start = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     runs, ratios = [], []
     with tempfile.TemporaryDirectory() as workdir:
         for pair in range(args.pairs):
@@ -90,6 +92,9 @@ def main(argv=None):
             "train_options": extra,
             "job": runs[0]["job"],
             "parameters": runs[0]["parameters"],
+            "note": args.note,
+            "load_average": {"start": load_start,
+                             "end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
         },
         "runs": runs,
         "ratios": ratios,

@@ -5,7 +5,8 @@
     python scripts/render_benchmarks.py --check   # exit 1 when the page does not match the files
 
 Each result file has a part of the page between ``<!-- BEGIN <name> -->`` and
-``<!-- END <name> -->`` (``bench_optim``, ``bench_backward``, ``bench_gil``, ``bench_mainjob``); the text around
+``<!-- END <name> -->`` (``bench_optim``, ``bench_backward``, ``bench_gil``, ``bench_mainjob``,
+``profile_mainjob``); the text around
 the markers is written by hand. A file that does not exist yet renders as a note saying so, and
 a file without a dedicated renderer below renders as a generic listing of its numbers, so the
 page always quotes exactly what is committed. ``tests/docs/test_benchmarks_page.py`` fails when the
@@ -329,6 +330,18 @@ MAINJOB_TARGET = ("Target (issue 14): on the default job of `scripts/train.py`, 
                   "torch's stack in whole-run training throughput (samples/s), the median over alternated pairs.")
 
 
+def _loads(values: Optional[List[float]]) -> str:
+    return "–" if not values else ", ".join(f"{x:.1f}" for x in values)
+
+
+def _loaded(meta: Dict[str, Any]) -> str:
+    """A warning for a verdict taken while the machine had more runnable work than cores."""
+    loads = meta.get("load_average") or {}
+    peak = max((loads.get("start") or [0])[0], (loads.get("end") or [0])[0])
+    cpus = meta.get("cpus") or 0
+    return f" (under load {peak:.0f} on {cpus} CPUs: rerun on a quiet machine)" if cpus and peak > cpus else ""
+
+
 def render_bench_mainjob(data: Any) -> str:
     meta = data["meta"]
     job = meta["job"]
@@ -342,6 +355,9 @@ def render_bench_mainjob(data: Any) -> str:
         + (f"; `scripts/train.py` options {' '.join(meta['train_options'])}" if meta["train_options"] else "")
         + ". Throughput: training samples over the seconds of the training epochs (set-up and held-out "
         "evaluation excluded)."
+        + (f" {meta['note']}" if meta.get("note") else "")
+        + (f" Load average (1, 5, 15 min) at the start: {_loads(meta['load_average']['start'])}; at the end: "
+           f"{_loads(meta['load_average']['end'])}." if meta.get("load_average") else "")
     )
     out.append("")
     rows = []
@@ -355,7 +371,101 @@ def render_bench_mainjob(data: Any) -> str:
     v = data["median_ratio"]
     out.append(_table(["target (issue 14)", "bound", "measured", "verdict"],
                       [["plugin / torch samples/s, default job (median of pairs)", f">= {data['target']}x",
-                        f"{v:.2f}x", _verdict(v, data["target"], below=False)]]))
+                        f"{v:.2f}x", _verdict(v, data["target"], below=False) + _loaded(meta)]]))
+    return "\n".join(out)
+
+
+# --- results/profile_mainjob.json (scripts/profile_mainjob.py) ---------------------------------
+
+PROFILE_INTRO = ("Where the time goes in the main job (issue 14): per stack and worker role, seconds per training "
+                 "epoch, measured over the epochs after the first.")
+
+
+def _s(value: Optional[float]) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def _ratio(a: Optional[float], b: Optional[float]) -> str:
+    return "–" if not a or not b else f"{a / b:.2f}"
+
+
+def render_profile_mainjob(data: Any) -> str:
+    meta, stacks = data["meta"], data["stacks"]
+    job = meta["job"]
+    names = [n for n in ("plugin", "torch") if n in stacks]
+    out = [PROFILE_INTRO, ""]
+    out.append(
+        f"Measured with torch {meta['torch']}, Python {meta['python']}, {meta['cpus']} CPUs, by "
+        f"`{meta['command'].strip()}`: {job['trainers']} trainers, {job['servers']} servers, hidden width "
+        f"{job['hidden']}, batch {job['batch_size']}, {job['optimizer']} lr={job['lr']:g}, {meta['epochs']} epochs "
+        f"per run, the first not measured." + (f" {meta['note']}" if meta.get("note") else "")
+        + (f" Load average (1, 5, 15 min) at the start: {_loads(meta['load_average']['start'])}; at the end: "
+           f"{_loads(meta['load_average']['end'])}." if meta.get("load_average") else "")
+    )
+    out.append("")
+    out.append("Wall-clock seconds per epoch, from timers in `scripts/train.py --profile` (trainers: the mean "
+               "over trainers of each phase of their steps; servers: the mean over servers of the time inside "
+               "the forward function, several trainers' calls at once):")
+    out.append("")
+    keys: List[Any] = []
+    for n in names:
+        for role in ("trainer", "server"):
+            for k in stacks[n]["wall"].get(role, {}):
+                if (role, k) not in keys:
+                    keys.append((role, k))
+    for role, k in list(keys):  # "<phase>: of which ..." right after its phase
+        parent = (role, k.split(": of which")[0])
+        if ": of which" in k and parent in keys:
+            keys.remove((role, k))
+            keys.insert(keys.index(parent) + 1, (role, k))
+    rows = [["epoch (training)"] + [_s(stacks[n]["epoch_seconds"]) for n in names]
+            + [_ratio(*(stacks[n]["epoch_seconds"] for n in names)) if len(names) == 2 else "–"]]
+    for role, k in keys:
+        values = [stacks[n]["wall"].get(role, {}).get(k) for n in names]
+        label = k if k.startswith(role) else f"{role}: {k}"
+        rows.append([label] + [_s(v) for v in values] + [_ratio(*values) if len(values) == 2 else "–"])
+    rows.append(["samples/s"] + [f"{stacks[n]['samples_per_s']:.0f}" for n in names] + ["–"])
+    out.append(_table(["phase", *names, "plugin / torch"], rows))
+    out.append("")
+    out.append("CPU seconds per epoch, all workers of a role together, per thread kind (from /proc; "
+               "`pt_thread_pool`: torch's RPC threads, which run every request's handler; `TP_UV_loop`, "
+               "`TP_CMA_loop`: TensorPipe's event loops; `main`: the Python main thread):")
+    out.append("")
+    threads: List[str] = []
+    for n in names:
+        for role in ("trainer", "server"):
+            for t in stacks[n]["cpu"].get(role, {}).get("by_thread", {}):
+                if t not in threads:
+                    threads.append(t)
+    cols = [(n, role) for n in names for role in ("trainer", "server")]
+    rows = []
+    for t in threads:
+        rows.append([t] + [_s(stacks[n]["cpu"].get(role, {}).get("by_thread", {}).get(t)) for n, role in cols])
+    rows.append(["all threads"] + [_s(stacks[n]["cpu"].get(role, {}).get("total")) for n, role in cols])
+    out.append(_table(["thread kind", *[f"{n}: {role}s" for n, role in cols]], rows))
+    if all("perf" in stacks[n] for n in names):
+        out.append("")
+        out.append(
+            f"The same CPU seconds split by what the code was doing: `perf record --call-graph dwarf` at "
+            f"{meta['perf_hz']} Hz on every worker (a second run per stack), each sample's native call stack "
+            "sorted by markers (`scripts/profile_mainjob.py`, `WORK_RULES`), and each worker's CPU seconds "
+            "shared out in the proportions of its samples. perf cannot unwind MKL's kernels, so the matrix "
+            "products of the forward and backward passes share one row; the forward function's own time is "
+            "in the first table. Samples: " + "; ".join(
+                f"{n} {sum(stacks[n]['perf']['samples'].values()):,} ({stacks[n]['perf']['samples_per_s_under_perf']:.0f}"
+                f" samples/s under perf)" for n in names) + ".")
+        out.append("")
+        for title, key in (("work", "work"), ("kind of code", "kind")):
+            cats: List[str] = []
+            for n in names:
+                for role in ("trainer", "server"):
+                    for c, _ in sorted(stacks[n]["perf"][key].get(role, {}).items(), key=lambda kv: -kv[1]):
+                        if c not in cats:
+                            cats.append(c)
+            rows = [[c] + [_s(stacks[n]["perf"][key].get(role, {}).get(c)) for n, role in cols] for c in cats]
+            out.append(_table([title, *[f"{n}: {role}s" for n, role in cols]], rows))
+            out.append("")
+        out.pop()
     return "\n".join(out)
 
 
@@ -364,10 +474,12 @@ SECTIONS: Dict[str, Callable[[Any], str]] = {
     "bench_backward": render_bench_backward,
     "bench_gil": render_bench_gil,
     "bench_mainjob": render_bench_mainjob,
+    "profile_mainjob": render_profile_mainjob,
 }
 MISSING = {
     "bench_gil": GIL_TARGETS + "\n\n",
     "bench_mainjob": MAINJOB_TARGET + "\n\n",
+    "profile_mainjob": PROFILE_INTRO + "\n\n",
 }
 
 

@@ -6,7 +6,8 @@ its share of the training set, as in torch's RPC parameter-server tutorials: for
 the servers by RPC, a distributed backward pass, and a step of the shared parameters on the
 servers. With ``--stack plugin`` (the default) the backward pass is the plugin's engine and
 the step the plugin's DistributedOptimizer (TorchScript on the servers, without the GIL, with
-torch's fused Adam kernel); with ``--stack torch`` the same job runs on torch's distributed
+torch's fused Adam kernel; ``step_async``, so that the update overlaps the trainer's next
+batch, unless ``--sync-step``); with ``--stack torch`` the same job runs on torch's distributed
 autograd and DistributedOptimizer. Trainer 0 also coordinates: after every epoch it measures
 accuracy on held-out digits and prints one line.
 
@@ -15,6 +16,7 @@ accuracy on held-out digits and prints one line.
     torchrun --nproc-per-node=6 scripts/train.py     # the same job, started by torchrun
     torchrun --nnodes=2 --node-rank=I --nproc-per-node=3 --master-addr=HOST0 --master-port=29500 scripts/train.py
     python scripts/train.py --checkpoint-dir ckpt    # saves every epoch; started again, resumes
+    python scripts/train.py --profile prof           # where the time goes, per worker (prof/profile.json)
 
 Workers: trainer0 (rank 0), server0 .. server{S-1} (ranks 1..S), then trainer1 .. trainer{T-1}.
 Data: 1,797 scanned 8x8 digits (sklearn.datasets.load_digits, bundled with scikit-learn),
@@ -25,10 +27,12 @@ worker within a few seconds, prints one line and exits with status 128 + the sig
 a worker that dies ends the others and the script exits with status 1.
 """
 import argparse
+import collections
 import json
 import os
 import signal
 import sys
+import threading
 import time
 import warnings
 
@@ -70,6 +74,9 @@ def parse_args(argv=None):
     p.add_argument("--stack", choices=["plugin", "torch"], default="plugin",
                    help="plugin: this project's engine and optimizer (default); torch: torch's own")
     p.add_argument("--mode", choices=["smart", "fast"], default="smart", help="backward mode of the plugin (default smart)")
+    p.add_argument("--sync-step", action="store_true",
+                   help="plugin stack: wait for each step to be applied (DistributedOptimizer.step) instead of "
+                        "overlapping the update with the next batch (step_async, the default)")
     p.add_argument("--seed", type=int, default=0, help="seed of the data split, the weights and the shuffles")
     p.add_argument("--metrics-out", default=os.path.join("results", "train", "metrics.json"),
                    help="where to write the metrics as JSON (default results/train/metrics.json)")
@@ -81,6 +88,14 @@ def parse_args(argv=None):
                         "--checkpoint-every epochs and after the last; a job started again with the same "
                         "folder resumes from its checkpoint (plugin stack only)")
     p.add_argument("--checkpoint-every", type=int, default=1, help="epochs between checkpoints (default 1)")
+    p.add_argument("--profile", default=None, metavar="DIR",
+                   help="measure where the time goes on every worker over the epochs after the first and write "
+                        "DIR/profile.json: each trainer's seconds per phase (forward RPCs, loss, backward, step), "
+                        "each server's seconds in the forward pass, and every worker's CPU seconds per thread "
+                        "kind; with --perf-hz, also record every worker with perf (DIR/perf.data)")
+    p.add_argument("--perf-hz", type=int, default=0,
+                   help="with --profile: sampling rate of `perf record --call-graph dwarf` over the measured "
+                        "epochs (0: no perf; default 0). scripts/profile_mainjob.py reads the samples")
     p.add_argument("--deterministic", action="store_true",
                    help="trainers take turns, one batch each, instead of training at the same time: "
                         "slower, but a run (and a resumed run) gives the same parameters every time")
@@ -91,6 +106,10 @@ def parse_args(argv=None):
         p.error(f"the model has {len(layer_sizes(args)) - 1} layers: use at most that many servers")
     if args.hidden < 1 or args.epochs < 1 or args.batch_size < 1:
         p.error("--hidden, --epochs and --batch-size must be positive")
+    if args.perf_hz and not args.profile:
+        p.error("--perf-hz needs --profile DIR")
+    if args.profile and args.epochs < 2:
+        p.error("--profile measures the epochs after the first: use --epochs >= 2")
     if args.checkpoint_every < 1:
         p.error("--checkpoint-every must be >= 1")
     if args.checkpoint_dir and args.stack != "plugin":
@@ -146,7 +165,12 @@ def shard_sizes(args):
 
 
 def shard_forward(shard_rref, x):
-    return shard_rref.local_value()(x)
+    start = time.perf_counter()
+    y = shard_rref.local_value()(x)
+    seconds = time.perf_counter() - start
+    with _TIMERS_LOCK:  # several RPC threads run this at once
+        _TIMERS["server forward (in the Python function)"] += seconds
+    return y
 
 
 def shard_predict(shard_rref, x):
@@ -161,7 +185,10 @@ def shard_parameter_rrefs(shard_rref):
 def model_forward(shards, x, predict=False):
     fn = shard_predict if predict else shard_forward
     for rref in shards:
+        start = time.perf_counter()
         x = rpc.rpc_sync(rref.owner(), fn, args=(rref, x))
+        if not predict:
+            _TIMERS[f"forward RPC to {rref.owner().name}"] += time.perf_counter() - start
     return x
 
 
@@ -184,6 +211,9 @@ def load_data(seed):
 # --- trainers -------------------------------------------------------------------------------
 
 _TRAINER = {}
+# Wall-clock seconds per phase of this worker (reported by --profile).
+_TIMERS = collections.defaultdict(float)
+_TIMERS_LOCK = threading.Lock()
 
 
 def setup_trainer(trainer_index, shards, args, optimizer_state=None):
@@ -242,23 +272,60 @@ def train_batch(b):
 
     t = _TRAINER
     args = t["args"]
-    start = time.perf_counter()
+    clock = time.perf_counter
+    start = clock()
     batch = t["order"][b * args.batch_size: (b + 1) * args.batch_size]
     x, y = t["x"][batch], t["y"][batch]
     with dist_autograd.context() as ctx:
-        loss = F.cross_entropy(model_forward(t["shards"], x), y)
+        t1 = clock()
+        logits = model_forward(t["shards"], x)
+        t2 = clock()
+        loss = F.cross_entropy(logits, y)
+        t3 = clock()
         if args.stack == "plugin":
             plugin.autograd.backward(ctx, [loss], mode=args.mode)
         else:
             dist_autograd.backward(ctx, [loss])
-        t["optimizer"].step(ctx)
+        t4 = clock()
+        if args.stack == "plugin" and not args.sync_step:
+            # step_async returns once every server holds this step's gradients (phase 1 of
+            # the all-or-nothing step); the update itself (phase 2) runs on the servers while
+            # this trainer goes on to its next batch. At most one step is in flight per
+            # trainer: the previous one must have been applied before this one starts.
+            finish_step()
+            t["step"] = t["optimizer"].step_async(ctx)
+            if args.deterministic:  # the next trainer's turn must see this step applied
+                finish_step()
+        else:
+            t["optimizer"].step(ctx)  # torch's DistributedOptimizer has no asynchronous step
+        t5 = clock()
     t["stats"][0] += loss.item() * len(batch)
     t["stats"][1] += len(batch)
-    t["stats"][2] += time.perf_counter() - start
+    end = clock()
+    t["stats"][2] += end - start
+    _TIMERS["trainer loss"] += t3 - t2
+    _TIMERS["trainer backward"] += t4 - t3
+    _TIMERS["trainer step"] += t5 - t4
+    _TIMERS["trainer other (batch, context, bookkeeping)"] += (t1 - start) + (end - t5)
+    _TIMERS["trainer batch total"] += end - start
+
+
+def finish_step():
+    """Runs on each trainer: waits until its last step (``step_async``) has been applied
+    on every server; raises its error, if any."""
+    step = _TRAINER.pop("step", None)
+    if step is not None:
+        start = time.perf_counter()
+        step.wait()
+        _TIMERS["trainer step: of which waiting for the previous update"] += time.perf_counter() - start
 
 
 def end_epoch():
-    """Runs on each trainer: (loss sum, samples, seconds) of its epoch."""
+    """Runs on each trainer: (loss sum, samples, seconds) of its epoch, once its last step
+    has been applied."""
+    start = time.perf_counter()
+    finish_step()
+    _TRAINER["stats"][2] += time.perf_counter() - start
     return tuple(_TRAINER["stats"])
 
 
@@ -279,6 +346,112 @@ def _on(name, fn, *args):
     if name == "trainer0":
         return fn(*args)
     return rpc.rpc_sync(name, fn, args=args)
+
+
+# --- profiling (--profile) ---------------------------------------------------------------------
+
+
+def _thread_cpu_seconds():
+    """CPU seconds (user + system) of this process's threads so far, summed per thread name
+    (Linux: /proc/self/task/*/stat). torch names its RPC threads ``pt_thread_pool`` and
+    TensorPipe its event loops ``TP_UV_loop`` (TCP) and ``TP_CMA_loop``; the Python main
+    thread is reported as ``main``."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    seconds = collections.defaultdict(float)
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:  # not Linux
+        return {}
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:  # the thread has just ended
+            continue
+        name = stat[stat.index("(") + 1: stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()  # fields 3.. of proc(5)'s stat
+        cpu = (int(fields[11]) + int(fields[12])) / ticks  # utime (14) + stime (15)
+        seconds["main" if int(tid) == os.getpid() else name] += cpu
+    return dict(seconds)
+
+
+def profile_snapshot():
+    """Runs on each worker: its pid, its phase timers and its CPU seconds so far."""
+    times = os.times()
+    return {"pid": os.getpid(), "timers": dict(_TIMERS), "cpu_by_thread": _thread_cpu_seconds(),
+            "process_cpu": times.user + times.system}
+
+
+class _Profile:
+    """Adds up, over the epochs it is told about, what every worker spent (``--profile``)."""
+
+    def __init__(self, args, names):
+        self.args, self.names = args, names
+        self.totals = {n: {"timers": collections.defaultdict(float), "cpu_by_thread": collections.defaultdict(float),
+                           "process_cpu": 0.0} for n in names}
+        self.pids, self.epochs, self.seconds, self.samples, self.perf = {}, [], 0.0, 0, None
+        os.makedirs(args.profile, exist_ok=True)
+
+    def snapshot(self):
+        futs = {n: rpc.rpc_async(n, profile_snapshot) for n in self.names if n != "trainer0"}
+        snap = {"trainer0": profile_snapshot()}
+        snap.update({n: f.wait() for n, f in futs.items()})
+        return snap
+
+    def add(self, epoch, before, after, seconds, samples):
+        self.epochs.append(epoch + 1)
+        self.seconds += seconds
+        self.samples += samples
+        for n in self.names:
+            b, a, total = before[n], after[n], self.totals[n]
+            self.pids[n] = a["pid"]
+            for key in ("timers", "cpu_by_thread"):
+                for k, v in a[key].items():
+                    total[key][k] += v - b[key].get(k, 0.0)
+            total["process_cpu"] += a["process_cpu"] - b["process_cpu"]
+
+    def start_perf(self, pids):
+        """Starts ``perf record`` on every worker (``--perf-hz``); a no-op without it."""
+        import shutil
+        import subprocess
+
+        if not self.args.perf_hz or self.perf is not None:
+            return
+        if shutil.which("perf") is None:
+            raise SystemExit("train.py: --perf-hz needs the perf tool (linux-tools), which is not installed")
+        path = os.path.join(self.args.profile, "perf.data")
+        self.perf = subprocess.Popen(
+            ["perf", "record", "-q", "-F", str(self.args.perf_hz), "--call-graph", "dwarf,16384", "-o", path,
+             "-p", ",".join(str(p) for p in pids)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(1.0)  # perf attaches to every thread before it counts
+        if self.perf.poll() is not None:
+            raise SystemExit(f"train.py: perf record failed: {self.perf.stderr.read().decode()}")
+
+    def stop_perf(self):
+        if self.perf is not None and self.perf.poll() is None:
+            self.perf.send_signal(signal.SIGINT)
+            self.perf.wait(timeout=120)
+
+    def write(self):
+        self.stop_perf()
+        out = {
+            "stack": self.args.stack,
+            "mode": self.args.mode if self.args.stack == "plugin" else None,
+            "config": {k: v for k, v in vars(self.args).items() if k not in ("port", "profile", "perf_hz")},
+            "epochs": self.epochs,
+            "training_seconds": self.seconds,
+            "samples": self.samples,
+            "samples_per_s": self.samples / self.seconds,
+            "perf": {"data": "perf.data", "hz": self.args.perf_hz} if self.perf is not None else None,
+            "workers": {
+                n: {"role": "trainer" if n.startswith("trainer") else "server", "pid": self.pids[n],
+                    "timers": dict(t["timers"]), "cpu_by_thread": dict(t["cpu_by_thread"]),
+                    "process_cpu": t["process_cpu"]}
+                for n, t in self.totals.items()
+            },
+        }
+        with open(os.path.join(self.args.profile, "profile.json"), "w") as f:
+            json.dump(out, f, indent=2)
 
 
 # --- checkpoints ------------------------------------------------------------------------------
@@ -373,7 +546,12 @@ def coordinate(args):
     if checkpoint is not None:
         print(f"resumed from {os.path.join(args.checkpoint_dir, CHECKPOINT)} after epoch {len(history)}", flush=True)
     first_epoch, job_start = len(history), time.perf_counter()
+    profile = _Profile(args, names) if args.profile else None
     for epoch in range(first_epoch, args.epochs):
+        measured = profile is not None and epoch > first_epoch  # the first epoch warms up
+        if measured:
+            before = profile.snapshot()
+            profile.start_perf([before[n]["pid"] for n in names])
         start = time.perf_counter()
         if args.deterministic:
             results = _deterministic_epoch(trainers, epoch)
@@ -381,6 +559,10 @@ def coordinate(args):
             futs = [rpc.rpc_async(name, train_epoch, args=(epoch,)) for name in trainers[1:]]
             results = [train_epoch(epoch)] + [f.wait() for f in futs]
         seconds = time.perf_counter() - start
+        if measured:
+            if epoch == args.epochs - 1:
+                profile.stop_perf()
+            profile.add(epoch, before, profile.snapshot(), seconds, sum(r[1] for r in results))
         loss = sum(r[0] for r in results) / sum(r[1] for r in results)
         logits = model_forward(shards, x_test, predict=True)
         accuracy = (logits.argmax(dim=1) == y_test).float().mean().item()
@@ -413,6 +595,9 @@ def coordinate(args):
         "epochs": history,
     }
     write_outputs(metrics, args)
+    if profile is not None:
+        profile.write()
+        print(f"profile: {os.path.join(args.profile, 'profile.json')}", flush=True)
     print(
         f"final held-out accuracy {metrics['accuracy']:.4f}; {metrics['samples_per_s']:,.0f} samples/s; "
         f"{total:.1f} s; metrics: {args.metrics_out}",
@@ -470,7 +655,6 @@ def run_worker(rank, args, port=None, master_addr=None):
     torch.set_num_threads(1)
     import plugin.rpc
 
-    _new_keys_after_a_restart()
     plugin.rpc.init_rpc(
         rank=rank,
         world_size=len(worker_names(args)),
@@ -489,22 +673,6 @@ def run_worker(rank, args, port=None, master_addr=None):
         unreachable = plugin.rpc.shutdown()
     if unreachable:
         raise SystemExit(f"train.py: {worker_names(args)[rank]}: shutdown could not wait for {', '.join(unreachable)}")
-
-
-def _new_keys_after_a_restart():
-    """Keeps a group that torchrun restarted (``--max-restarts``) from reading the dead group's keys.
-
-    torchrun's store outlives a restart, and torch's ``init_rpc`` keeps its rendezvous keys
-    (among them the addresses of the Gloo group its agent starts) under ``rpc_prefix_<n>``,
-    ``n`` counting the calls in this process: 0 again in every restarted worker, so the
-    restarted group would connect to the dead group's addresses. Starting the count at a
-    number of its own per restart gives each group fresh keys.
-    """
-    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    if restart:
-        # torch internal: the module-level counter of torch/distributed/rpc/__init__.py that
-        # init_rpc's PrefixStore is named after (checked on torch 2.13).
-        rpc._init_counter = max(getattr(rpc, "_init_counter", 0), 1000 * restart)
 
 
 def _spawned_worker(rank, args, port, parent_pid):

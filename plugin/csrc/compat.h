@@ -34,6 +34,17 @@
 //   isRpcTimeout              rpc::getRPCErrorType (parses the error message)
 //   swapCurrentContext        that every RPC sent while a context is current carries
 //                             autograd metadata, and makes the receiver create it
+//
+// The Python side relies on a few torch internals too; each sits in one named function
+// (checked on torch 2.11 and 2.13):
+//   plugin/rpc.py _fresh_torch_keys_after_a_restart
+//                             torch.distributed.rpc._init_counter (and its lock): the
+//                             counter init_rpc names its PrefixStore after
+//   plugin/rpc.py _worker_names
+//                             rpc.api._get_current_rpc_agent().get_worker_infos()
+//   plugin/rpc.py init_rpc    TensorPipeRpcBackendOptions' _transports option
+//   plugin/_rendezvous.py _uses_agent_store
+//                             TORCHELASTIC_USE_AGENT_STORE, read as torch's tcp:// does
 #pragma once
 
 #include <c10/util/Type.h>

@@ -95,6 +95,61 @@ def test_the_job_trains_on_both_stacks_and_writes_its_metrics(tmp_path):
             assert (tmp_path / f"{stack}.png").stat().st_size > 0
 
 
+def test_profile_writes_each_workers_phases_and_cpu_seconds(tmp_path):
+    """--profile on both stacks: every worker is listed with its role; each trainer's phases
+    add up to its batch time, which is within the measured epochs' seconds; the servers spent
+    time in the forward function and CPU on torch's RPC threads; the plugin's step overlaps
+    (a wait for the previous update is recorded) unless --sync-step."""
+    for stack, extra in (("plugin", []), ("plugin", ["--sync-step"]), ("torch", [])):
+        folder = tmp_path / f"{stack}{len(extra)}"
+        r = run_job(TINY + ["--epochs", "3", "--stack", stack, "--profile", str(folder), *extra]
+                    + outputs(tmp_path, stack))
+        assert r.returncode == 0, r.stdout + r.stderr
+        with open(folder / "profile.json") as f:
+            p = json.load(f)
+        assert p["stack"] == stack and p["epochs"] == [2, 3] and p["perf"] is None
+        assert p["samples"] == 2 * 1437 and p["samples_per_s"] > 0
+        workers = p["workers"]
+        assert sorted(workers) == ["server0", "server1", "trainer0", "trainer1", "trainer2", "trainer3"]
+        for name, w in workers.items():
+            assert w["role"] == name.rstrip("0123456789") and w["pid"] > 0 and w["process_cpu"] > 0, (name, w)
+            t = w["timers"]
+            if w["role"] == "trainer":
+                phases = ["forward RPC to server0", "forward RPC to server1", "trainer loss", "trainer backward",
+                          "trainer step", "trainer other (batch, context, bookkeeping)"]
+                assert all(t[k] > 0 for k in phases), t
+                # (the forward timers leave out the Python between the two RPCs)
+                assert 0.97 * t["trainer batch total"] <= sum(t[k] for k in phases) <= t["trainer batch total"], t
+                assert t["trainer batch total"] <= p["training_seconds"] * 1.05
+                waited = "trainer step: of which waiting for the previous update"
+                assert (waited in t) == (stack == "plugin" and not extra), t
+                assert t.get(waited, 0.0) <= t["trainer step"]
+            else:
+                assert t["server forward (in the Python function)"] > 0 and w["cpu_by_thread"]["pt_thread_pool"] > 0
+
+
+def test_profile_sorts_perf_call_stacks():
+    """scripts/profile_mainjob.py's rules on call stacks seen in perf's output (innermost first)."""
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    try:
+        import profile_mainjob as pm
+    finally:
+        sys.path.pop(0)
+    adam = ["at::native::(anonymous namespace)::fused_adam_kernel (libtorch_cpu.so)",
+            "torch::jit::InterpreterStateImpl::runTemplate<false> (libtorch_cpu.so)"]
+    assert pm.classify(adam) == ("optimizer step", "compute kernels")
+    engine = ["pthread_cond_signal (libc.so.6)", "c10::ThreadPool::run (libc10.so)",
+              "dist_engine::Engine::deliver (_C.so)", "torch::jit::InterpreterStateImpl::runTemplate<false> (x)"]
+    assert pm.classify(engine) == ("backward pass", "thread wake-ups and sleeps")
+    udf = ["take_gil (libpython3.11.so)", "PyEval_RestoreThread (libpython3.11.so)",
+           "_PyEval_EvalFrameDefault (libpython3.11.so)",
+           "torch::distributed::rpc::RequestCallbackImpl::processPythonCall (libtorch_python.so)"]
+    assert pm.classify(udf) == ("Python code (servers: the forward function; trainers: the loop, RPC calls)", "GIL hand-over")
+    assert pm.classify(["mkl_blas_avx512_sgemm_kernel_0 (libtorch_cpu.so)"])[0].startswith("matrix products")
+    assert pm.classify(["uv__io_poll (libtorch_cpu.so)", "uv_run (libtorch_cpu.so)"]) == (
+        "RPC transport (TensorPipe)", "other")
+
+
 def _has_matplotlib():
     try:
         import matplotlib  # noqa: F401
