@@ -25,11 +25,13 @@ isa_sources = sorted(glob.glob(os.path.join("plugin", "csrc", "cpu", "*.cpp")))
 cxx_flags = ["-O2", "-Wall", "-Wno-unused-parameter"]
 # Kernel flags for every build: -O3 vectorizes the loops; without math errno std::sqrt is an
 # inline square root; without FMA contraction every build rounds alike (tests compare them).
-kernel_flags = ["-O3", "-fno-math-errno", "-ffp-contract=off"]
-# Instruction set -> compiler flags (names as ATen's CPU_CAPABILITY values).
+# (-Wno-unknown-pragmas: ATen's vector headers carry `#pragma unroll`, which GCC does not know.)
+kernel_flags = ["-O3", "-fno-math-errno", "-ffp-contract=off", "-Wno-unknown-pragmas"]
+# Instruction set -> compiler flags (names as ATen's CPU_CAPABILITY values; ATen's AVX2
+# half-precision conversions need F16C, which AVX512F implies).
 ISA_FLAGS = {
     "DEFAULT": [],
-    "AVX2": ["-mavx2", "-mfma"],
+    "AVX2": ["-mavx2", "-mfma", "-mf16c"],
     "AVX512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma"],
 }
 

@@ -3,6 +3,7 @@
 
 #include <ATen/Version.h>
 
+#include <algorithm>
 #include <atomic>
 #include <sstream>
 
@@ -142,15 +143,16 @@ double readScalar(const at::Tensor& t) {
   return *t.data_ptr<double>();
 }
 
-std::optional<std::vector<double>> startStep(
-    const char* op, at::TensorList params, std::optional<at::TensorList> steps) {
+bool isMeta(at::TensorList params) {
+  return std::any_of(params.begin(), params.end(), [](const at::Tensor& p) { return p.is_meta(); });
+}
+
+std::vector<double> startStep(const char* op, at::TensorList params, std::optional<at::TensorList> steps) {
   if (steps) {
     checkSteps(op, params, *steps);
   }
-  for (const auto& p : params) {
-    if (p.is_meta()) {
-      return std::nullopt;
-    }
+  if (isMeta(params)) {
+    return {};
   }
   for (const auto i : c10::irange(params.size())) {
     TORCH_CHECK(

@@ -53,13 +53,15 @@ void checkTensorLists(
 // (or meta, for the meta kernel).
 void checkSteps(const char* op, at::TensorList params, at::TensorList steps, const char* name = "state_steps");
 
-// The last part of every op's checks, shared by its CPU and Meta kernels (one function
-// serves both): checks the step counters `steps` (when given), then
-//   * on the meta device (a parameter is a meta tensor): returns nullopt, the kernel stops;
-//   * on the CPU: raises unless every parameter is on the CPU, adds 1 to each counter (in its
-//     own dtype, as torch's `step += 1`) and returns the new values (empty without `steps`).
-std::optional<std::vector<double>> startStep(
-    const char* op, at::TensorList params, std::optional<at::TensorList> steps = std::nullopt);
+// Whether the op runs on the meta device (some parameter is a meta tensor): its kernel then
+// only checks its arguments (the CPU and Meta kernels are one function).
+bool isMeta(at::TensorList params);
+
+// The last part of every op's checks, then its step counters: checks `steps` (when given);
+// on the CPU, raises unless every parameter is on the CPU, adds 1 to each counter (in its
+// own dtype, as torch's `step += 1`) and returns the new values (one per parameter, or none
+// without `steps`). On meta: returns none (forEachElement then does nothing).
+std::vector<double> startStep(const char* op, at::TensorList params, std::optional<at::TensorList> steps = std::nullopt);
 
 // Reads a float32/float64 0-dim CPU tensor as a double.
 double readScalar(const at::Tensor& t);

@@ -17,12 +17,8 @@ void adadeltaKernel(
     at::TensorList steps, double lr, double rho, double eps, double weightDecay, bool maximize) {
   const char* op = "adadelta_";
   checkTensorLists(op, params, {{"grads", grads}, {"square_avgs", squareAvgs}, {"acc_deltas", accDeltas}});
-  const auto stepValues = startStep(op, params, steps);
-  if (!stepValues) {
-    return;
-  }
-  const std::vector<NoScalars> scalars(params.size());
-  forEachElement<4>(op, {params, grads, squareAvgs, accDeltas}, scalars, [=](const NoScalars&, auto& x) {
+  startStep(op, params, steps);
+  forEachElement<4>(op, {params, grads, squareAvgs, accDeltas}, [=](const NoScalars&, auto& x) {
     using V = vec_of<decltype(x)>;
     const V g = gradient(x[1], x[0], maximize, weightDecay);
     x[2] = x[2] * cst<V>(rho) + cst<V>(1 - rho) * g * g;

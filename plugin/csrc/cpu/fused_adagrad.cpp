@@ -20,12 +20,9 @@ void adagradKernel(
     double lrDecay, double weightDecay, double eps, bool maximize) {
   const char* op = "adagrad_";
   checkTensorLists(op, params, {{"grads", grads}, {"state_sums", stateSums}});
-  const auto stepValues = startStep(op, params, steps);
-  if (!stepValues) {
-    return;
-  }
+  const std::vector<double> stepValues = startStep(op, params, steps);
   std::vector<AdagradScalars> scalars;
-  for (const double step : *stepValues) {
+  for (const double step : stepValues) {
     scalars.push_back({lr / (1 + (step - 1) * lrDecay)});
   }
   forEachElement<3>(op, {params, grads, stateSums}, scalars, [=](const AdagradScalars& s, auto& x) {

@@ -27,13 +27,10 @@ void adamKernel(
   checkTensorLists(
       op, params, {{"grads", grads}, {"exp_avgs", expAvgs}, {"exp_avg_sqs", expAvgSqs}},
       {{"max_exp_avg_sqs", maxExpAvgSqs, amsgrad, "amsgrad=True"}});
-  const auto stepValues = startStep(op, params, steps);
-  if (!stepValues) {
-    return;
-  }
+  const std::vector<double> stepValues = startStep(op, params, steps);
   std::vector<AdamScalars> scalars;
   scalars.reserve(params.size());
-  for (const double step : *stepValues) {
+  for (const double step : stepValues) {
     const double bc1 = 1 - std::pow(beta1, step);
     const double bc2 = 1 - std::pow(beta2, step);
     scalars.push_back({lr / bc1, std::sqrt(bc2)});

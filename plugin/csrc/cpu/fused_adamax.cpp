@@ -20,12 +20,9 @@ void adamaxKernel(
     at::TensorList steps, double lr, double beta1, double beta2, double eps, double weightDecay, bool maximize) {
   const char* op = "adamax_";
   checkTensorLists(op, params, {{"grads", grads}, {"exp_avgs", expAvgs}, {"exp_infs", expInfs}});
-  const auto stepValues = startStep(op, params, steps);
-  if (!stepValues) {
-    return;
-  }
+  const std::vector<double> stepValues = startStep(op, params, steps);
   std::vector<AdamaxScalars> scalars;
-  for (const double step : *stepValues) {
+  for (const double step : stepValues) {
     scalars.push_back({lr / (1 - std::pow(beta1, step))});
   }
   forEachElement<4>(op, {params, grads, expAvgs, expInfs}, scalars, [=](const AdamaxScalars& s, auto& x) {

@@ -293,12 +293,12 @@ inline void dispatchFloating(const char* op, at::ScalarType dtype, const Fn& fn)
 // lists[0]: parameters (written), lists[1]: gradients (read), lists[2..]: state (written);
 // all checked by checkTensorLists. perTensor[i]: the scalars of parameter i, passed to
 // body as its first argument; the second is a std::array<V, K>& of the K values, which
-// the body updates in place.
+// the body updates in place. Does nothing on the meta device.
 template <int K, class S, class Body>
 void forEachElement(const char* op, std::array<at::TensorList, K> lists, const std::vector<S>& perTensor, const Body& body) {
   static_assert(K >= 2, "a step reads at least a parameter and a gradient");
   const int64_t n = static_cast<int64_t>(lists[0].size());
-  if (n == 0) {
+  if (n == 0 || isMeta(lists[0])) {
     return;
   }
   // Gradients with other strides than their parameter (non-contiguous views) are copied.
@@ -344,6 +344,12 @@ void forEachElement(const char* op, std::array<at::TensorList, K> lists, const s
       }
     });
   });
+}
+
+// The same for a step without per-tensor scalars (body(NoScalars, x)).
+template <int K, class Body>
+void forEachElement(const char* op, std::array<at::TensorList, K> lists, const Body& body) {
+  forEachElement<K>(op, lists, std::vector<NoScalars>(lists[0].size()), body);
 }
 
 // Puts this build's CPU kernel `fn` for op `Op` into the table IsaDispatch reads.

@@ -29,13 +29,10 @@ void nadamKernel(
   const char* op = "nadam_";
   checkTensorLists(op, params, {{"grads", grads}, {"exp_avgs", expAvgs}, {"exp_avg_sqs", expAvgSqs}});
   checkSteps(op, params, muProducts, "mu_products");
-  const auto stepValues = startStep(op, params, steps);
-  if (!stepValues) {
-    return;
-  }
+  const std::vector<double> stepValues = startStep(op, params, steps);
   std::vector<NadamScalars> scalars;
-  for (const auto i : c10::irange(params.size())) {
-    const double step = (*stepValues)[i];
+  for (const auto i : c10::irange(stepValues.size())) {
+    const double step = stepValues[i];
     const double mu = beta1 * (1.0 - 0.5 * std::pow(0.96, step * momentumDecay));
     const double muNext = beta1 * (1.0 - 0.5 * std::pow(0.96, (step + 1) * momentumDecay));
     // mu_product.mul_(mu): in the tensor's dtype, with mu cast to it first.

@@ -28,12 +28,9 @@ void radamKernel(
     bool decoupledWeightDecay, bool maximize) {
   const char* op = "radam_";
   checkTensorLists(op, params, {{"grads", grads}, {"exp_avgs", expAvgs}, {"exp_avg_sqs", expAvgSqs}});
-  const auto stepValues = startStep(op, params, steps);
-  if (!stepValues) {
-    return;
-  }
+  const std::vector<double> stepValues = startStep(op, params, steps);
   std::vector<RadamScalars> scalars;
-  for (const double step : *stepValues) {
+  for (const double step : stepValues) {
     const double bc1 = 1 - std::pow(beta1, step);
     const double bc2 = 1 - std::pow(beta2, step);
     const double rhoInf = 2 / (1 - beta2) - 1;

@@ -22,11 +22,7 @@ void rmspropKernel(
       op, params, {{"grads", grads}, {"square_avgs", squareAvgs}},
       {{"grad_avgs", gradAvgs, centered, "centered=True"},
        {"momentum_buffers", momentumBuffers, momentum > 0, "momentum > 0"}});
-  const auto stepValues = startStep(op, params, steps);
-  if (!stepValues) {
-    return;
-  }
-  const std::vector<NoScalars> scalars(params.size());
+  startStep(op, params, steps);
   // Streams: p, g, sq, then gavg (centered) and buf (momentum) where present.
   auto run = [&](auto isCentered, auto hasMomentum) {
     constexpr bool kCentered = decltype(isCentered)::value;
@@ -65,7 +61,7 @@ void rmspropKernel(
     if constexpr (kMomentum) {
       lists[kBuf] = momentumBuffers;
     }
-    forEachElement<K>(op, lists, scalars, body);
+    forEachElement<K>(op, lists, body);
   };
   if (centered) {
     momentum > 0 ? run(std::true_type{}, std::true_type{}) : run(std::true_type{}, std::false_type{});

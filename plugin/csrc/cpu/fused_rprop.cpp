@@ -18,12 +18,8 @@ void rpropKernel(
     bool maximize) {
   const char* op = "rprop_";
   checkTensorLists(op, params, {{"grads", grads}, {"prevs", prevs}, {"step_sizes", stepSizes}});
-  const auto stepValues = startStep(op, params, steps);
-  if (!stepValues) {
-    return;
-  }
-  const std::vector<NoScalars> scalars(params.size());
-  forEachElement<4>(op, {params, grads, prevs, stepSizes}, scalars, [=](const NoScalars&, auto& x) {
+  startStep(op, params, steps);
+  forEachElement<4>(op, {params, grads, prevs, stepSizes}, [=](const NoScalars&, auto& x) {
     using V = vec_of<decltype(x)>;
     using T = scalar_of<V>;
     V g = gradient(x[1], x[0], maximize, 0.0);

@@ -22,19 +22,16 @@ void sgdKernel(
   TORCH_CHECK(
       !nesterov || (momentum > 0 && dampening == 0), "gilfree_optim::", op,
       ": nesterov momentum requires a momentum and zero dampening");
-  if (!startStep(op, params)) {
-    return;
-  }
-  const std::vector<NoScalars> scalars(params.size());
+  startStep(op, params);
   if (momentum == 0) {
-    forEachElement<2>(op, {params, grads}, scalars, [=](const NoScalars&, auto& x) {
+    forEachElement<2>(op, {params, grads}, [=](const NoScalars&, auto& x) {
       using V = vec_of<decltype(x)>;
       const V g = gradient(x[1], x[0], maximize, weightDecay);
       x[0] = x[0] + cst<V>(-lr) * g;
     });
     return;
   }
-  forEachElement<3>(op, {params, grads, momentumBuffers}, scalars, [=](const NoScalars&, auto& x) {
+  forEachElement<3>(op, {params, grads, momentumBuffers}, [=](const NoScalars&, auto& x) {
     using V = vec_of<decltype(x)>;
     V g = gradient(x[1], x[0], maximize, weightDecay);
     V& buf = x[2];
