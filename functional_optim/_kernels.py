@@ -24,7 +24,7 @@ from typing import List, Optional
 
 import torch
 
-__all__ = ["LIBRARY_ENV_VAR", "find_library", "load", "available", "OPTIMIZERS"]
+__all__ = ["LIBRARY_ENV_VAR", "library_in", "find_library", "load", "available", "OPTIMIZERS"]
 
 # Same variable as plugin._library: a library built elsewhere (the CMake build, say).
 LIBRARY_ENV_VAR = "GILFREE_RPC_LIBRARY"
@@ -37,27 +37,42 @@ OPTIMIZERS: List[str] = [
 _state = {"path": None, "error": None}
 
 
+def library_in(folders: List[str]) -> Optional[str]:
+    """The op library file to load: ``$GILFREE_RPC_LIBRARY`` when set, else the first
+    ``_C<extension suffix>`` file in ``folders``; ``None`` when there is none.
+
+    Shared with ``plugin._library`` (``plugin`` may import ``functional_optim``, not the
+    other way round), which raises its own error when this returns ``None``.
+
+    Raises nothing.
+    """
+    override = os.environ.get(LIBRARY_ENV_VAR)
+    if override:
+        return override
+    for folder in folders:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            candidates = glob.glob(os.path.join(folder, "_C" + suffix))
+            if candidates:
+                return candidates[0]
+    return None
+
+
 def find_library() -> str:
     """Path of the op library: ``$GILFREE_RPC_LIBRARY`` or ``<plugin package>/_C*.so``.
 
     Raises:
         ImportError: no library file was found (the plugin was not built).
     """
-    override = os.environ.get(LIBRARY_ENV_VAR)
-    if override:
-        return override
     spec = importlib.util.find_spec("plugin")
     folders = list(spec.submodule_search_locations or []) if spec is not None else []
-    for folder in folders:
-        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-            candidates = glob.glob(os.path.join(folder, "_C" + suffix))
-            if candidates:
-                return candidates[0]
-    raise ImportError(
-        f"functional_optim: no op library (_C*.so) found in {folders or 'the plugin package'} and "
-        f"${LIBRARY_ENV_VAR} is not set; the fused CPU kernels need it (build it with "
-        f"`pip install --no-build-isolation -e .`)"
-    )
+    path = library_in(folders)
+    if path is None:
+        raise ImportError(
+            f"functional_optim: no op library (_C*.so) found in {folders or 'the plugin package'} and "
+            f"${LIBRARY_ENV_VAR} is not set; the fused CPU kernels need it (build it with "
+            f"`pip install --no-build-isolation -e .`)"
+        )
+    return path
 
 
 def load() -> str:

@@ -14,17 +14,17 @@ The wrapper holds no state of its own: ``param_groups`` *is* the wrapped optimiz
 dicts validate and apply what a scheduler writes into them), and ``step``, ``state_dict`` and
 ``load_state_dict`` are the wrapped optimizer's.
 """
-from collections import OrderedDict
 from typing import Any, Dict, List
 
 import torch
 
+from ._torch_face import TorchOptimizerFace
 from .state_protocol import _torch_group
 
 __all__ = ["as_torch_optimizer", "TorchOptimizer"]
 
 
-class TorchOptimizer(torch.optim.Optimizer):
+class TorchOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
     """A ``torch.optim.Optimizer`` that forwards to an eager ``functional_optim`` optimizer
     (build it with :func:`as_torch_optimizer`).
 
@@ -48,6 +48,11 @@ class TorchOptimizer(torch.optim.Optimizer):
             or not an optimizer of this package).
     """
 
+    _STATE_ERROR = "the state of a functional_optim optimizer is read with state_dict()"
+    _ADD_PARAM_GROUP_ERROR = "functional_optim optimizers take their parameter groups at construction"
+    _HOOKS_ERROR = "as_torch_optimizer() does not run state_dict or load_state_dict hooks"
+    _PICKLE_ERROR = "as_torch_optimizer() wrappers cannot be pickled; save state_dict() instead"
+
     def __init__(self, optimizer: Any) -> None:
         groups = getattr(optimizer, "param_groups", None)
         if not isinstance(groups, list) or not hasattr(optimizer, "hyperparameters"):
@@ -59,27 +64,12 @@ class TorchOptimizer(torch.optim.Optimizer):
         # shares the wrapped optimizer's instead, and sets the rest as it does.
         self.optimizer = optimizer
         self.defaults: Dict[str, Any] = _torch_group(optimizer.hyperparameters()[0], optimizer.options()[0])
-        self._optimizer_step_pre_hooks = OrderedDict()
-        self._optimizer_step_post_hooks = OrderedDict()
-        self._optimizer_state_dict_pre_hooks = OrderedDict()
-        self._optimizer_state_dict_post_hooks = OrderedDict()
-        self._optimizer_load_state_dict_pre_hooks = OrderedDict()
-        self._optimizer_load_state_dict_post_hooks = OrderedDict()
-        self._patch_step_function()
+        self._init_hooks()
 
     @property
     def param_groups(self) -> List[Dict[str, Any]]:
         """The wrapped optimizer's ``param_groups`` list."""
         return self.optimizer.param_groups
-
-    @property
-    def state(self):
-        """Not available: the state lives in the TorchScript object.
-
-        Raises:
-            AttributeError: always; read the state with :meth:`state_dict`.
-        """
-        raise AttributeError("the state of a functional_optim optimizer is read with state_dict()")
 
     def step(self, *args: Any, **kwargs: Any) -> None:
         """The wrapped optimizer's ``step`` (``step(gradients)``).
@@ -113,48 +103,6 @@ class TorchOptimizer(torch.optim.Optimizer):
             ValueError: as the wrapped optimizer's.
         """
         self.optimizer.load_state_dict(state_dict)
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """Does nothing: the gradients are passed to :meth:`step`.
-
-        Args:
-            set_to_none (bool): ignored.
-
-        Raises nothing.
-        """
-
-    def add_param_group(self, param_group: Dict[str, Any]) -> None:
-        """Not supported: the groups are fixed when the optimizer is built.
-
-        Args:
-            param_group (Dict[str, Any]): ignored.
-
-        Raises:
-            NotImplementedError: always.
-        """
-        raise NotImplementedError("functional_optim optimizers take their parameter groups at construction")
-
-    def _no_state_dict_hooks(self, hook: Any, prepend: bool = False) -> None:
-        """Not supported (``register_state_dict_pre_hook``, ``register_state_dict_post_hook``,
-        ``register_load_state_dict_pre_hook``, ``register_load_state_dict_post_hook``): the
-        state dict is not built by ``torch.optim.Optimizer``'s code, which runs those hooks.
-
-        Args:
-            hook (Callable): ignored.
-            prepend (bool): ignored.
-
-        Raises:
-            NotImplementedError: always (rather than a hook that would never run).
-        """
-        raise NotImplementedError("as_torch_optimizer() does not run state_dict or load_state_dict hooks")
-
-    register_state_dict_pre_hook = _no_state_dict_hooks
-    register_state_dict_post_hook = _no_state_dict_hooks
-    register_load_state_dict_pre_hook = _no_state_dict_hooks
-    register_load_state_dict_post_hook = _no_state_dict_hooks
-
-    def __getstate__(self):
-        raise TypeError("as_torch_optimizer() wrappers cannot be pickled; save state_dict() instead")
 
     def __repr__(self) -> str:
         return f"as_torch_optimizer({self.optimizer!r})"

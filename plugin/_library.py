@@ -4,17 +4,16 @@ The library is a plain shared object with no Python bindings: loading it with
 ``torch.ops.load_library`` runs its ``TORCH_LIBRARY`` registrations, which makes the ops
 visible to eager Python and TorchScript alike.
 """
-import glob
-import importlib.machinery
 import os
 import re
 
 import torch
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
+# LIBRARY_ENV_VAR: set it to the path of a library built elsewhere (the CMake build, say) to
+# load that one. functional_optim finds the same file for its fused kernels.
+from functional_optim._kernels import LIBRARY_ENV_VAR, library_in  # noqa: F401
 
-# Set this to the path of a library built elsewhere (the CMake build, say) to load that one.
-LIBRARY_ENV_VAR = "GILFREE_RPC_LIBRARY"
+_HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def built_against(path: str) -> str:
@@ -37,17 +36,13 @@ def find_library() -> str:
     Raises:
         ImportError: no library was found (the plugin was not built).
     """
-    override = os.environ.get(LIBRARY_ENV_VAR)
-    if override:
-        return override
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        candidates = glob.glob(os.path.join(_HERE, "_C" + suffix))
-        if candidates:
-            return candidates[0]
-    raise ImportError(
-        f"gilfree-rpc: no op library (_C*.so) in {_HERE}; build it with "
-        f"`pip install --no-build-isolation -e .` (running torch {torch.__version__})"
-    )
+    path = library_in([_HERE])
+    if path is None:
+        raise ImportError(
+            f"gilfree-rpc: no op library (_C*.so) in {_HERE}; build it with "
+            f"`pip install --no-build-isolation -e .` (running torch {torch.__version__})"
+        )
+    return path
 
 
 def load_library(path: str | None = None) -> str:

@@ -21,6 +21,7 @@ from torch.distributed.rpc import RRef
 
 import functional_optim
 from functional_optim import _jit, _validation
+from functional_optim._torch_face import TorchOptimizerFace
 
 from . import _param_groups, ops
 from ._clip import clip_grad_norm_
@@ -31,61 +32,17 @@ __all__ = ["DistributedOptimizer", "ScriptLocalOptimizer", "LocalOptimizerInterf
 
 
 class LocalOptimizerInterface(torch.nn.Module):
-    """The TorchScript type of a scripted :class:`ScriptLocalOptimizer` (for ``RRef[...]``).
+    """The TorchScript type of a scripted :class:`ScriptLocalOptimizer` (for ``RRef[...]``): its
+    methods are that class's, with the same docstrings.
 
     Raises nothing: it is a type, never instantiated.
     """
 
-    def step(self, context_id: int) -> None:
-        """Applies the gradients of distributed autograd context ``context_id`` (see
-        :meth:`ScriptLocalOptimizer.step`).
-
-        Args:
-            context_id (int): a distributed autograd context id.
-
-        Raises:
-            RuntimeError: as :meth:`ScriptLocalOptimizer.step`.
-        """
-        pass
-
-    def prepare_step(self, context_id: int, lease_ms: int) -> int:
-        """Phase 1 of a step over several owners (see :meth:`ScriptLocalOptimizer.prepare_step`).
-
-        Args:
-            context_id (int): a distributed autograd context id.
-            lease_ms (int): how long, in milliseconds, the prepared step waits for its commit.
-
-        Returns:
-            int: the token that :meth:`commit_step` and :meth:`drop_step` take.
-
-        Raises:
-            RuntimeError: as :meth:`ScriptLocalOptimizer.prepare_step`.
-        """
-        pass
-
-    def commit_step(self, token: int) -> None:
-        """Phase 2: applies a prepared step (see :meth:`ScriptLocalOptimizer.commit_step`).
-
-        Args:
-            token (int): from :meth:`prepare_step`.
-
-        Raises:
-            RuntimeError: as :meth:`ScriptLocalOptimizer.commit_step`.
-        """
-        pass
-
-    def drop_step(self, token: int) -> bool:
-        """Forgets a prepared step (see :meth:`ScriptLocalOptimizer.drop_step`).
-
-        Args:
-            token (int): from :meth:`prepare_step`.
-
-        Returns:
-            bool: whether the step was still prepared.
-
-        Raises nothing.
-        """
-        pass
+    # TorchScript interface declarations: signatures only, each body a `pass`
+    def step(self, context_id: int) -> None: pass
+    def prepare_step(self, context_id: int, lease_ms: int) -> int: pass
+    def commit_step(self, token: int) -> None: pass
+    def drop_step(self, token: int) -> bool: pass
 
 
 with warnings.catch_warnings():
@@ -310,6 +267,11 @@ class _Held:
         self._lock.__exit__(None, None, None)
 
 
+# The interface's methods are ScriptLocalOptimizer's: one docstring for both.
+for _name in ("step", "prepare_step", "commit_step", "drop_step"):
+    getattr(LocalOptimizerInterface, _name).__doc__ = getattr(ScriptLocalOptimizer, _name).__doc__
+
+
 # --- run on the owners, by RPC ------------------------------------------------------------
 
 
@@ -430,7 +392,7 @@ def _wait_all(futures: "OrderedDict[str, torch.futures.Future]", what: str) -> D
     return results
 
 
-class DistributedOptimizer(torch.optim.Optimizer):
+class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
     """Runs a ``functional_optim`` optimizer on every worker that owns some of the parameters.
 
     Like ``torch.distributed.optim.DistributedOptimizer``, with these differences: every
@@ -711,6 +673,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._forget_param_groups()
 
     # --- the torch.optim.Optimizer face (for torch.optim.lr_scheduler); see _param_groups.py ---
+    # (zero_grad, add_param_group, state and the state-dict hooks: functional_optim/_torch_face.py)
+
+    _STATE_ERROR = "DistributedOptimizer keeps its state on the owners; read it with state_dict()"
+    _ADD_PARAM_GROUP_ERROR = "DistributedOptimizer has one parameter group; add_param_group is not supported"
+    _HOOKS_ERROR = "DistributedOptimizer does not run state_dict or load_state_dict hooks"
+    _PICKLE_ERROR = "a DistributedOptimizer cannot be pickled; save its state_dict() instead"
 
     def _init_torch_optimizer(self, params_rref: List[RRef]) -> None:
         # What torch.optim.Optimizer.__init__ sets, except param_groups and defaults (properties
@@ -720,13 +688,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._group: Optional[_param_groups.DistributedParamGroup] = None
         self._group_extras: Dict[str, Any] = {}
         self._defaults: Optional[Dict[str, Any]] = None
-        self._optimizer_step_pre_hooks = OrderedDict()
-        self._optimizer_step_post_hooks = OrderedDict()
-        self._optimizer_state_dict_pre_hooks = OrderedDict()
-        self._optimizer_state_dict_post_hooks = OrderedDict()
-        self._optimizer_load_state_dict_pre_hooks = OrderedDict()
-        self._optimizer_load_state_dict_post_hooks = OrderedDict()
-        self._patch_step_function()  # step() runs torch's step hooks (register_step_pre_hook ...)
+        self._init_hooks()  # step() runs torch's step hooks (register_step_pre_hook ...)
 
     @property
     def param_groups(self) -> List[Dict[str, Any]]:
@@ -763,17 +725,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self.param_groups
         return self._defaults
 
-    @property
-    def state(self):
-        """Not available: the state lives on the owners; read it with :meth:`state_dict`.
-
-        Raises:
-            AttributeError: always.
-        """
-        raise AttributeError(
-            "DistributedOptimizer keeps its state on the owners; read it with state_dict()"
-        )
-
     def _param_group_extras(self) -> Dict[str, Any]:
         # before the group is read from the owners, the keys of a loaded state dict (the
         # optimizer's own among them: callers give the owners' values precedence)
@@ -783,49 +734,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """The owners' values changed by another route: read them again at the next use."""
         self._group_extras = self._param_group_extras() if extras is None else dict(extras)
         self._group = None
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """Does nothing: gradients live in each distributed autograd context, which starts from
-        zero; ``.grad`` of the parameters is not used. For code written for ``torch.optim``.
-
-        Args:
-            set_to_none (bool): ignored.
-
-        Raises nothing.
-        """
-
-    def add_param_group(self, param_group: Dict[str, Any]) -> None:
-        """Not supported: a distributed optimizer has one parameter group.
-
-        Args:
-            param_group (Dict[str, Any]): ignored.
-
-        Raises:
-            NotImplementedError: always.
-        """
-        raise NotImplementedError("DistributedOptimizer has one parameter group; add_param_group is not supported")
-
-    def _no_state_dict_hooks(self, hook: Any, prepend: bool = False) -> None:
-        """Not supported (``register_state_dict_pre_hook``, ``register_state_dict_post_hook``,
-        ``register_load_state_dict_pre_hook``, ``register_load_state_dict_post_hook``): the
-        state dict is not built by ``torch.optim.Optimizer``'s code, which runs those hooks.
-
-        Args:
-            hook (Callable): ignored.
-            prepend (bool): ignored.
-
-        Raises:
-            NotImplementedError: always (rather than a hook that would never run).
-        """
-        raise NotImplementedError("DistributedOptimizer does not run state_dict or load_state_dict hooks")
-
-    register_state_dict_pre_hook = _no_state_dict_hooks
-    register_state_dict_post_hook = _no_state_dict_hooks
-    register_load_state_dict_pre_hook = _no_state_dict_hooks
-    register_load_state_dict_post_hook = _no_state_dict_hooks
-
-    def __getstate__(self):
-        raise TypeError("a DistributedOptimizer cannot be pickled; save its state_dict() instead")
 
     def __repr__(self) -> str:
         group = "" if self._group is None else f", param_group={ {k: v for k, v in self._group.items() if k != 'params'} }"

@@ -17,11 +17,9 @@ docs/benchmarks.md quotes.
     python scripts/bench_backward.py [--iters N] [--repeats R] [--quick] [--out PATH]
 """
 import argparse
-import json
 import os
 import platform
 import statistics
-import sys
 import time
 import warnings
 
@@ -29,6 +27,8 @@ import torch
 import torch.distributed.autograd as dist_autograd
 import torch.distributed.rpc as rpc
 import torch.multiprocessing as mp
+
+from bench_results import run_meta, write_results
 
 warnings.filterwarnings("ignore")
 
@@ -236,18 +236,8 @@ def main():
             f"unused RPC: smart {u['smart']['median_ms']:.3f} ms; torch {u['torch_s']:.2f} s "
             f"with a {u['torch_rpc_timeout_s']:.0f} s RPC timeout ({u['torch_outcome']})"
         )
-    results["meta"] = {
-        "torch": torch.__version__,
-        "cpus": os.cpu_count(),
-        "iters": args.iters,
-        "repeats": args.repeats,
-        "quick": args.quick,
-        "python": sys.version.split()[0],
-    }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=2)
-    print(f"wrote {args.out}")
+    results["meta"] = run_meta(iters=args.iters, repeats=args.repeats, quick=args.quick)
+    write_results(args.out, results)
 
 
 if __name__ == "__main__":

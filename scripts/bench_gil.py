@@ -24,7 +24,6 @@ Writes JSON (default results/bench_gil.json), which docs/benchmarks.md quotes.
     python scripts/bench_gil.py [--seconds S] [--trainers 1,2,4,8] [--quick] [--out PATH]
 """
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -37,6 +36,8 @@ import torch
 import torch.distributed.autograd as dist_autograd
 import torch.distributed.rpc as rpc
 import torch.multiprocessing as mp
+
+from bench_results import run_meta, write_results
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
@@ -404,15 +405,10 @@ def main():
         "local_step": local,
         "server": {str(t): r for t, r in server.items()},
         "server_ratios": {str(t): r for t, r in ratios.items()},
-        "meta": {"torch": torch.__version__, "cpus": os.cpu_count(), "seconds": args.seconds,
-                 "num_params": args.num_params, "param_size": args.param_size, "quick": args.quick,
-                 "servers": args.servers,
-                 "python": sys.version.split()[0]},
+        "meta": run_meta(seconds=args.seconds, num_params=args.num_params, param_size=args.param_size,
+                         quick=args.quick, servers=args.servers),
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=2)
-    print(f"wrote {args.out}")
+    write_results(args.out, results)
 
 
 if __name__ == "__main__":

@@ -178,7 +178,7 @@ def test_every_page_with_code_is_covered():
     counts = {}
     for e in EXAMPLES:
         counts[e.page] = counts.get(e.page, 0) + 1
-    for page in ("quickstart", "engine", "functional_optimizers", "distributed_optimizer", "device_maps"):
+    for page in ("quickstart", "engine", "functional_optimizers", "distributed_optimizer", "device_maps", "migration"):
         assert counts.get(f"docs/{page}.md", 0) >= 1, f"docs/{page}.md has no python example"
 
 

@@ -9,7 +9,7 @@ import torch.distributed.rpc as rpc
 
 import plugin
 from plugin.optim import DistributedOptimizer, clip_grad_norm_
-from tests.optim.test_distributed_optimizer import OWNERS, make_remote_params, remote_values
+from tests.optim.test_distributed_optimizer import OWNERS, local_params, make_remote_params, remote_values
 from tests.support import optim_remote
 
 INF = float("inf")
@@ -28,14 +28,6 @@ def dist_loss(names, x, summed=()):
         else:
             loss = loss + (rpc.rpc_sync(owner, optim_remote.use_param, args=(x[name], name)) ** 2).sum() / 2
     return loss
-
-
-def local_params():
-    params = {}
-    for name, (_, shape, seed) in OWNERS.items():
-        gen = torch.Generator().manual_seed(seed)
-        params[name] = torch.rand(shape, generator=gen, dtype=torch.float64).requires_grad_()
-    return params
 
 
 def local_loss(params, names, x, summed=()):

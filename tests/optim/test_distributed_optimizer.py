@@ -41,20 +41,31 @@ def forward_backward(step, engine="plugin", mode="smart"):
         yield ctx
 
 
-def local_reference(torch_class, kwargs, steps):
-    """The same training with torch.optim in this process."""
+def local_params():
+    """The parameters that make_remote_params makes on the owners, made in this process."""
     params = {}
     for name, (_, shape, seed) in OWNERS.items():
         gen = torch.Generator().manual_seed(seed)
         params[name] = torch.rand(shape, generator=gen, dtype=torch.float64).requires_grad_()
+    return params
+
+
+def local_loss(params, step):
+    """The loss of forward_backward, computed in this process."""
+    loss = 0
+    for name, (_, shape, _) in OWNERS.items():
+        x = torch.full((shape[-1],), 0.5 + 0.1 * step, dtype=torch.float64)
+        loss = loss + ((x * params[name]) ** 2).sum() / 2
+    return loss
+
+
+def local_reference(torch_class, kwargs, steps):
+    """The same training with torch.optim in this process."""
+    params = local_params()
     opt = torch_class(list(params.values()), **kwargs)
     for step in range(steps):
         opt.zero_grad()
-        loss = 0
-        for name, (_, shape, _) in OWNERS.items():
-            x = torch.full((shape[-1],), 0.5 + 0.1 * step, dtype=torch.float64)
-            loss = loss + ((x * params[name]) ** 2).sum() / 2
-        loss.backward()
+        local_loss(params, step).backward()
         opt.step()
     return {n: p.detach() for n, p in params.items()}, opt
 

@@ -10,7 +10,9 @@ from torch.optim import lr_scheduler as sched
 
 import functional_optim
 from plugin.optim import DistributedOptimizer
-from tests.optim.test_distributed_optimizer import OWNERS, forward_backward, make_remote_params, remote_values
+from tests.optim.test_distributed_optimizer import (
+    forward_backward, local_loss, local_params, make_remote_params, remote_values,
+)
 from tests.support import optim_remote
 
 STEPS = 8
@@ -67,21 +69,14 @@ def torch_hyperparameters(group):
 
 
 def local_run(torch_class, kwargs, make_scheduler):
-    params = {}
-    for name, (_, shape, seed) in OWNERS.items():
-        gen = torch.Generator().manual_seed(seed)
-        params[name] = torch.rand(shape, generator=gen, dtype=torch.float64).requires_grad_()
+    params = local_params()
     opt = torch_class(list(params.values()), **kwargs)
     scheduler = make_scheduler(opt)
     used = []  # the hyperparameters each step ran with
     for step in range(STEPS):
         used.append(torch_hyperparameters(opt.param_groups[0]))
         opt.zero_grad()
-        loss = 0
-        for name, (_, shape, _) in OWNERS.items():
-            x = torch.full((shape[-1],), 0.5 + 0.1 * step, dtype=torch.float64)
-            loss = loss + ((x * params[name]) ** 2).sum() / 2
-        loss.backward()
+        local_loss(params, step).backward()
         opt.step()
         scheduler_step(scheduler, step)
     return {n: p.detach() for n, p in params.items()}, used, scheduler

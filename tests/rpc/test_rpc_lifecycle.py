@@ -67,6 +67,15 @@ class Group:
             p.communicate()
 
 
+def init_errors(port, processes, timeout):
+    """Starts each ``(rank, world_size, extra arguments)`` of ``processes`` with
+    ``--init-timeout timeout`` on ``port``; returns their init_error events, in that order."""
+    with Group() as group:
+        for rank, world_size, extra in processes:
+            group.start(rank, world_size, port, "--init-timeout", timeout, *extra)
+        return [init_error(r) for r in group.finish()]
+
+
 def init_error(result):
     """The init_error event of one finished process (fails the test if there is none)."""
     code, events, err = result
@@ -110,12 +119,8 @@ DISAGREEMENTS = {
 @pytest.mark.parametrize("case", sorted(DISAGREEMENTS))
 def test_disagreement_fails_on_every_process(case):
     processes, words = DISAGREEMENTS[case]
-    port = free_port()
     timeout = 15
-    with Group() as group:
-        for rank, world_size, extra in processes:
-            group.start(rank, world_size, port, "--init-timeout", timeout, *extra)
-        errors = [init_error(r) for r in group.finish()]
+    errors = init_errors(free_port(), processes, timeout)
     for error in errors:
         for word in words:
             assert word in error["message"], (word, error["message"])
@@ -129,12 +134,8 @@ def test_disagreement_fails_on_every_process(case):
 
 @pytest.mark.timeout(240)
 def test_rank_that_never_starts():
-    port = free_port()
     timeout = 8
-    with Group() as group:
-        group.start(0, 3, port, "--init-timeout", timeout)
-        group.start(1, 3, port, "--init-timeout", timeout)
-        errors = [init_error(r) for r in group.finish()]
+    errors = init_errors(free_port(), [(0, 3, ()), (1, 3, ())], timeout)
     for error in errors:
         assert "rank(s) [2] of world_size=3 never started" in error["message"], error
         assert "rank 0 ('worker0'" in error["message"] and "rank 1 ('worker1'" in error["message"]
@@ -147,9 +148,7 @@ def test_rank_that_never_starts():
 def test_rank_0_that_never_starts():
     port = free_port()
     timeout = 6
-    with Group() as group:
-        group.start(1, 2, port, "--init-timeout", timeout)
-        (error,) = [init_error(r) for r in group.finish()]
+    (error,) = init_errors(port, [(1, 2, ())], timeout)
     assert f"rank 1 found no rendezvous store at localhost:{port} within init_timeout=6 s" in error["message"]
     assert "rank 0 never started" in error["message"]
     assert timeout * 0.9 <= error["seconds"] <= timeout * 1.5 + 5, error

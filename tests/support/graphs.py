@@ -6,7 +6,7 @@ worker-local ``LEAVES`` dict, so that a graph built twice (once for torch's engi
 for ours) has equal leaves, and the gradients of each worker can be collected by name.
 """
 import threading
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import torch
 import torch.distributed.autograd as dist_autograd
@@ -24,6 +24,11 @@ def make_leaf(name: str, shape, seed: int, dtype=torch.float64, requires_grad=Tr
     t = torch.rand(shape, generator=gen, dtype=dtype).requires_grad_(requires_grad)
     LEAVES[name] = t
     return t
+
+
+def leaves_a_b(shape) -> Tuple[Tensor, Tensor]:
+    """Leaves "a" (seed 1) and "b" (seed 2) of ``shape``, float64, requiring grad."""
+    return make_leaf("a", shape, 1), make_leaf("b", shape, 2)
 
 
 def clear_leaves() -> None:
@@ -133,29 +138,25 @@ def mixed_dtype_udf(a: Tensor, b: Tensor) -> Tensor:
 
 
 def case_builtin_rpc_sync(ctx: int) -> List[Tensor]:
-    a = make_leaf("a", (3, 3), 1)
-    b = make_leaf("b", (3, 3), 2)
+    a, b = leaves_a_b((3, 3))
     c = rpc.rpc_sync("worker1", torch.add, args=(a, b))
     return [(c * a).sum()]
 
 
 def case_builtin_rpc_async(ctx: int) -> List[Tensor]:
-    a = make_leaf("a", (4,), 1)
-    b = make_leaf("b", (4,), 2)
+    a, b = leaves_a_b((4,))
     fut1 = rpc.rpc_async("worker1", torch.mul, args=(a, b))
     fut2 = rpc.rpc_async("worker2", torch.sub, args=(a, b))
     return [(fut1.wait() * fut2.wait()).sum()]
 
 
 def case_python_udf(ctx: int) -> List[Tensor]:
-    a = make_leaf("a", (2, 5), 1)
-    b = make_leaf("b", (2, 5), 2)
+    a, b = leaves_a_b((2, 5))
     return [rpc.rpc_sync("worker1", udf_mul_add, args=(a, b)).pow(2).sum()]
 
 
 def case_torchscript_function(ctx: int) -> List[Tensor]:
-    a = make_leaf("a", (6,), 1)
-    b = make_leaf("b", (6,), 2)
+    a, b = leaves_a_b((6,))
     return [rpc.rpc_sync("worker2", script_fn, args=(a, b)).sum()]
 
 
@@ -172,8 +173,7 @@ def case_nested(ctx: int) -> List[Tensor]:
 
 
 def case_self_rpc(ctx: int) -> List[Tensor]:
-    a = make_leaf("a", (3,), 1)
-    b = make_leaf("b", (3,), 2)
+    a, b = leaves_a_b((3,))
     c = rpc.rpc_sync("worker0", udf_mul_add, args=(a, b))
     return [(c * c).sum()]
 
@@ -202,8 +202,7 @@ def case_no_requires_grad(ctx: int) -> List[Tensor]:
 
 
 def case_several_roots(ctx: int) -> List[Tensor]:
-    a = make_leaf("a", (3,), 1)
-    b = make_leaf("b", (3,), 2)
+    a, b = leaves_a_b((3,))
     y = rpc.rpc_sync("worker1", torch.mul, args=(a, b))
     z = rpc.rpc_sync("worker2", torch.add, args=(a, b))
     return [y.sum(), (z * z).sum(), (y * z).mean()]
@@ -324,18 +323,32 @@ def set_fail_backward(on: bool) -> None:
     FAIL_BACKWARD["on"] = on
 
 
-class FailingBackward(torch.autograd.Function):
-    """Identity whose backward raises while FAIL_BACKWARD is on (on the worker running it)."""
+def identity_with_backward_action(name: str, doc: str, action) -> type:
+    """An ``autograd.Function`` class called ``name`` (its node: ``<name>Backward``): forward is
+    a clone of its input; backward calls ``action()`` (which may raise or block), then passes
+    the gradient on."""
 
-    @staticmethod
     def forward(ctx, x):
         return x.clone()
 
-    @staticmethod
     def backward(ctx, grad):
-        if FAIL_BACKWARD["on"]:
-            raise ValueError("boom in FailingBackward")
+        action()
         return grad
+
+    return type(name, (torch.autograd.Function,), {
+        "__doc__": doc, "forward": staticmethod(forward), "backward": staticmethod(backward),
+    })
+
+
+def _fail_if_asked() -> None:
+    if FAIL_BACKWARD["on"]:
+        raise ValueError("boom in FailingBackward")
+
+
+FailingBackward = identity_with_backward_action(
+    "FailingBackward", "Identity whose backward raises while FAIL_BACKWARD is on (on the worker running it).",
+    _fail_if_asked,
+)
 
 
 def udf_failing_backward(x: Tensor) -> Tensor:
@@ -343,19 +356,10 @@ def udf_failing_backward(x: Tensor) -> Tensor:
 
 
 RELEASE_BACKWARD = threading.Event()
-
-
-class BlockingBackward(torch.autograd.Function):
-    """Identity whose backward waits until RELEASE_BACKWARD is set (at most 30 s)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx, grad):
-        RELEASE_BACKWARD.wait(timeout=30)
-        return grad
+BlockingBackward = identity_with_backward_action(
+    "BlockingBackward", "Identity whose backward waits until RELEASE_BACKWARD is set (at most 30 s).",
+    lambda: RELEASE_BACKWARD.wait(timeout=30),
+)
 
 
 def udf_blocking_backward(x: Tensor) -> Tensor:

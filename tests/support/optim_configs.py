@@ -84,6 +84,12 @@ _FUSED_INVALID = [
 ]
 
 
+def _groups(defaults: Dict[str, Any], groups: List[Tuple[List[int], Dict[str, Any]]]) -> Config:
+    """The config named ``"groups"``: ``defaults`` for every group, then ``(parameter indices,
+    overrides)`` per group."""
+    return Config("groups", defaults, groups)
+
+
 def _adam_configs(decoupled_default: bool) -> List[Config]:
     extra = {} if decoupled_default else {"decoupled_weight_decay": True}
     return [
@@ -91,12 +97,9 @@ def _adam_configs(decoupled_default: bool) -> List[Config]:
         Config("amsgrad_wd", {"amsgrad": True, "weight_decay": 0.1, "lr": 0.01}),
         Config("maximize_betas", {"maximize": True, "betas": (0.8, 0.95), "eps": 1e-6, "lr": 0.02}),
         Config("decoupled", {"weight_decay": 0.05, "lr": 0.01, **extra}),
-        Config(
-            "groups",
-            {"lr": 0.01},
-            [([0], {"lr": 0.05, "betas": (0.85, 0.99), "amsgrad": True}),
-             ([1, 2], {"weight_decay": 0.2, "maximize": True})],
-        ),
+        _groups({"lr": 0.01},
+                [([0], {"lr": 0.05, "betas": (0.85, 0.99), "amsgrad": True}),
+                 ([1, 2], {"weight_decay": 0.2, "maximize": True})]),
     ]
 
 
@@ -108,11 +111,8 @@ INFOS: List[OptimInfo] = [
             Config("momentum", {"lr": 0.05, "momentum": 0.9}),
             Config("dampening_wd", {"lr": 0.05, "momentum": 0.9, "dampening": 0.3, "weight_decay": 0.1}),
             Config("nesterov_maximize", {"lr": 0.05, "momentum": 0.8, "nesterov": True, "maximize": True, "weight_decay": 0.01}),
-            Config(
-                "groups",
-                {"lr": 0.05, "momentum": 0.5},
-                [([0, 2], {"lr": 0.1, "nesterov": True}), ([1], {"momentum": 0.0, "weight_decay": 0.3})],
-            ),
+            _groups({"lr": 0.05, "momentum": 0.5},
+                    [([0, 2], {"lr": 0.1, "nesterov": True}), ([1], {"momentum": 0.0, "weight_decay": 0.3})]),
         ],
         _COMMON_INVALID + _FUSED_INVALID + [
             Invalid({"momentum": -0.1}, ValueError, "Invalid momentum value: -0.1"),
@@ -145,11 +145,8 @@ INFOS: List[OptimInfo] = [
             Config("default", {}),
             Config("lr_decay_wd", {"lr": 0.05, "lr_decay": 0.01, "weight_decay": 0.1}),
             Config("init_acc_maximize", {"initial_accumulator_value": 0.5, "maximize": True, "eps": 1e-8}),
-            Config(
-                "groups",
-                {"lr": 0.05, "initial_accumulator_value": 0.1},
-                [([0], {"lr": 0.1, "lr_decay": 0.05}), ([1, 2], {"weight_decay": 0.2, "maximize": True})],
-            ),
+            _groups({"lr": 0.05, "initial_accumulator_value": 0.1},
+                    [([0], {"lr": 0.1, "lr_decay": 0.05}), ([1, 2], {"weight_decay": 0.2, "maximize": True})]),
         ],
         _COMMON_INVALID + _FUSED_INVALID + [
             Invalid({"lr_decay": -0.1}, ValueError, "Invalid lr_decay value: -0.1"),
@@ -169,11 +166,8 @@ INFOS: List[OptimInfo] = [
             Config("momentum_wd", {"momentum": 0.9, "weight_decay": 0.1, "alpha": 0.9}),
             Config("centered_maximize", {"centered": True, "maximize": True, "eps": 1e-6}),
             Config("centered_momentum", {"centered": True, "momentum": 0.5, "lr": 0.005}),
-            Config(
-                "groups",
-                {"lr": 0.005},
-                [([0], {"momentum": 0.7, "centered": True}), ([1, 2], {"alpha": 0.95, "weight_decay": 0.2})],
-            ),
+            _groups({"lr": 0.005},
+                    [([0], {"momentum": 0.7, "centered": True}), ([1, 2], {"alpha": 0.95, "weight_decay": 0.2})]),
         ],
         _COMMON_INVALID + [
             Invalid({"eps": -1.0}, ValueError, "Invalid epsilon value: -1.0"),
@@ -189,11 +183,8 @@ INFOS: List[OptimInfo] = [
             Config("default", {}),
             Config("wd_betas", {"weight_decay": 0.1, "betas": (0.8, 0.99), "lr": 0.01}),
             Config("maximize", {"maximize": True, "eps": 1e-4}),
-            Config(
-                "groups",
-                {"lr": 0.01},
-                [([0, 1], {"lr": 0.02, "maximize": True}), ([2], {"weight_decay": 0.3})],
-            ),
+            _groups({"lr": 0.01},
+                    [([0, 1], {"lr": 0.02, "maximize": True}), ([2], {"weight_decay": 0.3})]),
         ],
         _COMMON_INVALID + _BETAS_INVALID,
         sparse_error="Adamax does not support sparse gradients",
@@ -204,11 +195,8 @@ INFOS: List[OptimInfo] = [
             Config("default", {}),
             Config("rho_wd", {"rho": 0.8, "weight_decay": 0.1, "lr": 0.5}),
             Config("maximize", {"maximize": True, "eps": 1e-4}),
-            Config(
-                "groups",
-                {"lr": 0.5},
-                [([0], {"rho": 0.95, "weight_decay": 0.2}), ([1, 2], {"lr": 1.0, "maximize": True})],
-            ),
+            _groups({"lr": 0.5},
+                    [([0], {"rho": 0.95, "weight_decay": 0.2}), ([1, 2], {"lr": 1.0, "maximize": True})]),
         ],
         _COMMON_INVALID + [
             Invalid({"rho": 1.5}, ValueError, "Invalid rho value: 1.5"),
@@ -223,11 +211,8 @@ INFOS: List[OptimInfo] = [
             Config("default", {}),
             Config("etas_step_sizes", {"etas": (0.3, 1.5), "step_sizes": (1e-4, 0.05), "lr": 0.02}),
             Config("maximize", {"maximize": True}),
-            Config(
-                "groups",
-                {"lr": 0.02},
-                [([0], {"etas": (0.4, 1.1)}), ([1, 2], {"step_sizes": (1e-3, 1.0), "maximize": True, "lr": 0.05})],
-            ),
+            _groups({"lr": 0.02},
+                    [([0], {"etas": (0.4, 1.1)}), ([1, 2], {"step_sizes": (1e-3, 1.0), "maximize": True, "lr": 0.05})]),
         ],
         _COMMON_INVALID + [
             Invalid({"etas": (1.5, 1.2)}, ValueError, "Invalid eta values: 1.5, 1.2"),
@@ -241,11 +226,8 @@ INFOS: List[OptimInfo] = [
             Config("default", {}),
             Config("wd_momentum_decay", {"weight_decay": 0.1, "momentum_decay": 0.01}),
             Config("decoupled_maximize", {"weight_decay": 0.1, "decoupled_weight_decay": True, "maximize": True}),
-            Config(
-                "groups",
-                {"lr": 0.01},
-                [([0, 2], {"betas": (0.8, 0.9), "momentum_decay": 0.02}), ([1], {"weight_decay": 0.1, "decoupled_weight_decay": True})],
-            ),
+            _groups({"lr": 0.01},
+                    [([0, 2], {"betas": (0.8, 0.9), "momentum_decay": 0.02}), ([1], {"weight_decay": 0.1, "decoupled_weight_decay": True})]),
         ],
         _COMMON_INVALID + _BETAS_INVALID + [
             Invalid({"momentum_decay": -0.1}, ValueError, "Invalid momentum_decay value: -0.1"),
@@ -258,11 +240,8 @@ INFOS: List[OptimInfo] = [
             Config("default", {"lr": 0.01}),
             Config("wd_maximize", {"weight_decay": 0.1, "maximize": True, "lr": 0.01}),
             Config("decoupled", {"weight_decay": 0.1, "decoupled_weight_decay": True, "betas": (0.8, 0.9)}),
-            Config(
-                "groups",
-                {"lr": 0.01},
-                [([0], {"betas": (0.7, 0.9)}), ([1, 2], {"weight_decay": 0.1, "decoupled_weight_decay": True, "maximize": True})],
-            ),
+            _groups({"lr": 0.01},
+                    [([0], {"betas": (0.7, 0.9)}), ([1, 2], {"weight_decay": 0.1, "decoupled_weight_decay": True, "maximize": True})]),
         ],
         _COMMON_INVALID + _BETAS_INVALID,
         sparse_error="RAdam does not support sparse gradients",

@@ -3,8 +3,11 @@
 Public means: the packages ``plugin`` and ``functional_optim`` and their submodules whose
 names do not start with an underscore; in each, the names listed in ``__all__``; in each
 public class, the attributes its own body defines whose names do not start with an
-underscore (methods, class methods, properties, constants). Inherited members are left
-out (``ScriptLocalOptimizer`` is an ``nn.Module``; ``nn.Module``'s API is torch's).
+underscore (methods, class methods, properties, constants), and those of its base classes
+defined in a private module of the project (a mixin that two public classes share, such as
+``functional_optim._torch_face.TorchOptimizerFace``: each public class is their home). Other
+inherited members are left out (``ScriptLocalOptimizer`` is an ``nn.Module``; ``nn.Module``'s
+API is torch's).
 
 The op library adds the ``torch.ops.dist_engine`` op schemas and the custom class
 ``torch.classes.dist_engine.StepLock``.
@@ -68,10 +71,20 @@ def _member_kind(raw: Any) -> Optional[str]:
     return None
 
 
+def _private_project_base(base: type) -> bool:
+    module = base.__module__
+    return module.split(".")[0] in PACKAGES and module not in public_modules()
+
+
 def class_members(cls: type, prefix: str) -> List[PublicName]:
-    """The public attributes that ``cls``'s own body defines, sorted by name."""
+    """The public attributes that ``cls``'s own body defines, or a base class of the project's
+    private modules (a shared mixin) does, sorted by name."""
+    own = {}
+    for base in reversed(cls.__mro__):
+        if base is cls or _private_project_base(base):
+            own.update(vars(base))
     members = []
-    for name, raw in sorted(vars(cls).items()):
+    for name, raw in sorted(own.items()):
         if name.startswith("_"):
             continue
         kind = _member_kind(raw)
