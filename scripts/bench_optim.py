@@ -485,10 +485,9 @@ def main_kernels(names: List[str], workloads: Dict[str, List[Tuple[int, ...]]], 
         "kernels": kernels,
         "deepspeed": ds_reason or "measured",
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=1)
-    print(f"\nwrote {args.out}")
+    from bench_results import write_results  # scripts/ is on sys.path when this script runs
+
+    write_results(args.out, report)
     return report
 
 
