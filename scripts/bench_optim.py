@@ -460,7 +460,10 @@ def active_isa() -> str:
 
     from functional_optim import _kernels
 
-    fn = ctypes.CDLL(_kernels.load()).gilfree_optim_active_isa
+    try:
+        fn = ctypes.CDLL(_kernels.load()).gilfree_optim_active_isa
+    except AttributeError:  # a library built before the per-instruction-set builds
+        return "single portable build"
     fn.restype = ctypes.c_char_p
     return fn().decode()
 
