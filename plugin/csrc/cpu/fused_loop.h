@@ -72,42 +72,44 @@ inline V cst(double x) {
   return V(static_cast<scalar_of<V>>(x));
 }
 
-template <class T>
-inline T vsqrt(T x) {
-  return std::sqrt(x);
-}
-template <class T>
-inline Vectorized<T> vsqrt(const Vectorized<T>& x) {
-  return x.sqrt();
+// Whether V is a plain number (the scalar tail, the DEFAULT build's loop) or a vector.
+template <class V>
+constexpr bool kIsScalar = std::is_same_v<V, scalar_of<V>>;
+
+template <class V>
+inline V vsqrt(const V& x) {
+  if constexpr (kIsScalar<V>) {
+    return std::sqrt(x);
+  } else {
+    return x.sqrt();
+  }
 }
 
-template <class T>
-inline T vabs(T x) {
-  return std::abs(x);
-}
-template <class T>
-inline Vectorized<T> vabs(const Vectorized<T>& x) {
-  return x.abs();
-}
-
-// Maximum that propagates NaN (torch.maximum).
-template <class T>
-inline T vmax(T a, T b) {
-  return (a != a || b != b) ? std::numeric_limits<T>::quiet_NaN() : std::max(a, b);
-}
-template <class T>
-inline Vectorized<T> vmax(const Vectorized<T>& a, const Vectorized<T>& b) {
-  return at::vec::maximum(a, b);
+template <class V>
+inline V vabs(const V& x) {
+  if constexpr (kIsScalar<V>) {
+    return std::abs(x);
+  } else {
+    return x.abs();
+  }
 }
 
-// Minimum that propagates NaN (torch.minimum).
-template <class T>
-inline T vmin(T a, T b) {
-  return (a != a || b != b) ? std::numeric_limits<T>::quiet_NaN() : std::min(a, b);
+// torch.maximum / torch.minimum: NaN when either argument is NaN.
+template <class V>
+inline V vmax(const V& a, const V& b) {
+  if constexpr (kIsScalar<V>) {
+    return (a != a || b != b) ? std::numeric_limits<V>::quiet_NaN() : std::max(a, b);
+  } else {
+    return at::vec::maximum(a, b);
+  }
 }
-template <class T>
-inline Vectorized<T> vmin(const Vectorized<T>& a, const Vectorized<T>& b) {
-  return at::vec::minimum(a, b);
+template <class V>
+inline V vmin(const V& a, const V& b) {
+  if constexpr (kIsScalar<V>) {
+    return (a != a || b != b) ? std::numeric_limits<V>::quiet_NaN() : std::min(a, b);
+  } else {
+    return at::vec::minimum(a, b);
+  }
 }
 
 // where(mask, a, b): mask is a bool for scalars and the result of a comparison (all bits
@@ -194,10 +196,9 @@ namespace detail {
 // and the state back (the gradient, stream 1, is read only).
 template <class V, int K, class P, class S, class Body>
 inline void stepAt(P* ptrs, int64_t j, const S& s, const Body& body) {
-  constexpr bool kScalar = std::is_same_v<V, scalar_of<V>>;
   std::array<V, K> x;
   for (int k = 0; k < K; ++k) {
-    if constexpr (kScalar) {
+    if constexpr (kIsScalar<V>) {
       x[k] = ptrs[k][j];
     } else {
       x[k] = V::loadu(ptrs[k] + j);
@@ -208,7 +209,7 @@ inline void stepAt(P* ptrs, int64_t j, const S& s, const Body& body) {
     if (k == 1) {
       continue;
     }
-    if constexpr (kScalar) {
+    if constexpr (kIsScalar<V>) {
       ptrs[k][j] = x[k];
     } else {
       x[k].store(ptrs[k] + j);
