@@ -2,17 +2,76 @@
 
 Install with ``pip install --no-build-isolation -e .`` so that the library is compiled
 against the torch that is already installed.
+
+The fused optimizer kernels (plugin/csrc/cpu/*.cpp) are compiled once per instruction set,
+as ATen compiles its native/cpu/ kernels (cmake/Codegen.cmake): DEFAULT (the compiler's
+baseline) everywhere, AVX2 and AVX512 on x86-64 when the compiler takes their flags; the
+library picks the best one the CPU runs at load (plugin/csrc/fused_optim.h). CMakeLists.txt
+does the same.
 """
 import glob
 import os
+import platform
+import subprocess
+import warnings
 
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-
 sources = sorted(glob.glob(os.path.join("plugin", "csrc", "*.cpp")))
+isa_sources = sorted(glob.glob(os.path.join("plugin", "csrc", "cpu", "*.cpp")))
+cxx_flags = ["-O2", "-Wall", "-Wno-unused-parameter"]
+# Kernel flags for every build: -O3 vectorizes the loops; without math errno std::sqrt is an
+# inline square root; without FMA contraction every build rounds alike (tests compare them).
+# (-Wno-unknown-pragmas: ATen's vector headers carry `#pragma unroll`, which GCC does not know.)
+kernel_flags = ["-O3", "-fno-math-errno", "-ffp-contract=off", "-Wno-unknown-pragmas"]
+# Instruction set -> compiler flags (names as ATen's CPU_CAPABILITY values; ATen's AVX2
+# half-precision conversions need F16C, which AVX512F implies).
+ISA_FLAGS = {
+    "DEFAULT": [],
+    "AVX2": ["-mavx2", "-mfma", "-mf16c"],
+    "AVX512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma"],
+}
+
+
+class BuildWithIsaKernels(BuildExtension):
+    """BuildExtension that first compiles plugin/csrc/cpu/*.cpp once per instruction set.
+
+    The objects are linked after the other sources' (DEFAULT first): the linker keeps the
+    first copy of an inline function that several objects hold, so those copies are baseline
+    code, not AVX code that an older CPU cannot run.
+    """
+
+    def isa_builds(self):
+        builds = ["DEFAULT"]
+        if platform.machine().lower() in ("x86_64", "amd64"):
+            for isa in ("AVX2", "AVX512"):
+                probe = subprocess.run(
+                    [self.compiler.compiler_so[0], *ISA_FLAGS[isa], "-x", "c++", "-c", os.devnull, "-o", os.devnull],
+                    capture_output=True,
+                )
+                if probe.returncode == 0:
+                    builds.append(isa)
+                else:
+                    warnings.warn(f"the compiler rejects {ISA_FLAGS[isa]}: fused kernels built without {isa}")
+        return builds
+
+    def build_extension(self, ext):
+        objects = []
+        for isa in self.isa_builds():
+            objects += self.compiler.compile(
+                isa_sources,
+                output_dir=os.path.join(self.build_temp, "isa_" + isa.lower()),
+                macros=[("CPU_CAPABILITY", isa), ("CPU_CAPABILITY_" + isa, None)],
+                include_dirs=ext.include_dirs,
+                extra_postargs=cxx_flags + kernel_flags + ISA_FLAGS[isa],
+                depends=ext.depends,
+            )
+        ext.extra_objects = objects
+        super().build_extension(ext)
+
 
 setup(
     name="gilfree-rpc",
@@ -31,8 +90,8 @@ setup(
             "plugin._C",
             sources,
             include_dirs=[os.path.join(HERE, "plugin", "csrc")],
-            extra_compile_args={"cxx": ["-O2", "-Wall", "-Wno-unused-parameter"]},
+            extra_compile_args={"cxx": cxx_flags},
         )
     ],
-    cmdclass={"build_ext": BuildExtension},
+    cmdclass={"build_ext": BuildWithIsaKernels},
 )

@@ -1,7 +1,8 @@
 """Loads the fused CPU optimizer kernels: the ops ``torch.ops.gilfree_optim.<name>_``.
 
 The kernels live in the project's op library (built from ``plugin/csrc``: ``fused_optim.h``
-and one ``fused_<name>.cpp`` per optimizer; schemas in ``plugin/csrc/ops.cpp``), in their own
+and one ``cpu/fused_<name>.cpp`` per optimizer, compiled once per instruction set; schemas in
+``plugin/csrc/ops.cpp``), in their own
 op namespace, ``gilfree_optim``, apart from the engine's ``dist_engine`` ops.
 ``functional_optim`` must not import the ``plugin`` package (``plugin`` imports
 ``functional_optim``), so this module finds the library file itself: ``$GILFREE_RPC_LIBRARY``

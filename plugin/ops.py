@@ -12,7 +12,7 @@ and without the GIL. The names ``torch.ops.dist_engine.*`` keep working; calling
 these functions is the same.
 
 The library also declares the fused CPU optimizer ops, ``torch.ops.gilfree_optim.<name>_``
-(schemas in the same file, kernels in ``plugin/csrc/fused_*.cpp``); their Python face is
+(schemas in the same file, kernels in ``plugin/csrc/cpu/fused_*.cpp``); their Python face is
 ``functional_optim/_kernels.py``, because ``functional_optim`` calls them and must not import
 this package.
 

@@ -28,14 +28,18 @@ in-place ``add_`` (reads two tensors, writes one).
 Each optimizer is timed in a fresh process (``--same-process`` times all in this one): what
 memory a 64 MB tensor gets depends on what the process allocated before.
 
-Fused kernels (issue 12): for each optimizer, with 1 and 2 intra-op threads, our fused op
+Fused kernels (issue 12, ``--kernels``, written to ``results/bench_optim_kernels.json``): for
+each optimizer, with 1 and 2 intra-op threads, our fused op
 ``torch.ops.gilfree_optim.<name>_`` called directly (``ours-kernel``), torch's fused step where
 torch has one, torch's fused Adam on workload B (the per-byte anchor) and, when ``deepspeed`` is
 installed, ``DeepSpeedCPUAdam`` for Adam/AdamW; each row gives the median step against the
 bandwidth floor (bytes the step must move / in-place ``add_`` bandwidth measured with the same
 thread count, both printed).
 
-Usage: ``python scripts/bench_optim.py [--quick] [--out results/bench_optim.json] [--only Adam,SGD]``
+The kernels run the build for the best instruction set of this CPU (AVX512, AVX2 or DEFAULT; the
+report names it); ``ATEN_CPU_CAPABILITY=default`` (or ``avx2``) runs a lower one, as for ATen.
+
+Usage: ``python scripts/bench_optim.py [--kernels] [--quick] [--out PATH] [--only Adam,SGD]``
 """
 import argparse
 import json
@@ -340,11 +344,17 @@ def time_variants(
 def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes and few repeats (smoke run)")
-    parser.add_argument("--out", default=os.path.join("results", "bench_optim.json"), help="JSON output path")
+    parser.add_argument("--kernels", action="store_true",
+                        help="time the fused ops against the bandwidth floor (issue 12) instead of the classes")
+    parser.add_argument("--out", default=None,
+                        help="JSON output path (default results/bench_optim.json, with --kernels "
+                             "results/bench_optim_kernels.json)")
     parser.add_argument("--only", default="", help="comma-separated optimizer names (default: all)")
     parser.add_argument("--same-process", action="store_true",
                         help="time every optimizer in this process (default: each in a fresh one)")
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = os.path.join("results", "bench_optim_kernels.json" if args.kernels else "bench_optim.json")
     names = [n for n in OPTIMIZERS if not args.only or n in args.only.split(",")]
     if len(names) > 1 and not args.same_process:
         return run_isolated(names, args)
@@ -355,6 +365,9 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     else:
         workloads = {"A": [(16 * 1024 * 1024,)], "B": [(4096,)] * 400}
         rounds, per_round, warmup, bw_numel = 6, 3, 3, 64 * 1024 * 1024
+
+    if args.kernels:
+        return main_kernels(names, workloads, args)
 
     bandwidth = measure_bandwidth(bw_numel, 5 if args.quick else 20)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
@@ -404,14 +417,6 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
             interesting = {k: v for k, v in r.items() if k.endswith(best_torch) or k.endswith("torch-functional")}
             print("   ratios: " + ", ".join(f"{k} {v:.2f}x" for k, v in interesting.items()))
 
-    print("\n== fused kernels (ours: torch.ops.gilfree_optim) vs the bandwidth floor, 1 and 2 threads ==")
-    kernels = {name: kernel_rows(name, workloads, args.quick) for name in names}
-    ds_class, ds_reason = deepspeed_adam()
-    if ds_class is None:
-        print(f"no DeepSpeed row: {ds_reason}")
-
-    print_kernel_targets(kernels)
-
     targets = {}
     for name in ["SGD", "Adam", "Adagrad"]:
         if name in names:
@@ -441,13 +446,51 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         "results": results,
         "ratios": ratios,
         "targets": targets,
-        "kernels": kernels,
-        "deepspeed": ds_reason or "measured",
     }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
     print(f"\nwrote {args.out}")
+    return report
+
+
+def active_isa() -> str:
+    """The instruction-set build our fused kernels run (plugin/csrc/fused_optim.h)."""
+    import ctypes
+
+    from functional_optim import _kernels
+
+    try:
+        fn = ctypes.CDLL(_kernels.load()).gilfree_optim_active_isa
+    except AttributeError:  # a library built before the per-instruction-set builds
+        return "single portable build"
+    fn.restype = ctypes.c_char_p
+    return fn().decode()
+
+
+def main_kernels(names: List[str], workloads: Dict[str, List[Tuple[int, ...]]], args: argparse.Namespace) -> Dict[str, Any]:
+    """``--kernels``: the fused-op rows of every optimizer in ``names`` (one process)."""
+    isa = active_isa()
+    print(f"torch {torch.__version__}; our kernels' build: {isa} (ATen: {torch.backends.cpu.get_cpu_capability()})")
+    print("\n== fused kernels (ours: torch.ops.gilfree_optim) vs the bandwidth floor, 1 and 2 threads ==")
+    kernels = {name: kernel_rows(name, workloads, args.quick) for name in names}
+    ds_class, ds_reason = deepspeed_adam()
+    if ds_class is None:
+        print(f"no DeepSpeed row: {ds_reason}")
+    print_kernel_targets(kernels)
+    report = {
+        "torch_version": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "quick": args.quick,
+        "isa": isa,
+        "workloads": {k: {"tensors": len(v), "numel_each": int(torch.Size(v[0]).numel())} for k, v in workloads.items()},
+        "kernels": kernels,
+        "deepspeed": ds_reason or "measured",
+    }
+    from bench_results import write_results  # scripts/ is on sys.path when this script runs
+
+    write_results(args.out, report)
     return report
 
 
@@ -469,23 +512,29 @@ def run_isolated(names: List[str], args: argparse.Namespace) -> Dict[str, Any]:
             cmd = [sys.executable, os.path.abspath(__file__), "--only", name, "--out", out]
             if args.quick:
                 cmd.append("--quick")
+            if args.kernels:
+                cmd.append("--kernels")
             subprocess.run(cmd, check=True)
             with open(out) as f:
                 report = json.load(f)
             if merged is None:
                 merged = report
+            elif args.kernels:
+                merged["kernels"].update(report["kernels"])
             else:
                 merged["results"] += report["results"]
                 for workload, per_name in report["ratios"].items():
                     merged["ratios"].setdefault(workload, {}).update(per_name)
                 merged["targets"].update(report["targets"])
-                merged["kernels"].update(report["kernels"])
     assert merged is not None
     merged["isolated"] = True
-    print_kernel_targets(merged["kernels"])
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(merged, f, indent=1)
+    if args.kernels:
+        print_kernel_targets(merged["kernels"])
+        print(f"\nwrote {args.out}")
+        return merged
     print("\n== targets: (A) ours/torch fused <= 1.05; (B) ours scripted / torch fused eager <= 1.0 ==")
     for name, t in merged["targets"].items():
         print(f"{name}: A eager {t['A_ours-eager-fused/torch-fused']:.3f}x, A script "

@@ -1,6 +1,10 @@
 // Argument checks and step counters shared by the fused optimizer kernels (fused_optim.h).
 #include "fused_optim.h"
 
+#include <ATen/Version.h>
+
+#include <algorithm>
+#include <atomic>
 #include <sstream>
 
 namespace gilfree_optim {
@@ -22,7 +26,7 @@ void checkTensorLists(
     const char* op,
     at::TensorList params,
     std::initializer_list<NamedList> others,
-    std::initializer_list<NamedList> optional) {
+    std::initializer_list<OptionalList> optional) {
   for (const auto i : c10::irange(params.size())) {
     const at::Tensor& p = params[i];
     TORCH_CHECK(p.defined(), where(op, "params", i), " is undefined");
@@ -37,14 +41,10 @@ void checkTensorLists(
         " is not dense (a view with gaps or overlapping elements); the fused step updates "
         "dense tensors only");
   }
-  auto checkList = [&](const NamedList& list, bool isOptional) {
-    if (isOptional && list.tensors.empty()) {
-      return;
-    }
+  auto checkList = [&](const NamedList& list) {
     TORCH_CHECK(
         list.tensors.size() == params.size(), "gilfree_optim::", op, ": ", list.name, " has ",
-        list.tensors.size(), " tensors but params has ", params.size(),
-        isOptional ? " (it must be empty when its option is off, or one per parameter)" : "");
+        list.tensors.size(), " tensors but params has ", params.size());
     const bool isGrad = std::string(list.name) == "grads";
     for (const auto i : c10::irange(params.size())) {
       const at::Tensor& p = params[i];
@@ -71,10 +71,15 @@ void checkTensorLists(
     }
   };
   for (const auto& list : others) {
-    checkList(list, false);
+    checkList(list);
   }
   for (const auto& list : optional) {
-    checkList(list, true);
+    if (list.on) {
+      TORCH_CHECK(
+          list.tensors.size() == params.size(), "gilfree_optim::", op, ": ", list.option, " needs one ",
+          list.name, " tensor per parameter, got ", list.tensors.size(), " for ", params.size(), " parameters");
+      checkList({list.name, list.tensors});
+    }
   }
 }
 
@@ -97,12 +102,38 @@ void checkSteps(const char* op, at::TensorList params, at::TensorList steps, con
   }
 }
 
-void checkCpu(const char* op, at::TensorList params) {
-  for (const auto i : c10::irange(params.size())) {
-    TORCH_CHECK(
-        params[i].device().is_cpu(), where(op, "params", i), " is on ", params[i].device(),
-        "; this fused kernel runs on the CPU only");
-  }
+Isa selectedIsa() {
+  // at::get_cpu_capability() (ATen/Version.h, checked on torch 2.13) names the instruction
+  // set ATen's own CPU kernels were dispatched to: the best this CPU supports, lowered by
+  // ATEN_CPU_CAPABILITY when that is set.
+  static const Isa isa = [] {
+    const std::string name = at::get_cpu_capability();
+    return name == "AVX512" ? kIsaAvx512 : name == "AVX2" ? kIsaAvx2 : kIsaDefault;
+  }();
+  return isa;
+}
+
+namespace {
+std::atomic<int> builtIsas{0};  // bit i: the build for Isa i is linked in
+}  // namespace
+
+void addBuild(Isa isa) {
+  builtIsas.fetch_or(1 << isa);
+}
+
+Isa activeIsa() {
+  static const Isa isa = [] {
+    int i = selectedIsa();
+    while (i > kIsaDefault && !(builtIsas.load() & (1 << i))) {
+      --i;
+    }
+    return static_cast<Isa>(i);
+  }();
+  return isa;
+}
+
+const char* isaName(Isa isa) {
+  return isa == kIsaAvx512 ? "AVX512" : isa == kIsaAvx2 ? "AVX2" : "DEFAULT";
 }
 
 double readScalar(const at::Tensor& t) {
@@ -112,18 +143,24 @@ double readScalar(const at::Tensor& t) {
   return *t.data_ptr<double>();
 }
 
-void writeScalar(const at::Tensor& t, double value) {
-  if (t.scalar_type() == at::kFloat) {
-    *t.data_ptr<float>() = static_cast<float>(value);
-  } else {
-    *t.data_ptr<double>() = value;
-  }
+bool isMeta(at::TensorList params) {
+  return std::any_of(params.begin(), params.end(), [](const at::Tensor& p) { return p.is_meta(); });
 }
 
-std::vector<double> incrementSteps(at::TensorList steps) {
+std::vector<double> startStep(const char* op, at::TensorList params, std::optional<at::TensorList> steps) {
+  if (steps) {
+    checkSteps(op, params, *steps);
+  }
+  if (isMeta(params)) {
+    return {};
+  }
+  for (const auto i : c10::irange(params.size())) {
+    TORCH_CHECK(
+        params[i].device().is_cpu(), where(op, "params", i), " is on ", params[i].device(),
+        "; this fused kernel runs on the CPU only");
+  }
   std::vector<double> values;
-  values.reserve(steps.size());
-  for (const auto& s : steps) {
+  for (const auto& s : steps.value_or(at::TensorList())) {
     if (s.scalar_type() == at::kFloat) {
       float* p = s.data_ptr<float>();
       *p = *p + 1.0f;
@@ -138,3 +175,10 @@ std::vector<double> incrementSteps(at::TensorList steps) {
 }
 
 }  // namespace gilfree_optim
+
+// The build the fused kernels run ("DEFAULT", "AVX2", "AVX512"): read by the tests through
+// ctypes, to check each build against DEFAULT (no op: the ops' schemas stay those of the
+// optimizers).
+extern "C" __attribute__((visibility("default"))) const char* gilfree_optim_active_isa() {
+  return gilfree_optim::isaName(gilfree_optim::activeIsa());
+}

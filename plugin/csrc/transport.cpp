@@ -73,6 +73,17 @@ c10::intrusive_ptr<Future> callHandler(
   return result;
 }
 
+// A call of a handler that answers when it returns (not an async_execution one).
+c10::intrusive_ptr<Future> callSyncHandler(
+    int64_t workerId,
+    std::optional<c10::QualifiedName> Handlers::*handler,
+    std::vector<c10::IValue>&& args,
+    const c10::TypePtr& returnType,
+    float timeoutSeconds) {
+  return callHandler(
+      workerId, handlerName(handler), std::move(args), /*asyncExecution=*/false, returnType, timeoutSeconds);
+}
+
 }  // namespace
 
 void registerHandlers(
@@ -119,25 +130,11 @@ c10::intrusive_ptr<Future> sendGradients(
 }
 
 c10::intrusive_ptr<Future> requestReachability(int64_t workerId, int64_t contextId, float timeoutSeconds) {
-  std::vector<c10::IValue> args{contextId};
-  return callHandler(
-      workerId,
-      handlerName(&Handlers::reachability),
-      std::move(args),
-      /*asyncExecution=*/false,
-      c10::ListType::ofInts(),
-      timeoutSeconds);
+  return callSyncHandler(workerId, &Handlers::reachability, {contextId}, c10::ListType::ofInts(), timeoutSeconds);
 }
 
 c10::intrusive_ptr<Future> requestAbort(int64_t workerId, int64_t contextId, int64_t passId, float timeoutSeconds) {
-  std::vector<c10::IValue> args{contextId, passId};
-  return callHandler(
-      workerId,
-      handlerName(&Handlers::abortPass),
-      std::move(args),
-      /*asyncExecution=*/false,
-      c10::StringType::get(),
-      timeoutSeconds);
+  return callSyncHandler(workerId, &Handlers::abortPass, {contextId, passId}, c10::StringType::get(), timeoutSeconds);
 }
 
 c10::intrusive_ptr<Future> ping(int64_t workerId, float timeoutSeconds) {
