@@ -54,7 +54,7 @@ class Emit(torch.autograd.Function):
             values = g[[0, 2]]
             if kind == "sparse_noncontiguous_values":
                 values = values.t().contiguous().t()
-            out = torch.sparse_coo_tensor(indices, values, g.shape)
+            out = torch.sparse_coo_tensor(indices, values, g.shape, check_invariants=True)
             produced = out._values()
             if kind == "sparse_values_referenced":
                 KEPT.append(values)
