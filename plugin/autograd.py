@@ -123,7 +123,10 @@ def get_gradients(context_id: int) -> Dict[Tensor, Tensor]:
         received a gradient to that gradient (same shape, dtype and device as the leaf; a
         sparse tensor for sparse gradients such as ``nn.Embedding(sparse=True)``'s). Empty
         when no backward pass reached this worker. The gradient tensors are the engine's
-        own: later passes in the context replace them rather than change them in place.
+        own, stored without a copy where torch's engine stores them without one; a later
+        pass in the context adds its gradients into them in place, as torch does (on the
+        worker that called backward when backward returns, on the others when the next
+        pass starts there).
 
     Raises:
         TypeError: ``context_id`` is not an ``int``.

@@ -19,8 +19,9 @@
 //   addInput                  InputBuffer::add's signature
 //   validateOutputs           torch::autograd::validate_outputs (torch's engine)
 //   accumulatedLeaf           AccumulateGrad::variable
-//   gradientToStore           the gradient layout contract of torch's AccumulateGrad
-//                             (autograd/utils/grad_layout_contract.h, inline helpers)
+//   gradientToStore,          torch's AccumulateGrad rules for keeping a gradient without
+//   accumulateStored            a copy and adding into a stored one (its use counts, the
+//                             gradient layout contract's inline helpers)
 //   isGeneratedBackwardNode   generated backward functions: their mangled type name, and
 //                             that they compute only the outputs whose edge is valid
 //   exceptionText             python_error's message is empty off torch's own threads
@@ -47,6 +48,9 @@
 //                             TORCHELASTIC_USE_AGENT_STORE, read as torch's tcp:// does
 #pragma once
 
+#include <ATen/CachedTensorUtils.h>
+#include <ATen/LegacyBatchedTensorImpl.h>
+#include <c10/core/AutogradState.h>
 #include <c10/util/Type.h>
 #include <torch/csrc/autograd/edge.h>
 #include <torch/csrc/autograd/engine.h>
@@ -137,20 +141,54 @@ inline bool isGeneratedBackwardNode(const torch::autograd::Node& fn) {
   return std::strstr(typeid(fn).name(), "5torch8autograd9generated") != nullptr;
 }
 
-// The tensor to keep as a leaf's gradient: `grad` itself when nothing else refers to it
-// and, for a dense gradient, it obeys torch's gradient layout contract (strides like the
-// leaf's; no stride-0 view such as a sum's expanded gradient, whose one element several
-// leaves' gradients can share); otherwise a copy, laid out like the leaf for a dense one.
-// What torch's AccumulateGrad and DistAutogradContext::accumulateGrad do, through the
-// inline helpers of grad_layout_contract.h (obeys_layout_contract, clone_obey_contract).
-inline at::Tensor gradientToStore(at::Tensor&& grad, const at::Tensor& variable) {
-  if (grad.layout() != at::kStrided || variable.layout() != at::kStrided) {
-    return grad.use_count() == 1 ? std::move(grad) : grad.clone();
+// The tensor to keep as a leaf's first gradient in a context, by the rules of torch's
+// AccumulateGrad::accumulateGrad (torch/csrc/autograd/functions/accumulate_grad.h), which
+// DistAutogradContext::accumulateGrad applies: `grad` itself (no copy) when at most
+// `expectedRefs` references to it exist (those the engine holds) and, for a dense gradient,
+// it obeys torch's gradient layout contract (strides like the leaf's; no stride-0 view such
+// as a sum's expanded gradient); a sparse COO gradient whose indices and values are
+// contiguous and referenced by it alone is kept as a new sparse tensor over the same
+// indices and values (a shallow copy: changing the sparse tensor the node returned does not
+// change the stored one); anything else is copied, a dense one laid out like the leaf
+// (clone_obey_contract, an inline helper of autograd/utils/grad_layout_contract.h).
+// References are counted as torch counts them, with torch::autograd::impl::is_tensor_stealable
+// (an inline helper of variable.h): in torch 2.13 a tensor's Python object, once made (a
+// gradient that a custom Function returned or a hook saw), holds a reference of its own,
+// which does not count when nothing but that object refers to it from Python. Checked on
+// torch 2.13.
+inline at::Tensor gradientToStore(at::Tensor&& grad, const at::Tensor& variable, size_t expectedRefs) {
+  const bool unreferenced =
+      torch::autograd::impl::is_tensor_stealable(grad, expectedRefs + at::caching::is_cached_tensor(grad));
+  if (grad.is_sparse()) {
+    // torch's test, as written there: _indices() and _values() are aliases.
+    if (grad._indices().is_contiguous() && grad._values().is_contiguous() && grad._indices().use_count() <= 1 &&
+        grad._values().use_count() <= 1 && torch::autograd::impl::is_tensor_stealable(grad, expectedRefs)) {
+      return at::_sparse_coo_tensor_unsafe(grad._indices(), grad._values(), grad.sizes(), grad.options());
+    }
+    return grad.clone();
   }
-  if (grad.use_count() == 1 && torch::autograd::utils::obeys_layout_contract(grad, variable)) {
+  if (grad.is_sparse_csr() || grad.is_nested() || (variable.is_sparse_csr() && grad.layout() == at::kStrided)) {
+    return grad.clone();
+  }
+  if (unreferenced &&
+      (grad.is_mkldnn() || !c10::AutogradState::get_tls_state().get_grad_layout_enforcement_enabled() ||
+       torch::autograd::utils::obeys_layout_contract(grad, variable))) {
     return std::move(grad);
   }
-  return torch::autograd::utils::clone_obey_contract(grad, variable);
+  return grad.is_mkldnn() ? grad.clone() : torch::autograd::utils::clone_obey_contract(grad, variable);
+}
+
+// Adds `grad` to the stored gradient `stored` of `variable`, as torch's AccumulateGrad does
+// with a gradient already there (GradMode off): in place (stored += grad), so the stored
+// tensor stays the same tensor, unless a dense gradient meets a sparse stored one or the
+// two are not vmap-compatible for an in-place op (at::inplaceIsVmapCompatible, exported);
+// then the sum is a new tensor, which is returned. Checked on torch 2.11 and 2.13.
+inline at::Tensor accumulateStored(at::Tensor stored, const at::Tensor& grad) {
+  if ((stored.is_sparse() && !grad.is_sparse()) || !at::inplaceIsVmapCompatible(stored, grad)) {
+    return stored + grad;
+  }
+  stored += grad;
+  return stored;
 }
 
 // --- input buffers ------------------------------------------------------------------

@@ -89,13 +89,27 @@ EntryPtr ContextRegistry::find(int64_t contextId) {
 
 namespace {
 
-// dict[variable] += grad, out of place.
+// dict[variable] += grad, out of place (a new sum, for a snapshot).
 void addInto(GradientDict& dict, const at::Tensor& variable, at::Tensor grad) {
   auto it = dict.find(variable);
   if (it == dict.end()) {
     dict.insert(variable, std::move(grad));
   } else {
     dict.insert_or_assign(variable, it->value() + grad);
+  }
+}
+
+// dict[variable] += grad, in place where torch's AccumulateGrad adds in place (compat.h,
+// accumulateStored): a dict returned by get_gradients earlier sees the sum, as with torch.
+void accumulateInto(GradientDict& dict, const at::Tensor& variable, at::Tensor grad) {
+  auto it = dict.find(variable);
+  if (it == dict.end()) {
+    dict.insert(variable, std::move(grad));
+    return;
+  }
+  at::Tensor sum = accumulateStored(it->value(), grad);
+  if (!sum.is_same(it->value())) {
+    dict.insert_or_assign(variable, std::move(sum));
   }
 }
 
@@ -108,10 +122,21 @@ void ContextEntry::commitEarlierPasses(int64_t current) {
       continue;
     }
     for (const auto& item : it->second) {
-      addInto(grads, item.key(), item.value());
+      accumulateInto(grads, item.key(), item.value());
     }
     it = staged.erase(it);
   }
+}
+
+void ContextEntry::commitPass(int64_t passId) {
+  auto it = staged.find(passId);
+  if (it == staged.end()) {
+    return;
+  }
+  for (const auto& item : it->second) {
+    accumulateInto(grads, item.key(), item.value());
+  }
+  staged.erase(it);
 }
 
 void ContextEntry::discardPass(int64_t passId) {
@@ -128,17 +153,21 @@ GradientDict ContextEntry::snapshot() const {
   return all;
 }
 
-void ContextRegistry::accumulate(ContextEntry& entry, int64_t passId, const at::Tensor& variable, at::Tensor&& grad) {
-  // Keep the incoming tensor only when nothing else refers to it (the engine has
-  // moved its last reference here); otherwise store a copy, so that an in-place
-  // change by the user to one leaf's gradient cannot leak into another's (an add
-  // hands the same gradient tensor to both of its inputs).
-  //
-  // A dense gradient is also copied, laid out like its leaf, when it breaks torch's gradient
-  // layout contract (as torch's AccumulateGrad does): sum's gradient, for one, is a stride-0
-  // view of one element that the gradients of several leaves can share, and that cannot be
-  // scaled in place (clip_grad_norm_).
-  at::Tensor owned = gradientToStore(std::move(grad), variable);
+void ContextRegistry::accumulate(
+    ContextEntry& entry,
+    int64_t passId,
+    const at::Tensor& variable,
+    at::Tensor&& grad,
+    size_t expectedRefs) {
+  // Keep the incoming tensor without a copy where torch's engine would (compat.h,
+  // gradientToStore): when nothing but the engine refers to it and it obeys the gradient
+  // layout contract. Otherwise store a copy, so that an in-place change by the user to one
+  // leaf's gradient cannot leak into another's (an add hands the same gradient tensor to
+  // both of its inputs), and so that a stride-0 view (sum's gradient) can be scaled in place.
+  // A pass's gradient is the leaf's only one in its staged dict (the engine sums a node's
+  // inputs before it runs), so this is always the first gradient torch's rule speaks of;
+  // adding to the context's gradients happens when the pass is committed.
+  at::Tensor owned = gradientToStore(std::move(grad), variable, expectedRefs);
   std::lock_guard<std::mutex> lock(entry.mu);
   if (entry.abortedPasses.count(passId) != 0) {
     return;  // a task that was already running when the pass failed

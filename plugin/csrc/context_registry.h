@@ -37,7 +37,8 @@ struct ContextEntry {
   // with some of its next edges hidden (Engine::runPeerOutputsFirst), so that no
   // walk sees a hidden edge. Taken after a pass's `mu` when both are held.
   std::mutex graphMu;
-  // Gradients of passes known to have ended everywhere, summed.
+  // Gradients of passes known to have ended everywhere, summed (in place, as torch adds
+  // a second gradient to the one it stores: compat.h, accumulateStored).
   GradientDict grads;
   // pass id -> gradients of a pass that may still be aborted.
   std::map<int64_t, GradientDict> staged;
@@ -51,6 +52,9 @@ struct ContextEntry {
   // previous one in the context ended everywhere (or was aborted everywhere).
   // Must hold `mu`.
   void commitEarlierPasses(int64_t current);
+  // Moves pass `passId`'s staged gradients into `grads` (the worker that called backward,
+  // once its pass ended everywhere). Must hold `mu`.
+  void commitPass(int64_t passId);
   // Drops what a failed pass staged. Must hold `mu`.
   void discardPass(int64_t passId);
   // Committed and staged gradients, summed, in a new dict. Must hold `mu`.
@@ -68,9 +72,15 @@ class ContextRegistry {
   // The entry for a context id, or nullptr.
   EntryPtr find(int64_t contextId);
 
-  // Adds `grad` to what pass `passId` staged for `variable` (out of place, so a
-  // dictionary returned by get_gradients earlier keeps its values).
-  static void accumulate(ContextEntry& entry, int64_t passId, const at::Tensor& variable, at::Tensor&& grad);
+  // Stages `grad` as pass `passId`'s gradient of `variable`, without a copy where torch
+  // would keep it (compat.h, gradientToStore); `expectedRefs` is the number of references
+  // to `grad` the engine itself holds.
+  static void accumulate(
+      ContextEntry& entry,
+      int64_t passId,
+      const at::Tensor& variable,
+      at::Tensor&& grad,
+      size_t expectedRefs);
 
   PassPtr findPass(int64_t contextId, int64_t passId);
   // The running passes that belong to `workerId`: started by it (pass id) or in one

@@ -150,6 +150,10 @@ void Engine::backward(int64_t contextId, const variable_list& roots, bool retain
     auto answers = abortEverywhere(contextId, passId, waitSeconds);
     TORCH_CHECK(false, pass->timedOut ? timeoutReport(*pass, timeout, answers) : pass->error);
   }
+  // The pass ended everywhere (this worker's part ends last), so nothing can abort it
+  // now: add its gradients to the context's here, as torch's engine does at once.
+  std::lock_guard<std::mutex> lock(entry->mu);
+  entry->commitPass(passId);
 }
 
 std::string Engine::timeoutReport(
@@ -499,8 +503,8 @@ void Engine::execute(const PassPtr& pass, ReadyTask& task) {
   }
 
   if (const at::Tensor* leaf = accumulatedLeaf(fn)) {
-    accumulateLeaf(fn, std::move(task.inputs), [&](at::Tensor&& grad) {
-      ContextRegistry::accumulate(*pass->entry, pass->passId, *leaf, std::move(grad));
+    accumulateLeaf(fn, std::move(task.inputs), [&](at::Tensor&& grad, size_t expectedRefs) {
+      ContextRegistry::accumulate(*pass->entry, pass->passId, *leaf, std::move(grad), expectedRefs);
     });
     return;
   }

@@ -112,15 +112,17 @@ void validateGradients(Node& fn, variable_list& grads) {
   validateOutputs(edges, grads, [&](const std::string& msg) { return describe(fn, msg); });
 }
 
-void accumulateLeaf(Node& fn, InputBuffer&& buffer, const std::function<void(at::Tensor&&)>& store) {
+void accumulateLeaf(Node& fn, InputBuffer&& buffer, const std::function<void(at::Tensor&&, size_t)>& store) {
   variable_list inputs = callPreHooks(fn, takeInputs(std::move(buffer)));
   const bool hasPostHooks = !fn.post_hooks().empty();
   if (!inputs.empty() && inputs[0].defined()) {
     if (hasPostHooks) {
-      at::Tensor shared = inputs[0];  // post hooks still see it; store() copies
-      store(std::move(shared));
+      // Post hooks see the stored tensor, as in torch (whose distributed engine does
+      // not count them either when it decides to keep the gradient without a copy).
+      at::Tensor shared = inputs[0];
+      store(std::move(shared), 2);
     } else {
-      store(std::move(inputs[0]));
+      store(std::move(inputs[0]), 1);
     }
   }
   for (const auto& hook : fn.post_hooks()) {

@@ -46,10 +46,11 @@ variable_list callFunctionMasked(Node& fn, variable_list inputs, const std::vect
 void validateGradients(Node& fn, variable_list& grads);
 
 // Runs the hooks of an AccumulateGrad node around `store`, which receives the
-// leaf's gradient (when it is defined) to keep in the context. `fn.apply` is not
-// called, so `.grad` is left alone. Order as in torch: tensor pre-hooks,
+// leaf's gradient (when it is defined) to keep in the context, and the number of
+// references to it that the engine holds (2 when post-hooks will see it too). `fn.apply`
+// is not called, so `.grad` is left alone. Order as in torch: tensor pre-hooks,
 // pre-hooks, store, post-hooks.
-void accumulateLeaf(Node& fn, InputBuffer&& inputs, const std::function<void(at::Tensor&&)>& store);
+void accumulateLeaf(Node& fn, InputBuffer&& inputs, const std::function<void(at::Tensor&&, size_t)>& store);
 
 // A profiler event (torch.profiler, torch.autograd.profiler) for a node the engine does
 // not call through Node::operator() (send and recv functions, see Engine::execute),

@@ -97,3 +97,65 @@ def test_torch_profiler_api(cluster):
     assert theirs[SEND] == ours[SEND] == 1 and theirs[RECV] == ours[RECV] == 1
     assert set(ours) == set(theirs)
 
+
+
+# --- the other workers' events ----------------------------------------------------------
+#
+# torch's engine sends the gradients of a backward pass with plain RPCs (RecvRpcBackward
+# calls the agent's send), so a profile on the caller holds none of the other workers'
+# events, and neither does ours (docs/engine.md, "Profiling"). On each worker, torch's
+# server-process global profiler records that worker's part of a pass.
+
+NESTED_WORKERS = ("worker1", "worker2", "worker3")
+# What runs on each of worker1..3 in the nested case (a Sin and a Mul per worker, between
+# the recv function of its input and the send function of its output).
+NESTED_NODES = {"MulBackward0", "SinBackward0", SEND, RECV}
+
+
+@pytest.mark.parametrize("engine", ["torch", "plugin"])
+def test_caller_profile_holds_no_remote_events(cluster, engine):
+    """Under torch's legacy profiler, whose RPC profiling brings a callee's events back for
+    rpc_async: neither engine's gradient messages do (nested over three workers)."""
+    for w in ["worker0", *NESTED_WORKERS]:
+        rpc.rpc_sync(w, graphs.clear_leaves)
+    with dist_autograd.context() as ctx:
+        roots = graphs.CASES["nested_three_workers"](ctx)
+        with torch.autograd.profiler_legacy.profile() as p:
+            if engine == "torch":
+                dist_autograd.backward(ctx, roots)
+            else:
+                plugin.autograd.backward(ctx, roots)
+    events = p.function_events
+    assert not any(e.is_remote for e in events)
+    local = counts(events)
+    assert local[SEND] == 1 and local[RECV] == 1 and local[BACKWARD_KEY] == 1, local
+
+
+def server_profiled_backward(engine: str):
+    """Each of worker1..3 runs torch's server-process global profiler during a pass."""
+    from tests.support import profiling
+
+    for w in ["worker0", *NESTED_WORKERS]:
+        rpc.rpc_sync(w, graphs.clear_leaves)
+    with dist_autograd.context() as ctx:
+        roots = graphs.CASES["nested_three_workers"](ctx)
+        for w in NESTED_WORKERS:
+            rpc.rpc_sync(w, profiling.start_server_profile)
+        try:
+            if engine == "torch":
+                dist_autograd.backward(ctx, roots)
+            else:
+                plugin.autograd.backward(ctx, roots)
+        finally:
+            names = {w: rpc.rpc_sync(w, profiling.stop_server_profile) for w in NESTED_WORKERS}
+    return {w: {n for n in ns if is_backward_event(n)} for w, ns in names.items()}
+
+
+def test_server_process_global_profiler_on_every_worker(cluster):
+    """As torch's test_server_process_global_profiler, with a backward pass: the profiler
+    that torch's RPC server runs for every request records, on each worker, the backward
+    functions of that worker's part of the pass, named as torch names them."""
+    theirs = server_profiled_backward("torch")
+    ours = server_profiled_backward("plugin")
+    for w in NESTED_WORKERS:
+        assert ours[w] == NESTED_NODES, (w, ours[w], "torch:", theirs[w])
