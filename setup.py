@@ -27,6 +27,11 @@ cxx_flags = ["-O2", "-Wall", "-Wno-unused-parameter"]
 # inline square root; without FMA contraction every build rounds alike (tests compare them).
 # (-Wno-unknown-pragmas: ATen's vector headers carry `#pragma unroll`, which GCC does not know.)
 kernel_flags = ["-O3", "-fno-math-errno", "-ffp-contract=off", "-Wno-unknown-pragmas"]
+# at::parallel_for is inline code over `#pragma omp parallel` in torch's OpenMP builds (the
+# Linux wheels): without -fopenmp the pragma is dropped and every kernel runs on one thread.
+# Linked with -fopenmp, the library needs libgomp.so.1, which the loader resolves to the copy
+# torch has already loaded (same soname), so there is one OpenMP runtime in the process.
+OPENMP_FLAGS = ["-fopenmp"]
 # Instruction set -> compiler flags (names as ATen's CPU_CAPABILITY values; ATen's AVX2
 # half-precision conversions need F16C, which AVX512F implies).
 ISA_FLAGS = {
@@ -58,15 +63,27 @@ class BuildWithIsaKernels(BuildExtension):
                     warnings.warn(f"the compiler rejects {ISA_FLAGS[isa]}: fused kernels built without {isa}")
         return builds
 
+    def openmp_flags(self):
+        probe = subprocess.run(
+            [self.compiler.compiler_so[0], *OPENMP_FLAGS, "-x", "c++", "-c", os.devnull, "-o", os.devnull],
+            capture_output=True,
+        )
+        if probe.returncode != 0:
+            warnings.warn(f"the compiler rejects {OPENMP_FLAGS}: fused kernels will run on one thread")
+            return []
+        return OPENMP_FLAGS
+
     def build_extension(self, ext):
         objects = []
+        openmp = self.openmp_flags()
+        ext.extra_link_args = list(ext.extra_link_args or []) + openmp
         for isa in self.isa_builds():
             objects += self.compiler.compile(
                 isa_sources,
                 output_dir=os.path.join(self.build_temp, "isa_" + isa.lower()),
                 macros=[("CPU_CAPABILITY", isa), ("CPU_CAPABILITY_" + isa, None)],
                 include_dirs=ext.include_dirs,
-                extra_postargs=cxx_flags + kernel_flags + ISA_FLAGS[isa],
+                extra_postargs=cxx_flags + kernel_flags + openmp + ISA_FLAGS[isa],
                 depends=ext.depends,
             )
         ext.extra_objects = objects
