@@ -6,7 +6,7 @@ its share of the training set, as in torch's RPC parameter-server tutorials: for
 the servers by RPC, a distributed backward pass, and a step of the shared parameters on the
 servers. With ``--stack plugin`` (the default) the backward pass is the plugin's engine and
 the step the plugin's DistributedOptimizer (TorchScript on the servers, without the GIL, with
-the fused Adam kernel of the op library; ``step_async``, so that the update overlaps the trainer's next
+torch's fused Adam kernel; ``step_async``, so that the update overlaps the trainer's next
 batch, unless ``--sync-step``); with ``--stack torch`` the same job runs on torch's distributed
 autograd and DistributedOptimizer. Trainer 0 also coordinates: after every epoch it measures
 accuracy on held-out digits and prints one line.
