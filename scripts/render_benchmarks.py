@@ -345,9 +345,10 @@ def _loads(values: Optional[List[float]]) -> str:
 
 
 def _loaded(meta: Dict[str, Any]) -> str:
-    """A warning for a verdict taken while the machine had more runnable work than cores."""
+    """A warning for a verdict taken while the machine had more runnable work than cores, judged
+    by the load at the start (the load at the end counts the job's own six processes)."""
     loads = meta.get("load_average") or {}
-    peak = max((loads.get("start") or [0])[0], (loads.get("end") or [0])[0])
+    peak = (loads.get("start") or [0])[0]
     cpus = meta.get("cpus") or 0
     return f" (under load {peak:.0f} on {cpus} CPUs: rerun on a quiet machine)" if cpus and peak > cpus else ""
 
