@@ -3,6 +3,7 @@
 #include "context_registry.h"
 #include "prepared_steps.h"
 #include "step_lock.h"
+#include "transport.h"
 
 #include <torch/csrc/distributed/autograd/context/container.h>
 #include <torch/csrc/distributed/rpc/rpc_agent.h>
@@ -91,24 +92,11 @@ void callScriptKernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
   std::string worker = torch::jit::pop(*stack).toStringRef();
   TORCH_CHECK(args.isTuple(), "_call_script: args must be a tuple");
   TORCH_CHECK(rpc::RpcAgent::isCurrentRpcAgentSet(), "_call_script: RPC is not initialized");
-  auto agent = rpc::RpcAgent::getCurrentRpcAgent();
+  auto workerId = rpc::RpcAgent::getCurrentRpcAgent()->getWorkerInfo(worker).id_;
   std::vector<c10::IValue> values(args.toTupleRef().elements().begin(), args.toTupleRef().elements().end());
-  auto sent = agent->send(
-      agent->getWorkerInfo(worker),
-      scriptCallMessage(c10::QualifiedName(function), std::move(values), /*asyncExecution=*/false),
-      timeoutSeconds > 0 ? static_cast<float>(timeoutSeconds) : rpc::kUnsetRpcTimeout);
-  auto result = c10::make_intrusive<c10::ivalue::Future>(c10::AnyType::get());
-  sent->addCallback([result](c10::ivalue::Future& done) {
-    if (done.hasError()) {
-      result->setError(done.exception_ptr());
-      return;
-    }
-    try {
-      result->markCompleted(replyValue(done));
-    } catch (const std::exception&) {
-      result->setError(std::current_exception());
-    }
-  });
+  auto result = dist_engine::callScript(
+      workerId, c10::QualifiedName(function), std::move(values), /*asyncExecution=*/false, c10::AnyType::get(),
+      timeoutSeconds > 0 ? static_cast<float>(timeoutSeconds) : dist_engine::kAgentTimeout);
   torch::jit::push(*stack, result);
 }
 

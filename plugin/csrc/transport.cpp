@@ -42,15 +42,26 @@ std::shared_ptr<rpc::RpcAgent> agent() {
   return rpc::RpcAgent::getCurrentRpcAgent();
 }
 
-// Sends a call of the TorchScript function `name` to `workerId`. The returned
-// future completes with the deserialized return value, or with the peer's error.
-c10::intrusive_ptr<Future> callHandler(
+// A call of a handler that answers when it returns (not an async_execution one).
+c10::intrusive_ptr<Future> callSyncHandler(
+    int64_t workerId,
+    std::optional<c10::QualifiedName> Handlers::*handler,
+    std::vector<c10::IValue>&& args,
+    const c10::TypePtr& returnType,
+    float timeoutSeconds) {
+  return callScript(
+      workerId, handlerName(handler), std::move(args), /*asyncExecution=*/false, returnType, timeoutSeconds);
+}
+
+}  // namespace
+
+c10::intrusive_ptr<Future> callScript(
     int64_t workerId,
     const c10::QualifiedName& name,
     std::vector<c10::IValue>&& args,
     bool asyncExecution,
     const c10::TypePtr& returnType,
-    float timeoutSeconds = kAgentTimeout) {
+    float timeoutSeconds) {
   auto rpcAgent = agent();
   const auto& dst = rpcAgent->getWorkerInfo(static_cast<rpc::worker_id_t>(workerId));
   // The agent's own send, not rpcTorchscript: rpcTorchscript attaches send/recv
@@ -72,19 +83,6 @@ c10::intrusive_ptr<Future> callHandler(
   });
   return result;
 }
-
-// A call of a handler that answers when it returns (not an async_execution one).
-c10::intrusive_ptr<Future> callSyncHandler(
-    int64_t workerId,
-    std::optional<c10::QualifiedName> Handlers::*handler,
-    std::vector<c10::IValue>&& args,
-    const c10::TypePtr& returnType,
-    float timeoutSeconds) {
-  return callHandler(
-      workerId, handlerName(handler), std::move(args), /*asyncExecution=*/false, returnType, timeoutSeconds);
-}
-
-}  // namespace
 
 void registerHandlers(
     const std::string& receiveGradients,
@@ -125,7 +123,7 @@ c10::intrusive_ptr<Future> sendGradients(
   }
   std::vector<c10::IValue> args{
       contextId, passId, messageId, c10::List<at::Tensor>(grads), retainGraph, smart, c10::List<int64_t>(reached)};
-  return callHandler(
+  return callScript(
       dst, handlerName(&Handlers::receiveGradients), std::move(args), /*asyncExecution=*/true, c10::IntType::get());
 }
 

@@ -36,6 +36,17 @@ c10::intrusive_ptr<c10::ivalue::Future> sendGradients(
 // Timeouts are in seconds; kAgentTimeout stands for the agent's default RPC timeout.
 constexpr float kAgentTimeout = -1;
 
+// Sends a call of the TorchScript function `name` to `workerId` through the agent's own
+// send. The returned future completes with the deserialized return value (of
+// `returnType`), or with the peer's error.
+c10::intrusive_ptr<c10::ivalue::Future> callScript(
+    int64_t workerId,
+    const c10::QualifiedName& name,
+    std::vector<c10::IValue>&& args,
+    bool asyncExecution,
+    const c10::TypePtr& returnType,
+    float timeoutSeconds = kAgentTimeout);
+
 // Asks `workerId` for its reachability table of the context (smart mode); the
 // future's value is the flattened table (int list).
 c10::intrusive_ptr<c10::ivalue::Future> requestReachability(
