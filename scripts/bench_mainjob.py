@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 
+from bench_results import split_at_dashes
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = 1.3
 
@@ -51,11 +53,7 @@ def run(stack, extra, workdir, tag):
 
 
 def main(argv=None):
-    argv = list(sys.argv[1:] if argv is None else argv)
-    extra = []
-    if "--" in argv:
-        extra = argv[argv.index("--") + 1:]
-        argv = argv[: argv.index("--")]
+    argv, extra = split_at_dashes(argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--pairs", type=int, default=3, help="runs per stack, in alternating order (default 3)")
     p.add_argument("--out", default=os.path.join(REPO, "results", "bench_mainjob.json"),

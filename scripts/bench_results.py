@@ -15,6 +15,15 @@ def run_meta(**settings):
     return {"torch": torch.__version__, "cpus": os.cpu_count(), **settings, "python": sys.version.split()[0]}
 
 
+def split_at_dashes(argv=None):
+    """A command line ``[options] [-- train.py options]`` (``sys.argv[1:]`` when ``argv`` is
+    None) split into the script's own arguments and those it passes on to ``scripts/train.py``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--" not in argv:
+        return argv, []
+    return argv[: argv.index("--")], argv[argv.index("--") + 1:]
+
+
 def write_results(path, results):
     """Writes ``results`` to ``path`` as indented JSON (making its folder) and prints where."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

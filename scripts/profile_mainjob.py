@@ -32,6 +32,8 @@ import subprocess
 import sys
 import tempfile
 
+from bench_results import split_at_dashes
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # What a CPU sample's call stack was doing, by markers anywhere in its native stack; the
@@ -175,11 +177,7 @@ def summarize_perf(profile, folder, cpu_per_epoch):
 
 
 def main(argv=None):
-    argv = list(sys.argv[1:] if argv is None else argv)
-    extra = []
-    if "--" in argv:
-        extra = argv[argv.index("--") + 1:]
-        argv = argv[: argv.index("--")]
+    argv, extra = split_at_dashes(argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--epochs", type=int, default=8, help="epochs per run; the first is not measured (default 8)")
     p.add_argument("--perf-hz", type=int, default=99, help="perf's sampling rate per thread (default 99)")
