@@ -1,7 +1,7 @@
 """The op library's ops and class, one typed Python function each: the library's Python face.
 
 Every op the library declares (``plugin/csrc/ops.cpp``, as ``torch.ops.dist_engine.<name>``)
-and its one custom class (``torch.classes.dist_engine.StepLock``) is named here and nowhere
+and its custom classes (``torch.classes.dist_engine.StepLock``, ``RejectOnExit``) are named here and nowhere
 else in the package: the other modules call these functions. Each function calls its op
 directly and does nothing more, so it behaves exactly as the op does (same errors, no extra
 checks); the friendlier entry points are :mod:`plugin.autograd` and :mod:`plugin.optim`.
@@ -154,9 +154,35 @@ def _wall_clock_ms() -> int:
     return torch.ops.dist_engine._wall_clock_ms()
 
 
+def _exchange_verdicts(key: int, peers: List[str], handler: str, verdict: Optional[str],
+                       timeout_s: float) -> torch.futures.Future[Optional[str]]:
+    """The op ``dist_engine::_exchange_verdicts``: gives this owner's verdict of step ``key``
+    (``None``: accepted) to the owners ``peers`` by calls of the TorchScript function
+    ``handler`` (RPC timeout ``timeout_s``; <= 0: the agent's). The future completes with
+    ``None`` once every peer accepted, else with the first rejection or failure (naming the
+    peer). See ``plugin/csrc/step_exchange.h``."""
+    return torch.ops.dist_engine._exchange_verdicts(key, peers, handler, verdict, timeout_s)
+
+
+def _receive_verdict(key: int, sender: str, verdict: Optional[str]) -> torch.futures.Future[Optional[str]]:
+    """The op ``dist_engine::_receive_verdict`` (RPC handler, async execution): owner
+    ``sender``'s verdict of step ``key``; the future completes with this owner's verdict once
+    it has one."""
+    return torch.ops.dist_engine._receive_verdict(key, sender, verdict)
+
+
+def _reject_on_exit(key: int, peers: List[str], handler: str,
+                    timeout_s: float) -> torch.classes.dist_engine.RejectOnExit:
+    """A new ``torch.classes.dist_engine.RejectOnExit``: for a ``with`` around an owner's
+    validation of step ``key``; unless its ``accept()`` was called, ``__exit__`` (also when
+    the body raises) gives the peers this owner's rejection (as :func:`_exchange_verdicts`)."""
+    return torch.classes.dist_engine.RejectOnExit(key, peers, handler, timeout_s)
+
+
 def _optimizer_debug_info() -> Dict[str, int]:
     """The op ``dist_engine::_optimizer_debug_info``: ``num_param_locks`` (live per-parameter
-    locks in this process) and ``num_prepared_steps`` (steps parked between their phases)."""
+    locks in this process), ``num_prepared_steps`` (steps parked between their phases) and
+    ``num_step_exchanges`` (steps whose owners' verdicts are being exchanged)."""
     return torch.ops.dist_engine._optimizer_debug_info()
 
 

@@ -8,6 +8,7 @@ by RPC, to run its module's ``step(context_id)``, which reads the context's grad
 C++ side (``torch.ops.dist_engine.gradients_for``: from the plugin's engine, or from torch's
 distributed autograd when torch ran the backward) and applies them, all in TorchScript.
 """
+import random
 import threading
 import warnings
 from collections import OrderedDict
@@ -44,6 +45,7 @@ class LocalOptimizerInterface(torch.nn.Module):
     def commit_step(self, token: int) -> None: pass
     def step_before(self, context_id: int, deadline_ms: int) -> None: pass
     def chain_step(self, context_id: int, lease_ms: int, deadline_ms: int, timeout_s: float) -> None: pass
+    def exchange_step(self, context_id: int, key: int, deadline_ms: int, timeout_s: float) -> None: pass
     def drop_step(self, token: int) -> bool: pass
 
 
@@ -97,12 +99,17 @@ class ScriptLocalOptimizer(torch.nn.Module):
     _next_owner: str
     _next: List[RRef[LocalOptimizerInterface]]
     _next_function: str
+    # the other owners of a step over several owners (set by DistributedOptimizer)
+    _peers: List[str]
+    _verdict_function: str
 
     def __init__(self, optimizer_class: type, params: List[Tensor], *args: Any, **kwargs: Any) -> None:
         super().__init__()
         self._next_owner = ""
         self._next = []
         self._next_function = _STEP_BEFORE_REMOTE
+        self._peers = []
+        self._verdict_function = _RECEIVE_VERDICT
         functional_class = functional_optim.functional_optimizer_for(optimizer_class)
         self._params = list(params)
         if functional_class in _FUSED_BY_DEFAULT and "fused" not in kwargs and "foreach" not in kwargs and all(
@@ -187,6 +194,11 @@ class ScriptLocalOptimizer(torch.nn.Module):
             RuntimeError: a sparse gradient for an optimizer that does not take them.
         """
         gradients = ops.gradients_for(context_id, self._params)
+        self._check_gradients(gradients)
+        return ops._park_step(gradients, lease_ms)
+
+    def _check_gradients(self, gradients: List[Optional[Tensor]]) -> None:
+        """Raises what the optimizer's step would raise first for ``gradients``, changing nothing."""
         if hasattr(self.optimizer.optim, "_s"):
             # functional_optim's classes: the check their step makes first, with each group's
             # current rule for sparse gradients (it follows set_option, e.g. fused SGD)
@@ -195,7 +207,6 @@ class ScriptLocalOptimizer(torch.nn.Module):
             _validation.check_gradients(
                 self._params, gradients, self._offsets, self._sparse_errors, self._groups, self._group_indices
             )
-        return ops._park_step(gradients, lease_ms)
 
     @torch.jit.export
     def commit_step(self, token: int) -> None:
@@ -277,6 +288,50 @@ class ScriptLocalOptimizer(torch.nn.Module):
             raise RuntimeError("[chain] commit failed after owner '" + self._next_owner + "' applied:\n" + error)
 
     @torch.jit.export
+    def exchange_step(self, context_id: int, key: int, deadline_ms: int, timeout_s: float) -> None:
+        """This owner's part of a step over several owners, all or nothing, in one round
+        trip from the caller, who sends it to every owner at once under one ``key``: reads
+        and validates this owner's gradients, gives its verdict (accepted, or rejected) to
+        the other owners (set by :class:`DistributedOptimizer`) and learns theirs, owner to
+        owner, then applies its gradients only if every other owner accepted, and only if it
+        holds the parameters' locks before ``deadline_ms`` on its system clock. Waiting for
+        the verdicts holds no thread and no lock. Without other owners, the same as
+        :meth:`step`.
+
+        Args:
+            context_id (int): a distributed autograd context id.
+            key (int): the step's key, the same on every owner and unique to the step.
+            deadline_ms (int): milliseconds since the Unix epoch; -1: no deadline.
+            timeout_s (float): seconds to wait for each other owner's verdict; <= 0: the RPC
+                timeout.
+
+        Raises:
+            ValueError: a gradient whose shape, dtype or device differs from its parameter's
+                (this owner rejected the step; nothing applied anywhere).
+            RuntimeError: the optimizer rejects a gradient (as above); another owner
+                rejected the step or did not answer in time (the message starts with
+                ``[exchange] owner '<name>'``; nothing applied here); or the deadline passed
+                (nothing applied here; the other owners may have applied). ``torch.jit.Error``
+                once scripted.
+        """
+        gradients = ops.gradients_for(context_id, self._params)
+        if len(self._peers) > 0:
+            verdict = ops._reject_on_exit(key, self._peers, self._verdict_function, timeout_s)
+            with verdict:  # the peers learn of a rejection at once
+                self._check_gradients(gradients)
+                verdict.accept()
+            error = ops._exchange_verdicts(key, self._peers, self._verdict_function, None, timeout_s).wait()
+            if error is not None:
+                raise RuntimeError("[exchange] " + error + "; nothing was applied on this worker")
+        with self._lock:
+            if deadline_ms >= 0 and ops._wall_clock_ms() >= deadline_ms:
+                raise RuntimeError(
+                    "the step reached this owner's locks after its deadline (the owner was frozen or overloaded); "
+                    "nothing was applied on this worker"
+                )
+            self.optimizer.step(gradients)
+
+    @torch.jit.export
     def drop_step(self, token: int) -> bool:
         """Forgets a step prepared by :meth:`prepare_step` without applying it.
 
@@ -345,7 +400,7 @@ class _Held:
 
 
 # The interface's methods are ScriptLocalOptimizer's: one docstring for both.
-for _name in ("step", "prepare_step", "commit_step", "step_before", "chain_step", "drop_step"):
+for _name in ("step", "prepare_step", "commit_step", "step_before", "chain_step", "exchange_step", "drop_step"):
     getattr(LocalOptimizerInterface, _name).__doc__ = getattr(ScriptLocalOptimizer, _name).__doc__
 
 
@@ -388,11 +443,19 @@ def _local_chain(local_optimizer: RRef[LocalOptimizerInterface], context_id: int
     local_optimizer.local_value().chain_step(context_id, lease_ms, deadline_ms, timeout_s)
 
 
-def _link(local_optimizer, next_owner, next_local_optimizer):
-    """Runs on the first of two owners, once: the owner its steps go on to."""
+def _local_exchange(local_optimizer: RRef[LocalOptimizerInterface], context_id: int, key: int, deadline_ms: int,
+                    timeout_s: float) -> None:
+    local_optimizer.local_value().exchange_step(context_id, key, deadline_ms, timeout_s)
+
+
+def _link(local_optimizer, peers, next_owner=None, next_local_optimizer=None):
+    """Runs on each owner of a step over several owners, once: the other owners, and (first
+    of two owners only) the owner its chained steps go on to."""
     module = local_optimizer.local_value()
-    module._next_owner = next_owner
-    module._next = [next_local_optimizer]
+    module._peers = list(peers)
+    if next_owner is not None:
+        module._next_owner = next_owner
+        module._next = [next_local_optimizer]
 
 
 # TorchScript functions: an owner runs them without the GIL
@@ -402,6 +465,10 @@ _local_commit = _jit.script(_local_commit)
 _local_drop = _jit.script(_local_drop)
 _step_before_remote = _jit.script(_step_before_remote)
 _local_chain = _jit.script(_local_chain)
+_local_exchange = _jit.script(_local_exchange)
+# RPC handler between owners (async execution: answered with this owner's verdict)
+_receive_verdict = _jit.script(ops._receive_verdict)
+_RECEIVE_VERDICT = _receive_verdict.qualified_name  # what exchange_step calls on the other owners
 _STEP_BEFORE_REMOTE = _step_before_remote.qualified_name  # what chain_step calls on the next owner
 
 
@@ -550,11 +617,15 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
             for owner, indices in by_owner.items()
         )
         self._local_optimizers: Dict[str, RRef] = _wait_all(futures, "building the local optimizer")
-        if len(self._local_optimizers) == 2:
-            # the first owner's steps go on to the second (see step)
-            (first, first_rref), (second, second_rref) = self._local_optimizers.items()
-            _wait_all(OrderedDict([(first, _send(first, _link, (first_rref, second, second_rref)))]),
-                      "building the local optimizer")
+        if len(self._local_optimizers) >= 2:
+            # every owner learns the others (see step); with two, the first one's chained
+            # steps (the _bench_protocol "chain") go on to the second
+            owners = list(self._local_optimizers)
+            links = OrderedDict()
+            for i, (owner, rref) in enumerate(self._local_optimizers.items()):
+                chain = (owners[1], self._local_optimizers[owners[1]]) if i == 0 and len(owners) == 2 else (None, None)
+                links[owner] = _send(owner, _link, (rref, [o for o in owners if o != owner]) + chain)
+            _wait_all(links, "building the local optimizer")
         self._init_torch_optimizer(params_rref)
 
     @property
@@ -684,7 +755,10 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
                 timed_out = "no answer within the RPC timeout" in remote_error_summary(errors[0][1])
                 _raise_errors(errors, what, "; it may still apply the step when it answers" if timed_out else "")
             return
-        if len(self._local_optimizers) == 2 and self._bench_protocol is None:
+        if self._bench_protocol is None:
+            self._exchange_step(context_id, what)
+            return
+        if self._bench_protocol == "chain" and len(self._local_optimizers) == 2:
             self._chain_step(context_id, what)
             return
         if self._bench_protocol == "one-phase":
@@ -693,6 +767,39 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
             ), what)
             return
         self._check_commits(self._commit(self._prepare(context_id, what)), what)
+
+    def _exchange_step(self, context_id: int, what: str) -> None:
+        """A step over several owners in one round trip: every owner validates its part,
+        exchanges verdicts with the others, owner to owner, and applies its part only when
+        all accepted (ScriptLocalOptimizer.exchange_step). An owner applies only before a
+        deadline, half the RPC timeout from now on the system clock, and waits for the
+        others' verdicts three quarters of the timeout, so its answer, naming the owner that
+        failed, comes before the caller's own timeout."""
+        timeout = rpc.get_rpc_timeout()
+        finite = 0 < timeout < 300
+        deadline = ops._wall_clock_ms() + int(500 * timeout) if finite else -1
+        key = random.getrandbits(63)  # one step's key on every owner
+        args = (context_id, key, deadline, 0.75 * timeout if finite else 0.0)
+        futures = OrderedDict(
+            (owner, _send(owner, _local_exchange, (rref,) + args)) for owner, rref in self._local_optimizers.items()
+        )
+        applied, errors = _gather(futures)
+        if not errors:
+            return
+        # an owner's own failure first; then those that only relay another owner's
+        relayed = [(o, e) for o, e in errors if "[exchange] owner " in str(e)]
+        own = [(o, e) for o, e in errors if "[exchange] owner " not in str(e)]
+        late = [o for o, e in own if "no answer within the RPC timeout" in remote_error_summary(e)]
+        lost = [o for o, e in own if "connection to it was lost" in remote_error_summary(e)]
+        if applied:
+            detail = (f"; the step was applied on owners {list(applied)} and not confirmed on {[o for o, _ in errors]}"
+                      + (" (an owner that did not answer in time may have applied it before its deadline)"
+                         if late or lost else ""))
+        else:
+            detail = "; no owner applied the step" + (
+                f" (unless {late} applied it just before its deadline, half the RPC timeout after the step was "
+                f"sent, and the answer was late)" if late else "")
+        _raise_errors(own + relayed, what, detail)
 
     def _chain_step(self, context_id: int, what: str) -> None:
         """A step over two owners in one round trip: the first validates and keeps its part,

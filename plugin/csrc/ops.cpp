@@ -10,6 +10,7 @@
 // analysis: TorchScript must neither drop a call whose result is unused nor merge
 // or reorder two calls.
 #include "step_lock.h"
+#include "step_exchange.h"
 
 #include <torch/library.h>
 
@@ -74,8 +75,17 @@ TORCH_LIBRARY(dist_engine, m) {
   // elements of the tuple `args`, by the agent's own send: the first owner of a chained
   // step asks the next one. TorchScript's rpc_async takes the GIL of the sending process.
   def(m, "_call_script(str worker, str function, Any args, float timeout_s) -> Future(Any)");
+  // A step over several owners (step_exchange.h): give this owner's verdict of step `key`
+  // (None: accepted) to the `peers` by calls of the TorchScript function `handler`; the
+  // future completes with None once every peer accepted, else with the first peer's
+  // rejection or failure (naming it).
+  def(m, "_exchange_verdicts(int key, str[] peers, str handler, str? verdict, float timeout_s) -> Future(str?)");
+  // RPC handler (async execution): peer `sender`'s verdict of step `key`; answered with
+  // this owner's verdict once it has one.
+  def(m, "_receive_verdict(int key, str sender, str? verdict) -> Future(str?)");
   // Counters of the optimizer's state in this process: num_param_locks (live
-  // per-parameter locks), num_prepared_steps (steps parked between their phases).
+  // per-parameter locks), num_prepared_steps (steps parked between their phases),
+  // num_step_exchanges (steps whose owners' verdicts are being exchanged).
   def(m, "_optimizer_debug_info() -> Dict(str, int)");
   // Sets this thread's current distributed autograd context (-1: none); returns the
   // previous one. The optimizer sends its RPCs outside any context.
@@ -88,6 +98,14 @@ TORCH_LIBRARY(dist_engine, m) {
       .def("size", &dist_engine::StepLock::size)
       .def("__enter__", &dist_engine::StepLock::enter)
       .def("__exit__", &dist_engine::StepLock::exit);
+  // torch.classes.dist_engine.RejectOnExit(key, peers, handler, timeout_s): around an
+  // owner's validation of step `key` in a `with` statement; unless accept() was called,
+  // __exit__ (also when the body raises) gives the peers this owner's rejection.
+  m.class_<dist_engine::RejectOnExit>("RejectOnExit")
+      .def(torch::init<int64_t, std::vector<std::string>, std::string, double>())
+      .def("accept", &dist_engine::RejectOnExit::accept)
+      .def("__enter__", &dist_engine::RejectOnExit::enter)
+      .def("__exit__", &dist_engine::RejectOnExit::exit);
 }
 
 // ---------------------------------------------------------------------------------------

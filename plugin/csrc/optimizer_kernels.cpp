@@ -2,6 +2,7 @@
 #include "compat.h"
 #include "context_registry.h"
 #include "prepared_steps.h"
+#include "step_exchange.h"
 #include "step_lock.h"
 #include "transport.h"
 
@@ -100,6 +101,27 @@ void callScriptKernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
   torch::jit::push(*stack, result);
 }
 
+Verdict verdictOf(const c10::IValue& value) {
+  return value.isNone() ? Verdict() : Verdict(value.toStringRef());
+}
+
+// Boxed (it returns a Future): see step_exchange.h.
+void exchangeVerdictsKernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  double timeoutSeconds = torch::jit::pop(*stack).toDouble();
+  Verdict verdict = verdictOf(torch::jit::pop(*stack));
+  std::string handler = torch::jit::pop(*stack).toStringRef();
+  auto peers = torch::jit::pop(*stack).to<std::vector<std::string>>();
+  int64_t key = torch::jit::pop(*stack).toInt();
+  torch::jit::push(*stack, exchangeVerdicts(key, peers, handler, std::move(verdict), timeoutSeconds));
+}
+
+void receiveVerdictKernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  Verdict verdict = verdictOf(torch::jit::pop(*stack));
+  std::string sender = torch::jit::pop(*stack).toStringRef();
+  int64_t key = torch::jit::pop(*stack).toInt();
+  torch::jit::push(*stack, receiveVerdict(key, sender, std::move(verdict)));
+}
+
 int64_t wallClockMsKernel() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -109,6 +131,7 @@ c10::Dict<std::string, int64_t> optimizerDebugInfoKernel() {
   c10::Dict<std::string, int64_t> info;
   info.insert("num_param_locks", numParamLocks());
   info.insert("num_prepared_steps", numParkedSteps());
+  info.insert("num_step_exchanges", numStepExchanges());
   return info;
 }
 
@@ -128,6 +151,8 @@ TORCH_LIBRARY_IMPL(dist_engine, CompositeImplicitAutograd, m) {
   m.impl("_error_of", torch::CppFunction::makeFromBoxedFunction<&errorOfKernel>());
   m.impl("_wall_clock_ms", TORCH_FN(wallClockMsKernel));
   m.impl("_call_script", torch::CppFunction::makeFromBoxedFunction<&callScriptKernel>());
+  m.impl("_exchange_verdicts", torch::CppFunction::makeFromBoxedFunction<&exchangeVerdictsKernel>());
+  m.impl("_receive_verdict", torch::CppFunction::makeFromBoxedFunction<&receiveVerdictKernel>());
   m.impl("_optimizer_debug_info", TORCH_FN(optimizerDebugInfoKernel));
   m.impl("_swap_current_context", TORCH_FN(swapCurrentContextKernel));
 }

@@ -80,6 +80,21 @@ def test_owner_lost_between_the_phases_is_named_with_the_owners_that_applied(how
 
 
 @pytest.mark.parametrize("how", ["kill", "stop"])
+def test_owner_lost_after_every_owner_accepted_a_step_is_named_with_the_owners_that_applied(how):
+    """step() over two owners: both validated and accepted (their verdicts exchanged owner to
+    owner); the healthy owner applied, the victim was waiting for its parameter's lock when it
+    died or froze. The error names the victim and says that the healthy owner applied."""
+    r = run(f"{how}_mid_apply")
+    assert r["error"] is not None, r
+    assert "step(" in r["error"] and "failed on owner 'victim'" in r["error"], r["error"]
+    assert "applied on owners ['healthy'] and not confirmed on ['victim']" in r["error"], r["error"]
+    assert ("no answer within the RPC timeout" if how == "stop" else "connection to it was lost") in r["error"]
+    assert r["elapsed"] < 1.2 * r["rpc_timeout"], r["elapsed"]
+    before, after = (torch.tensor(r[k]["param"], dtype=torch.float64) for k in ("before", "after"))
+    torch.testing.assert_close(after, before - 1.0, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("how", ["kill", "stop"])
 def test_state_dict_of_a_lost_owner_names_it(how):
     r = run(f"{how}_state_dict")
     assert r["error"] is not None and "state_dict() failed on owner 'victim'" in r["error"], r["error"]

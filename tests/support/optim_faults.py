@@ -68,6 +68,14 @@ def run_scenario(scenario):
                 time.sleep(0.5)
                 os.kill(victim_pid, how)
                 fut.wait()
+            elif scenario.endswith("mid_apply"):
+                # the same window in a step(): both owners accepted the step (the verdicts
+                # are exchanged between them), the healthy owner applied, the victim waits for
+                # its lock when it is stopped or killed
+                rpc.rpc_sync("victim", optim_remote.hold_param_lock, args=("victim", 60.0))
+                threading.Timer(0.5, os.kill, (victim_pid, how)).start()
+                started = time.monotonic()
+                opt.step(ctx)
             elif scenario.endswith("state_dict"):
                 os.kill(victim_pid, how)
                 started = time.monotonic()
