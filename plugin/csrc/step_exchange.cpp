@@ -10,7 +10,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <unordered_map>
-#include <unordered_set>
+#include <deque>
 #include <utility>
 
 namespace dist_engine {
@@ -27,8 +27,6 @@ struct Exchange {
   std::vector<std::string> expected;
   // Peers' verdicts (from their calls or from the answers to ours), first one kept.
   std::unordered_map<std::string, Verdict> received;
-  // Peers whose call arrived: the exchange is forgotten once every peer called.
-  std::unordered_set<std::string> called;
   // Peers' calls waiting for this owner's verdict.
   std::vector<c10::intrusive_ptr<Future>> waiting;
   // This owner's wait for the peers (null until it gave its verdict).
@@ -37,9 +35,16 @@ struct Exchange {
   Clock::time_point expires;
 };
 
+// An exchange is forgotten once decided with every peer's verdict in, but a peer's call
+// may still be on its way (sent when this owner's call to it was): the verdicts of the
+// last kFinished exchanges answer such late calls at once.
+constexpr size_t kFinished = 4096;
+
 struct Table {
   std::mutex mu;
   std::unordered_map<int64_t, Exchange> exchanges;
+  std::unordered_map<int64_t, Verdict> finished;
+  std::deque<int64_t> finishedOrder;
 };
 
 Table& table() {
@@ -122,8 +127,8 @@ void decideLocked(Exchange& e, const std::string& self, Completions& out) {
   }
 }
 
-// Forgets the exchange once nothing more is to come for it.
-void eraseIfDoneLocked(Table& t, int64_t key) {
+// Moves the exchange to the finished ones once decided with every peer's verdict in.
+void finishIfDoneLocked(Table& t, int64_t key) {
   auto it = t.exchanges.find(key);
   if (it == t.exchanges.end()) {
     return;
@@ -133,8 +138,15 @@ void eraseIfDoneLocked(Table& t, int64_t key) {
     return;
   }
   for (const auto& peer : e.expected) {
-    if (e.called.count(peer) == 0) {
+    if (e.received.count(peer) == 0) {
       return;
+    }
+  }
+  if (t.finished.emplace(key, *e.local).second) {
+    t.finishedOrder.push_back(key);
+    if (t.finishedOrder.size() > kFinished) {
+      t.finished.erase(t.finishedOrder.front());
+      t.finishedOrder.pop_front();
     }
   }
   t.exchanges.erase(it);
@@ -170,7 +182,7 @@ void record(int64_t key, const std::string& peer, Verdict verdict) {
     }
     it->second.received.try_emplace(peer, std::move(verdict));
     decideLocked(it->second, selfName(), out);
-    eraseIfDoneLocked(t, key);
+    finishIfDoneLocked(t, key);
   }
   out.run();
 }
@@ -207,10 +219,13 @@ c10::intrusive_ptr<Future> exchangeVerdicts(
     } else {
       decideLocked(e, self, out);
     }
-    // every peer is called, also one whose verdict already arrived: the exchange is
-    // forgotten when every peer's call has arrived, so each peer must make one
-    toCall = peers;
-    eraseIfDoneLocked(t, key);
+    // a peer whose call is waiting has its answer now: only the others are called
+    for (const auto& peer : peers) {
+      if (e.received.count(peer) == 0) {
+        toCall.push_back(peer);
+      }
+    }
+    finishIfDoneLocked(t, key);
   }
   out.run();
   const float timeout = timeoutSeconds > 0 ? static_cast<float>(timeoutSeconds) : kAgentTimeout;
@@ -245,16 +260,20 @@ c10::intrusive_ptr<Future> receiveVerdict(int64_t key, const std::string& sender
     std::lock_guard<std::mutex> guard(t.mu);
     auto now = Clock::now();
     sweepLocked(t, now, self, out);
-    Exchange& e = findOrAdd(t, key, now);
-    e.received.try_emplace(sender, std::move(verdict));
-    e.called.insert(sender);
-    if (e.local) {
-      out.values.emplace_back(answer, toIValue(*e.local));
+    auto done = t.finished.find(key);
+    if (done != t.finished.end()) {
+      out.values.emplace_back(answer, toIValue(done->second));  // a late call
     } else {
-      e.waiting.push_back(answer);
+      Exchange& e = findOrAdd(t, key, now);
+      e.received.try_emplace(sender, std::move(verdict));
+      if (e.local) {
+        out.values.emplace_back(answer, toIValue(*e.local));
+      } else {
+        e.waiting.push_back(answer);
+      }
+      decideLocked(e, self, out);
+      finishIfDoneLocked(t, key);
     }
-    decideLocked(e, self, out);
-    eraseIfDoneLocked(t, key);
   }
   out.run();
   return answer;

@@ -12,12 +12,14 @@
 // sends none itself). The answer's RPC timeout bounds the wait: a peer that is dead,
 // frozen, or never received the step fails it, naming the peer.
 //
-// No lock is held while waiting. An exchange is forgotten once this owner's verdict is
-// known and every peer's has arrived; one whose step never completes here (the step
-// never reached this owner, or a peer never answered) is forgotten after a lease
-// (twice the agent's RPC timeout, 10 minutes if it is infinite), and the calls still
-// waiting on it fail. An owner that gave up waiting (a peer failed) withdraws: peers
-// that ask later are answered with a rejection, so they do not apply either.
+// No lock is held while waiting. An exchange is finished once this owner's verdict is
+// known and every peer's has arrived (each call this owner makes ends, at the latest,
+// with its RPC timeout); the verdicts of the last 4096 finished exchanges answer calls
+// that arrive later (crossing calls). An exchange whose step never reached this owner
+// is forgotten after a lease (twice the agent's RPC timeout, 10 minutes if it is
+// infinite), and the calls waiting on it fail. An owner that gave up waiting (a peer
+// failed) withdraws: peers that ask later are answered with a rejection, so they do not
+// apply either.
 #pragma once
 
 #include <ATen/core/ivalue.h>

@@ -41,6 +41,17 @@ def healthy_view():
     }
 
 
+def _kill_once_healthy_applied(victim_pid, how, result, limit_s=3.0):
+    """Stops or kills the victim as soon as the healthy owner's parameter changed (its part
+    of the step applied; at most ``limit_s`` after the call)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if rpc.rpc_sync("healthy", optim_remote.param_value, args=("healthy",)).tolist() != result["before"]["param"]:
+            break
+        time.sleep(0.02)
+    os.kill(victim_pid, how)
+
+
 def run_scenario(scenario):
     import plugin.optim
 
@@ -73,7 +84,7 @@ def run_scenario(scenario):
                 # are exchanged between them), the healthy owner applied, the victim waits for
                 # its lock when it is stopped or killed
                 rpc.rpc_sync("victim", optim_remote.hold_param_lock, args=("victim", 60.0))
-                threading.Timer(0.5, os.kill, (victim_pid, how)).start()
+                threading.Thread(target=_kill_once_healthy_applied, args=(victim_pid, how, result), daemon=True).start()
                 started = time.monotonic()
                 opt.step(ctx)
             elif scenario.endswith("state_dict"):
