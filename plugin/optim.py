@@ -732,7 +732,10 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         its phase 1, has the second owner validate and apply, then applies its own part or
         drops it (:meth:`ScriptLocalOptimizer.chain_step`; the second owner applies only
         before a deadline of half the RPC timeout on its system clock). With three or more,
-        phase 1 runs on every owner at once, then phase 2. An owner that dies or freezes
+        the caller sends the step to every owner at once; each validates, gives its verdict
+        to the others and learns theirs, owner to owner, and applies only when all accepted
+        (:meth:`ScriptLocalOptimizer.exchange_step`; before the same deadline): one round
+        trip from the caller, the owners updating in parallel. An owner that dies or freezes
         between the phases makes the step raise, naming it and listing the owners that
         applied it (the "Failures and guarantees" page has the table).
 
@@ -755,10 +758,11 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
                 timed_out = "no answer within the RPC timeout" in remote_error_summary(errors[0][1])
                 _raise_errors(errors, what, "; it may still apply the step when it answers" if timed_out else "")
             return
-        if self._bench_protocol is None:
+        protocol = self._bench_protocol or ("chain" if len(self._local_optimizers) == 2 else "exchange")
+        if protocol == "exchange":
             self._exchange_step(context_id, what)
             return
-        if self._bench_protocol == "chain" and len(self._local_optimizers) == 2:
+        if protocol == "chain" and len(self._local_optimizers) == 2:
             self._chain_step(context_id, what)
             return
         if self._bench_protocol == "one-phase":
@@ -835,7 +839,8 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
     # For scripts/bench_gil.py only, to measure what the guarantee costs: "one-phase" steps every
     # owner in one round trip, as if each were the only one, without the all-or-nothing
     # guarantee; "parallel" runs the phases from the caller (phase 1 on all owners, then the
-    # commits) as with three owners or more, instead of the chain of two owners.
+    # commits) as step_async does; "exchange" has the owners exchange their verdicts (as with
+    # three owners or more) also with two, instead of the chain.
     _bench_protocol: Optional[str] = None
 
     def state_dict(self) -> Dict[str, Any]:

@@ -24,10 +24,12 @@ Part 3, the cost of the all-or-nothing step (issue 10): the parameters split ove
 every owner, then apply; with two owners chained by the first owner, one round trip from the
 trainer); against it, the same optimizer switched (DistributedOptimizer._bench_protocol, which
 exists for this measurement) to one round trip without the guarantee (every owner steps at
-once), and to the phases sent from the trainer to every owner (as with three owners or more:
-one extra round trip). The three alternate, --repeats rounds (default 3), in one process
-group, for Adam and NAdam and every T; reported: median steps/s of each and the cost,
-1 - the median ratio of the same round's runs. Target: under 10 %. With one server the step is
+once), to the owners exchanging their verdicts owner to owner (the step over three owners or
+more: one round trip from the trainer, the owners updating in parallel, two or four more
+messages per pair of owners), and to the phases sent from the trainer to every owner (as
+step_async does: one extra round trip). The four alternate, --repeats rounds (default 3), in
+one process group, for Adam and NAdam and every T; reported: median steps/s of each and the
+cost, 1 - the median ratio of the same round's runs. Target: under 10 %. With one server the step is
 one call whatever the switch, so part 3 needs two or more.
 
 Writes JSON (default results/bench_gil.json), which docs/benchmarks.md quotes.
@@ -67,10 +69,11 @@ TRANSPORTS = ["uv"]
 NUM_PARAMS = 400
 PARAM_SIZE = 4096
 ENGINES = ["plugin-adam", "torch-adam-torchscript", "plugin-nadam", "torch-nadam-python"]
-# part 3: the plugin's step (two owners: chained by the first owner), the phases sent from the
-# caller to all owners (as with three owners or more), and the same step sent to every owner at
-# once without the guarantee; values: DistributedOptimizer._bench_protocol
-PROTOCOLS = {"two_phase": None, "parallel": "parallel", "one_phase": "one-phase"}
+# part 3: the plugin's step (two owners: chained by the first owner), the owners exchanging
+# their verdicts (as with three owners or more), the phases sent from the caller to all owners
+# (as step_async does), and the same step sent to every owner at once without the guarantee;
+# values: DistributedOptimizer._bench_protocol
+PROTOCOLS = {"two_phase": None, "exchange": "exchange", "parallel": "parallel", "one_phase": "one-phase"}
 TWO_PHASE_ENGINES = {"adam": "plugin-adam", "nadam": "plugin-nadam"}
 
 # --- the spinning thread --------------------------------------------------------------------
@@ -234,10 +237,12 @@ def coordinate_two_phase(trainers, args):
         # the runs of one round follow each other, so their ratios see the same machine load
         ratios = [two / one for two, one in zip(runs["two_phase"], runs["one_phase"])]
         parallel = [p / one for p, one in zip(runs["parallel"], runs["one_phase"])]
+        exchange = [x / one for x, one in zip(runs["exchange"], runs["one_phase"])]
         results[name] = dict(
             {key: statistics.median(v) for key, v in runs.items()},
             ratio=statistics.median(ratios), cost=1.0 - statistics.median(ratios), ratios=ratios,
             parallel_cost=1.0 - statistics.median(parallel), parallel_ratios=parallel,
+            exchange_cost=1.0 - statistics.median(exchange), exchange_ratios=exchange,
         )
     return results
 
@@ -474,12 +479,13 @@ def main():
         two_phase = {t: run_server_benchmark(t, part3, coordinate_two_phase) for t in trainers}
         print(f"\nTwo-phase step: {args.num_params} x {args.param_size} on {args.two_phase_servers} servers, "
               f"steps/s, medians of {args.repeats} alternating runs:")
-        print(f"{'T':>3} {'optimizer':>9} {'two-phase':>10} {'parallel':>10} {'one-phase':>10} {'cost':>7} "
-              f"{'parallel cost':>14}   ratios (two-phase / one-phase)")
+        print(f"{'T':>3} {'optimizer':>9} {'two-phase':>10} {'exchange':>10} {'parallel':>10} {'one-phase':>10} "
+              f"{'cost':>7} {'exchange cost':>14} {'parallel cost':>14}   ratios (two-phase / one-phase)")
         for t, r in two_phase.items():
             for name, c in r.items():
-                print(f"{t:>3} {name:>9} {c['two_phase']:>10.1f} {c['parallel']:>10.1f} {c['one_phase']:>10.1f} "
-                      f"{100 * c['cost']:>6.1f}% {100 * c['parallel_cost']:>13.1f}%   "
+                print(f"{t:>3} {name:>9} {c['two_phase']:>10.1f} {c['exchange']:>10.1f} {c['parallel']:>10.1f} "
+                      f"{c['one_phase']:>10.1f} {100 * c['cost']:>6.1f}% {100 * c['exchange_cost']:>13.1f}% "
+                      f"{100 * c['parallel_cost']:>13.1f}%   "
                       + " ".join(f"{x:.3f}" for x in c["ratios"]))
         results["two_phase"] = {str(t): r for t, r in two_phase.items()}
     meta = {}

@@ -206,6 +206,72 @@ def test_a_gradient_one_owner_rejects_changes_no_owner(cluster):
     assert rpc.rpc_sync("worker1", optim_remote.optimizer_debug_info)["num_prepared_steps"] == 0
 
 
+THREE = ["worker1", "worker2", "worker3"]
+
+
+def _step_over(opt, owners, names, x, sparse_on=None):
+    """One forward (each owner's parameter times x, squared; or an embedding lookup on
+    ``sparse_on``), backward and step."""
+    with dist_autograd.context() as ctx:
+        loss = 0
+        for owner, name in zip(owners, names):
+            if owner == sparse_on:
+                loss = loss + rpc.rpc_sync(owner, optim_remote.use_param_sparse, args=(torch.tensor([0, 2]), name)).sum()
+            else:
+                loss = loss + (rpc.rpc_sync(owner, optim_remote.use_param, args=(x, name)) ** 2).sum()
+        plugin.autograd.backward(ctx, [loss])
+        opt.step(ctx)
+
+
+def _exchanges_drain(owners):
+    deadline = time.time() + 10  # the answers to crossing calls may still be on their way
+    while any(rpc.rpc_sync(o, optim_remote.optimizer_debug_info)["num_step_exchanges"] for o in owners) \
+            and time.time() < deadline:
+        time.sleep(0.05)
+    return {o: rpc.rpc_sync(o, optim_remote.optimizer_debug_info)["num_step_exchanges"] for o in owners}
+
+
+@pytest.mark.parametrize("protocol", [None, "exchange"])
+def test_steps_over_three_owners_match_torch(cluster, protocol):
+    """Three owners (the owners exchange their verdicts; with two owners, the same protocol by
+    the benchmark's switch): 4 Adam steps equal torch.optim.Adam's over the same parameters."""
+    owners = THREE if protocol is None else THREE[:2]
+    names = [f"three_{i}_{protocol}" for i in range(len(owners))]
+    rrefs = [rpc.rpc_sync(o, optim_remote.make_param, args=(n, (5,), 10 + i)) for i, (o, n) in enumerate(zip(owners, names))]
+    local = [rpc.rpc_sync(o, optim_remote.param_value, args=(n,)).requires_grad_() for o, n in zip(owners, names)]
+    opt = DistributedOptimizer(torch.optim.Adam, rrefs, lr=0.05)
+    opt._bench_protocol = protocol
+    reference = torch.optim.Adam(local, lr=0.05)
+    for step in range(4):
+        x = torch.full((5,), 1.0 + step, dtype=torch.float64)
+        _step_over(opt, owners, names, x)
+        reference.zero_grad()
+        sum(((x * p) ** 2).sum() for p in local).backward()
+        reference.step()
+    for o, n, p in zip(owners, names, local):
+        torch.testing.assert_close(rpc.rpc_sync(o, optim_remote.param_value, args=(n,)), p.detach(), rtol=1e-10, atol=1e-12)
+    assert _exchanges_drain(owners) == {o: 0 for o in owners}
+
+
+def test_a_gradient_one_of_three_owners_rejects_changes_no_owner(cluster):
+    """Three owners, Adam: worker3 gets a sparse gradient. The step raises naming worker3 (its
+    own error first), no owner changed, and no exchange is left on any owner."""
+    names = ["rej3_a", "rej3_b", "rej3_table"]
+    shapes = [(3,), (3,), (6, 3)]
+    rrefs = [rpc.rpc_sync(o, optim_remote.make_param, args=(n, s, 20 + i))
+             for i, (o, n, s) in enumerate(zip(THREE, names, shapes))]
+    before = [rpc.rpc_sync(o, optim_remote.param_value, args=(n,)) for o, n in zip(THREE, names)]
+    opt = DistributedOptimizer(torch.optim.Adam, rrefs, lr=0.1)
+    with pytest.raises(RuntimeError, match=r"step\(\d+\) failed on owner 'worker3'.*does not support sparse "
+                                           r"gradients.*also failed on owner 'worker1'.*owner 'worker3' rejected.*"
+                                           r"no owner applied the step"):
+        _step_over(opt, THREE, names, torch.ones(3, dtype=torch.float64), sparse_on="worker3")
+    for o, n, b in zip(THREE, names, before):
+        assert torch.equal(rpc.rpc_sync(o, optim_remote.param_value, args=(n,)), b), o
+    assert opt.state_dict()["state"] == {}
+    assert _exchanges_drain(THREE) == {o: 0 for o in THREE}
+
+
 @pytest.mark.parametrize("owners", [["worker1"], ["worker1", "worker2"]])
 def test_step_async_racing_the_context_exit_always_applies(cluster, owners):
     """step_async inside the context, waited on after the block exits, 200 times: every step

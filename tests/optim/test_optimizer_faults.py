@@ -44,9 +44,11 @@ def unchanged(result):
     return result["before"]["param"] == result["after"]["param"]
 
 
+@pytest.mark.parametrize("protocol", ["", "exchange_"])
 @pytest.mark.parametrize("how", ["kill", "stop"])
-def test_owner_lost_before_the_step_changes_no_owner(how):
-    r = run(f"{how}_before_step")
+def test_owner_lost_before_the_step_changes_no_owner(how, protocol):
+    """The chain of two owners, and the owners' exchange of verdicts (``exchange_``)."""
+    r = run(f"{protocol}{how}_before_step")
     assert r["error"] is not None and "step(" in r["error"]
     assert "failed on owner 'victim'" in r["error"] and "no owner applied the step" in r["error"], r["error"]
     assert ("no answer within the RPC timeout" if how == "stop" else "connection to it was lost") in r["error"]
@@ -55,11 +57,14 @@ def test_owner_lost_before_the_step_changes_no_owner(how):
     assert r["after"]["info"]["num_prepared_steps"] == 0
 
 
-def test_second_owner_frozen_past_its_deadline_applies_nothing_when_it_resumes():
+@pytest.mark.parametrize("protocol", ["", "exchange_"])
+def test_second_owner_frozen_past_its_deadline_applies_nothing_when_it_resumes(protocol):
     """A step over two owners is chained (the first owner asks the second): the second owner,
     frozen when the step is sent and resumed after the caller got its error, finds the step
-    past its deadline and applies nothing, as the first owner dropped its part."""
-    r = run("stop_resume_before_step")
+    past its deadline and applies nothing, as the first owner dropped its part. With the
+    exchange of verdicts (``exchange_``): the resumed owner hears that the healthy one withdrew,
+    or finds the step past its deadline."""
+    r = run(f"{protocol}stop_resume_before_step")
     assert r["error"] is not None and "failed on owner 'victim'" in r["error"], r["error"]
     assert "no owner applied the step" in r["error"], r["error"]
     assert r["elapsed"] < 1.2 * r["rpc_timeout"], r["elapsed"]
@@ -81,10 +86,10 @@ def test_owner_lost_between_the_phases_is_named_with_the_owners_that_applied(how
 
 @pytest.mark.parametrize("how", ["kill", "stop"])
 def test_owner_lost_after_every_owner_accepted_a_step_is_named_with_the_owners_that_applied(how):
-    """step() over two owners: both validated and accepted (their verdicts exchanged owner to
-    owner); the healthy owner applied, the victim was waiting for its parameter's lock when it
-    died or froze. The error names the victim and says that the healthy owner applied."""
-    r = run(f"{how}_mid_apply")
+    """step() with the owners' exchange of verdicts: both validated and accepted; the healthy
+    owner applied, the victim was waiting for its parameter's lock when it died or froze. The
+    error names the victim and says that the healthy owner applied."""
+    r = run(f"exchange_{how}_mid_apply")
     assert r["error"] is not None, r
     assert "step(" in r["error"] and "failed on owner 'victim'" in r["error"], r["error"]
     assert "applied on owners ['healthy'] and not confirmed on ['victim']" in r["error"], r["error"]
