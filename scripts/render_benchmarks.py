@@ -312,14 +312,17 @@ TWO_PHASE_TARGET = ("Target (issue 10): the all-or-nothing step over several own
 def render_two_phase(data: Any, meta: Dict[str, Any]) -> str:
     """The two-phase step against the one-phase step (part 3 of bench_gil)."""
     out = [TWO_PHASE_TARGET, ""]
+    exchange = any("exchange" in r for by_optimizer in data.values() for r in by_optimizer.values())
     out.append(
         f"Two-phase cost: {meta.get('num_params', '?')} parameters of {meta.get('param_size', 0):,} elements "
         f"split over {meta.get('two_phase_servers', '?')} servers, every trainer stepping the same context, "
         f"no spinning thread, {meta.get('two_phase_seconds', '?')} s per run. The plugin's step (two owners: "
         "chained by the first owner, one round trip from the trainer) against the same optimizer switched to "
-        "one round trip without the guarantee (every owner steps at once); the last columns: the phases sent "
-        "from the trainer to both owners (what three owners or more use, one extra round trip). The three "
-        f"alternate, {meta.get('repeats', '?')} rounds, in one process group. Steps/s are medians; a cost is "
+        "one round trip without the guarantee (every owner steps at once); the next columns: the phases sent "
+        "from the trainer to both owners (what step_async uses, one extra round trip)"
+        + ("; the last ones: the owners exchanging their verdicts owner to owner (what three owners or more use, "
+           "one round trip from the trainer, the owners updating in parallel)" if exchange else "")
+        + f". They alternate, {meta.get('repeats', '?')} rounds, in one process group. Steps/s are medians; a cost is "
         "1 minus the median of the ratios to the one-round-trip step of the same round."
     )
     out.append("")
@@ -328,9 +331,11 @@ def render_two_phase(data: Any, meta: Dict[str, Any]) -> str:
         for name, r in by_optimizer.items():
             rows.append([t, name, f"{r['two_phase']:.0f}", f"{r['one_phase']:.0f}", f"{100 * r['cost']:.1f} %",
                          "met" if r["cost"] < 0.10 else "**missed**", f"{r['parallel']:.0f}",
-                         f"{100 * r['parallel_cost']:.1f} %"])
+                         f"{100 * r['parallel_cost']:.1f} %"]
+                        + ([f"{r['exchange']:.0f}", f"{100 * r['exchange_cost']:.1f} %"] if exchange else []))
     out.append(_table(["trainers", "optimizer", "two-phase steps/s", "one-phase steps/s", "cost", "verdict (< 10 %)",
-                       "phases from the caller, steps/s", "their cost"], rows))
+                       "phases from the caller, steps/s", "their cost"]
+                      + (["owners' exchange, steps/s", "its cost"] if exchange else []), rows))
     return "\n".join(out)
 
 

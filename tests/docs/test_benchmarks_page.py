@@ -104,6 +104,11 @@ def test_two_phase_cost_is_rendered_with_its_verdict():
     text = R.render_two_phase({"1": {"adam": row}, "8": {"nadam": dict(row, two_phase=80.0, cost=0.2)}}, meta)
     assert "| 1 | adam | 95 | 100 | 5.0 % | met | 70 | 30.0 % |" in text
     assert "| 8 | nadam | 80 | 100 | 20.0 % | **missed** | 70 | 30.0 % |" in text
+    assert "owners' exchange" not in text
+    # with the owners' exchange of verdicts measured too: two more columns
+    text = R.render_two_phase({"2": {"adam": dict(row, exchange=90.0, exchange_cost=0.1)}}, meta)
+    assert "| 2 | adam | 95 | 100 | 5.0 % | met | 70 | 30.0 % | 90 | 10.0 % |" in text
+    assert "owners exchanging their verdicts" in text
     data = json.loads((R.RESULTS and open(os.path.join(R.RESULTS, "bench_gil.json")).read()))
     data.pop("two_phase", None)
     assert "Target (issue 10)" not in R.render_bench_gil(data)
