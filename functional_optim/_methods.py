@@ -35,7 +35,7 @@ from ._state import GroupedState
 __all__ = [
     "with_shared_methods", "step", "step_param", "set_group", "param_group_indices",
     "hyperparameters", "options", "set_hyperparameter", "set_option", "get_state", "set_state",
-    "state_dict", "load_state_dict", "eager_defaults", "eager_parse", "eager_attach", "eager_repr",
+    "state_dict", "load_state_dict", "add_param_group", "eager_defaults", "eager_parse", "eager_attach", "eager_repr",
 ]
 
 
@@ -339,6 +339,32 @@ def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
 
 
 @torch.jit.unused
+def add_param_group(self, param_group: Dict[str, Any]) -> None:
+    """Eager only: add a parameter group, as ``torch.optim.Optimizer.add_param_group``.
+
+    Args:
+        param_group (Dict[str, Any]): ``{'params': ..., <hyperparameters>}`` as a group of the
+            constructor's ``params``: ``'params'`` a Tensor or a list of Tensors or of
+            ``(name, Tensor)`` pairs (``named_parameters()``: the names go into the group's
+            ``'param_names'``, as in torch); the values it does not set are the constructor's.
+            Its parameters are numbered after the existing ones (flat indices, as in torch's
+            ``state_dict``); their state starts at their first step.
+
+    Raises:
+        TypeError: ``param_group`` is not a dict (torch's message), its params are a set, or a
+            value is of the wrong type.
+        KeyError: no ``'params'`` entry (as torch).
+        ValueError: some but not all parameters named, a named group added to an optimizer
+            without names or the reverse, a parameter already optimized, a non-leaf parameter
+            (torch's messages), or invalid values. Nothing changes when it raises.
+        RuntimeError: as the constructor (``fused`` with parameters it cannot step...).
+    """
+    from ._param_groups import add_param_group as add
+
+    add(self, param_group)
+
+
+@torch.jit.unused
 def eager_defaults(
     self, hparams: Dict[str, float], options: Dict[str, Optional[bool]], name: str
 ) -> Tuple[Dict[str, float], Dict[str, Optional[bool]]]:
@@ -379,6 +405,7 @@ def eager_parse(
     groups, group_hparams, group_options, self._extras, self._tensors = parse(
         params, hparams, options, name, self._tensor_defaults
     )
+    self._defaults = (hparams, options, self._tensor_defaults)  # for add_param_group
     del self._tensor_defaults
     return groups, group_hparams, group_options
 
@@ -411,7 +438,7 @@ _COMPILED = (
 )
 # Eager only (``@torch.jit.unused``): bound under these names.
 _EAGER = {
-    "state_dict": state_dict, "load_state_dict": load_state_dict, "_eager_defaults": eager_defaults,
+    "state_dict": state_dict, "load_state_dict": load_state_dict, "add_param_group": add_param_group, "_eager_defaults": eager_defaults,
     "_eager_parse": eager_parse, "_eager_attach": eager_attach, "__repr__": eager_repr,
 }
 _HOOKS = ("_check", "_group_step", "_sparse_error")

@@ -14,9 +14,9 @@ import torch
 from torch import Tensor
 
 from ._state import TUPLE_HYPERPARAMETERS
-from ._validation import check_tensor_betas, tensor_number
+from ._validation import check_params, check_tensor_betas, tensor_number
 
-__all__ = ["parse", "attach", "ParamGroup", "TensorRules"]
+__all__ = ["parse", "attach", "add_param_group", "ParamGroup", "TensorRules"]
 
 _HALF_TO_PAIR = {half: (pair, k) for pair, halves in TUPLE_HYPERPARAMETERS.items() for k, half in enumerate(halves)}
 
@@ -298,3 +298,35 @@ def attach(
     param_groups = [ParamGroup(optimizer, g, list(groups[g]), extras[g], tensors[g]) for g in range(len(groups))]
     optimizer._s.param_groups = param_groups
     return param_groups
+
+
+def add_param_group(optimizer: Any, param_group: Any) -> None:
+    """Add a param group to an eager optimizer, as ``torch.optim.Optimizer.add_param_group``
+    (see the optimizers' ``add_param_group``); the values it does not set are the
+    constructor's (a Tensor among them shared, as in torch)."""
+    if not isinstance(param_group, dict):
+        raise TypeError(f"param_group must be a dict, but got {type(param_group)}")
+    if "params" not in param_group:
+        raise KeyError("params")
+    hparams, options, tensors = optimizer._defaults
+    groups, group_hparams, group_options, extras, group_tensors = parse(
+        [param_group], hparams, options, optimizer._s.name, tensors
+    )
+    check_params(groups[0])
+    named = "param_names" in extras[0]
+    if named != ("param_names" in optimizer.param_groups[0]):
+        raise ValueError(
+            "all optimizer param groups should be with/without names. "
+            f"cannot add param group {'with names' if named else 'without names'} to the optimizer"
+        )
+    core = optimizer._s
+    core.add_group(groups[0], group_hparams[0], group_options[0])
+    g = core.num_groups() - 1
+    try:
+        optimizer.set_group(g, group_hparams[0], group_options[0])  # torch's checks of the values
+        group = ParamGroup(optimizer, g, list(groups[0]), extras[0], group_tensors[0])
+    except BaseException:
+        core.pop_group()
+        raise
+    optimizer.param_groups.append(group)
+

@@ -135,8 +135,8 @@ class GroupedState:
         self.offsets: List[int] = [0]
         self.group_of: List[int] = []
         self.index: Dict[Tensor, int] = {}
-        self.hparams: List[Dict[str, float]] = hparams
-        self.options: List[Dict[str, Optional[bool]]] = options
+        self.hparams: List[Dict[str, float]] = []
+        self.options: List[Dict[str, Optional[bool]]] = []
         self.state: List[Dict[str, Tensor]] = []
         self.impl: List[str] = []
         self.sparse_impl: List[str] = []
@@ -152,28 +152,67 @@ class GroupedState:
         self.tensor_hparams: List[Dict[str, Tensor]] = []
         self.any_tensor_hparams = False
         for g in range(len(groups)):
-            group = groups[g]
-            _validation.check_params(group)
-            for p in group:
-                if p in self.index:
-                    raise ValueError("some parameters appear in more than one parameter group")
-                self.index[p] = len(self.params)
-                self.params.append(p)
-                self.group_of.append(g)
-                self.state.append(_no_state())
-            self.offsets.append(len(self.params))
-            self.impl.append("single")
-            self.sparse_impl.append("single")
-            self.sparse_errors.append(None)
-            self.homogeneous.append(len(split_by_device_dtype(group)) == 1)
-            self.cache_valid.append(False)
-            self.cache_params.append(group)
-            self.cache_state.append(_no_lists())
-            self.full_indices.append(list(range(self.offsets[g], self.offsets[g + 1])))
-            self.whole_parts.append([list(range(len(group)))])
-            self.tensor_hparams.append(_no_state())
+            self.add_group(groups[g], hparams[g], options[g])
         if len(self.params) == 0:
             raise ValueError("optimizer got an empty parameter list")
+
+    def add_group(self, group: List[Tensor], hparams: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
+        """Append a parameter group (its values not yet validated: the optimizer's ``set_group``
+        does that next, and :meth:`pop_group` takes the group back if it raises).
+
+        Raises:
+            ValueError: a non-leaf, sparse or complex parameter, or one already in a group
+                (torch's message); nothing is changed then.
+        """
+        _validation.check_params(group)
+        seen: Dict[Tensor, int] = {}
+        for p in group:
+            if p in self.index or p in seen:
+                raise ValueError("some parameters appear in more than one parameter group")
+            seen[p] = 0
+        g = len(self.offsets) - 1
+        for p in group:
+            self.index[p] = len(self.params)
+            self.params.append(p)
+            self.group_of.append(g)
+            self.state.append(_no_state())
+        self.offsets.append(len(self.params))
+        self.hparams.append(hparams)
+        self.options.append(options)
+        self.impl.append("single")
+        self.sparse_impl.append("single")
+        self.sparse_errors.append(None)
+        self.homogeneous.append(len(split_by_device_dtype(group)) == 1)
+        self.cache_valid.append(False)
+        self.cache_params.append(group)
+        self.cache_state.append(_no_lists())
+        self.full_indices.append(list(range(self.offsets[g], self.offsets[g + 1])))
+        self.whole_parts.append([list(range(len(group)))])
+        self.tensor_hparams.append(_no_state())
+
+    def pop_group(self) -> None:
+        """Remove the last group, added by :meth:`add_group` (before it ever stepped)."""
+        g = len(self.offsets) - 2
+        for i in range(self.offsets[g], self.offsets[g + 1]):
+            del self.index[self.params[i]]
+        for i in range(self.offsets[g], self.offsets[g + 1]):
+            self.params.pop()
+            self.group_of.pop()
+            self.state.pop()
+        self.offsets.pop()
+        self.hparams.pop()
+        self.options.pop()
+        self.impl.pop()
+        self.sparse_impl.pop()
+        self.sparse_errors.pop()
+        self.homogeneous.pop()
+        self.cache_valid.pop()
+        self.cache_params.pop()
+        self.cache_state.pop()
+        self.full_indices.pop()
+        self.whole_parts.pop()
+        self.tensor_hparams.pop()
+        self.unbind_tensors(0, [])  # recounts any_tensor_hparams
 
     # ----------------------------------------------------------------- structure
     def num_groups(self) -> int:
@@ -498,7 +537,7 @@ class GroupedState:
     def refresh_param_group(self, group: int) -> None:
         """Eager only: rewrite the torch-style ``param_groups[group]`` dict from the typed dicts."""
         param_groups = getattr(self, "param_groups", None)
-        if param_groups is not None:
+        if param_groups is not None and group < len(param_groups):  # (a group being added has none yet)
             param_groups[group]._refresh()
 
 

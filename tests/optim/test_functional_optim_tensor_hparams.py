@@ -64,8 +64,14 @@ def parity_cases():
 @pytest.mark.parametrize("info, config, impl, dtype, betas", list(parity_cases()))
 def test_parity_with_tensor_hyperparameters(info, config, impl, dtype, betas):
     """20 steps of torch.optim and of ours (eager and scripted) with the same Tensor lr (and
-    betas): parameters and state agree element by element (Tensors of the parameters' dtype)."""
-    run_parity(info, tensorized(info, config, dtype, betas), impl, dtype, steps=20)
+    betas): parameters and state agree element by element (Tensors of the parameters' dtype).
+
+    With float64 Tensor betas the float64 tolerance is 10x the table's: torch raises a Tensor
+    beta to the step's power with ATen's pow (within 1 ulp; e.g. ``0.99 ** k`` differs from
+    Python's in the last bit for one k below 200), which NAdam's 1 / (1 - prod mu) amplifies
+    to 3e-10 relative after 20 steps; ours takes Python's float pow of the Tensor's value."""
+    tol = {"rtol": 1e-9, "atol": 1e-11} if dtype == torch.float64 and betas and info.name in WITH_BETAS else None
+    run_parity(info, tensorized(info, config, dtype, betas), impl, dtype, steps=20, tol=tol)
 
 
 def test_tensor_parity_can_fail():
