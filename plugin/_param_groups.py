@@ -82,9 +82,10 @@ class DistributedParamGroup(WriteThroughDict):
     not sent. Each owner validates it as the optimizer's constructor does.
 
     Raises (on assignment):
-        TypeError: a value of the wrong type (a hyperparameter that is not a Python number,
-            a pair that is not two numbers, a flag that is not a bool or None), before
-            anything is sent.
+        TypeError: a value of the wrong type (a hyperparameter that is neither a Python number
+            nor a Tensor, a pair that is not two, a flag that is not a bool or None), before
+            anything is sent. A 1-element Tensor sends its current value (the owners hold
+            numbers), which the group then shows.
         ValueError: the owners reject the value (``Invalid learning rate: -1.0``); the message
             names the first owner that did. Every owner validates before it changes anything.
         ValueError: replacing ``'params'``, or deleting a hyperparameter or flag.

@@ -1,4 +1,5 @@
 """plugin.optim.DistributedOptimizer against torch.optim on the same parameters and gradients."""
+import copy
 import threading
 import time
 
@@ -435,3 +436,33 @@ def test_owner_steps_while_its_gil_is_held(cluster, names):
         stepped_at = time.time()
     hog_done_at = rpc.rpc_sync("worker1", optim_remote.wait_for_gil_hog)
     assert stepped_at < hog_done_at
+
+
+def test_tensor_hyperparameters_and_a_scheduler(cluster):
+    """A DistributedOptimizer built with a Tensor lr and Tensor betas (each owner scripts an
+    optimizer that takes their values) and driven by StepLR steps as torch.optim.Adam with
+    the same Tensors and scheduler; torch's refusal of a Tensor lr with foreach=True reaches
+    the caller, naming the owners."""
+    kwargs = {"lr": torch.tensor(0.05, dtype=torch.float64),
+              "betas": (torch.tensor(0.8, dtype=torch.float64), torch.tensor(0.9, dtype=torch.float64))}
+    rrefs = make_remote_params()
+    opt = DistributedOptimizer(torch.optim.Adam, list(rrefs.values()), **copy.deepcopy(kwargs))
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    for step in range(5):
+        for ctx in forward_backward(step):
+            opt.step(ctx)
+        scheduler.step()
+    params = local_params()
+    reference = torch.optim.Adam(list(params.values()), **copy.deepcopy(kwargs))
+    reference_scheduler = torch.optim.lr_scheduler.StepLR(reference, step_size=2, gamma=0.5)
+    for step in range(5):
+        reference.zero_grad()
+        local_loss(params, step).backward()
+        reference.step()
+        reference_scheduler.step()
+    assert opt.param_groups[0]["lr"] == reference.param_groups[0]["lr"].item() == 0.05 * 0.5 ** 2
+    for name, value in remote_values().items():
+        torch.testing.assert_close(value, params[name].detach(), rtol=1e-10, atol=1e-12, msg=name)
+    with pytest.raises(ValueError, match=r"owner 'worker1': ValueError: lr as a Tensor is not supported for "
+                                         r"capturable=False and foreach=True"):
+        DistributedOptimizer(torch.optim.Adam, list(rrefs.values()), lr=torch.tensor(0.1), foreach=True)

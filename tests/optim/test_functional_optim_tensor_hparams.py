@@ -376,6 +376,13 @@ def test_scripted_copy_follows_the_tensor_and_protocol_numbers_unbind_it():
     assert module.hyperparameters()[0]["lr"] == 0.5
     assert opt.hyperparameters()[0]["lr"] == pytest.approx(0.03)  # the eager one still follows
     assert state_protocol.state_dict(module)["param_groups"][0]["lr"] == 0.5
+    # a torch.optim state dict holding a Tensor lr loads into the scripted module as its value
+    reference = torch.optim.RMSprop(_p(), lr=T(0.25))
+    state_protocol.load_state_dict(module, reference.state_dict())
+    assert module.hyperparameters()[0]["lr"] == 0.25
+    with pytest.raises(ValueError, match="^Tensor lr must be 1-element$"):
+        state_protocol.load_state_dict(module, {"state": {}, "param_groups": [{"lr": T([0.1, 0.2]), "params": [0]}]})
+    assert module.hyperparameters()[0]["lr"] == 0.25
 
 
 def test_script_local_optimizer_with_tensor_hyperparameters():
