@@ -312,6 +312,14 @@ def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
             hyperparameters, or a state tensor whose shape does not fit its parameter. The
             optimizer is left as it was.
     """
+    from ._param_groups import TensorRules, split_values
+
+    for g, saved in enumerate(state_dict["param_groups"][: self._s.num_groups()]):
+        # torch's rules for saved Tensor values (Adam's Tensor lr with foreach=True, which
+        # torch.optim refuses at its next step), before anything changes
+        values = {k: v for k, v in saved.items() if k != "params"}
+        rules = TensorRules(self._s.name, values.get("foreach", self._s.options[g].get("foreach")), False)
+        split_values(values, self._s.hparams[g].keys(), self._s.options[g].keys(), rules)
     bound = [dict(d) for d in self._s.tensor_hparams]
     try:
         state_protocol.load_state_dict(self, state_dict)

@@ -351,6 +351,23 @@ def test_state_dicts_with_tensor_lr_load_across(source):
     assert back.param_groups[0]["lr"].item() == 0.04
 
 
+def test_loaded_tensor_lr_with_foreach_is_refused_like_torch():
+    """torch.optim.Adam loads a state dict whose group has a Tensor lr and foreach=True, and
+    refuses it at the next step; ours refuses it when loading, changing nothing."""
+    message = "^lr as a Tensor is not supported for capturable=False and foreach=True$"
+    saved = torch.optim.Adam(_p(), lr=T(0.1)).state_dict()
+    saved["param_groups"][0]["foreach"] = True
+    theirs = torch.optim.Adam(_p())
+    theirs.load_state_dict(saved)
+    theirs.param_groups[0]["params"][0].grad = torch.ones(3)
+    with pytest.raises(RuntimeError, match=message):
+        theirs.step()
+    ours = F.Adam(_p())
+    with pytest.raises(RuntimeError, match=message):
+        ours.load_state_dict(saved)
+    assert ours.param_groups[0]["lr"] == 1e-3 and ours.param_groups[0]["foreach"] is None
+
+
 def test_failed_load_keeps_the_tensors():
     lr = T(0.01)
     opt = F.Adam(_p(), lr=lr)
