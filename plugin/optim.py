@@ -23,12 +23,16 @@ import functional_optim
 from functional_optim import _jit, _validation
 from functional_optim._torch_face import TorchOptimizerFace
 
-from . import _param_groups, ops
+from . import _param_groups, _python_local_optim, ops
 from ._clip import clip_grad_norm_
 from ._errors import raise_on_worker, remote_error_summary
 from functional_optim.scripting import OptimizerModule, script_class
+from ._python_local_optim import PythonLocalOptimizer, PythonOwner, PythonStepWarning
 
-__all__ = ["DistributedOptimizer", "ScriptLocalOptimizer", "LocalOptimizerInterface", "clip_grad_norm_"]
+__all__ = [
+    "DistributedOptimizer", "ScriptLocalOptimizer", "LocalOptimizerInterface", "PythonLocalOptimizer",
+    "PythonStepWarning", "clip_grad_norm_",
+]
 
 
 class LocalOptimizerInterface(torch.nn.Module):
@@ -132,13 +136,21 @@ class ScriptLocalOptimizer(torch.nn.Module):
 
         Returns:
             torch.jit.ScriptModule: the scripted :class:`ScriptLocalOptimizer`; call its
-            ``step(context_id)`` from Python or TorchScript.
+            ``step(context_id)`` from Python or TorchScript. For a ``torch.optim.Optimizer``
+            subclass that has no functional counterpart: a :class:`PythonLocalOptimizer`
+            instead (the same ``step``, ``prepare_step``, ``commit_step``, ``drop_step`` and
+            ``step_gradients``, run in Python, holding the GIL), after a
+            :class:`PythonStepWarning` (once per class).
 
         Raises:
-            KeyError: ``optimizer_class`` has no functional counterpart.
+            KeyError: ``optimizer_class`` is neither registered nor a ``torch.optim.Optimizer``
+                subclass.
             ValueError: empty ``params`` or invalid hyperparameters.
             RuntimeError: TorchScript cannot compile the optimizer class.
         """
+        if _python_local_optim.uses_python_step(optimizer_class):
+            _python_local_optim.warn_once(optimizer_class, stacklevel=2)
+            return PythonLocalOptimizer(optimizer_class, params, *args, **kwargs)
         module = cls(optimizer_class, params, *args, **kwargs)
         with _COMPILE_LOCK:  # TorchScript does not compile from several threads at once
             script_class(type(module.optimizer.optim))
@@ -448,6 +460,8 @@ class _OutsideAutogradContext:
 
 
 def _send(owner: str, fn, args) -> torch.futures.Future:
+    if args and isinstance(args[0], PythonOwner):  # a Python local optimizer: fn's Python counterpart
+        fn, args = _python_local_optim.counterpart(fn, args)
     with _OutsideAutogradContext():
         return rpc.rpc_async(owner, fn, args=args)
 
@@ -539,18 +553,26 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         for i, rref in enumerate(params_rref):
             if not isinstance(rref, rpc.PyRRef):
                 raise TypeError(f"DistributedOptimizer: params_rref[{i}] is a {type(rref).__name__}, not an RRef")
-        functional_optim.functional_optimizer_for(optimizer_class)  # KeyError before any RPC
+        python_step = _python_local_optim.uses_python_step(optimizer_class)  # KeyError before any RPC
+        if python_step:
+            _python_local_optim.warn_once(optimizer_class, stacklevel=2)
+        new_local_optimizer = _python_local_optim._new_python_local_optimizer if python_step else _new_local_optimizer
 
         by_owner: "OrderedDict[str, List[int]]" = OrderedDict()
         for i, rref in enumerate(params_rref):
             by_owner.setdefault(rref.owner().name, []).append(i)
         self._indices = by_owner
         futures = OrderedDict(
-            (owner, _send(owner, _new_local_optimizer, (optimizer_class, [params_rref[i] for i in indices], args, kwargs)))
+            (owner, _send(owner, new_local_optimizer, (optimizer_class, [params_rref[i] for i in indices], args, kwargs)))
             for owner, indices in by_owner.items()
         )
         self._local_optimizers: Dict[str, RRef] = _wait_all(futures, "building the local optimizer")
-        if len(self._local_optimizers) == 2:
+        # Python local optimizers (plugin/_python_local_optim.py) step by the two phases from the
+        # caller, never by the chain of two owners (a scripted chain_step calls TorchScript)
+        self._python_step = python_step
+        if python_step:
+            self._local_optimizers = OrderedDict((o, PythonOwner(r)) for o, r in self._local_optimizers.items())
+        if len(self._local_optimizers) == 2 and not python_step:
             # the first owner's steps go on to the second (see step)
             (first, first_rref), (second, second_rref) = self._local_optimizers.items()
             _wait_all(OrderedDict([(first, _send(first, _link, (first_rref, second, second_rref)))]),
@@ -684,7 +706,7 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
                 timed_out = "no answer within the RPC timeout" in remote_error_summary(errors[0][1])
                 _raise_errors(errors, what, "; it may still apply the step when it answers" if timed_out else "")
             return
-        if len(self._local_optimizers) == 2 and self._bench_protocol is None:
+        if len(self._local_optimizers) == 2 and self._bench_protocol is None and not self._python_step:
             self._chain_step(context_id, what)
             return
         if self._bench_protocol == "one-phase":
