@@ -44,8 +44,15 @@ class PythonStepWarning(UserWarning):
     the class has no functional counterpart, so its steps run in Python on the owners and
     hold their GIL. Filter it with ``warnings.filterwarnings("ignore", category=PythonStepWarning)``.
 
+    Args:
+        message (str): names the class, says that its steps hold the owners' GIL and how to
+            register a functional counterpart.
+
     Raises nothing: it is a warning category.
     """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
 
 
 _WARNED: set = set()

@@ -503,11 +503,14 @@ def _wait_all(futures: "OrderedDict[str, torch.futures.Future]", what: str) -> D
 
 
 class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
-    """Runs a ``functional_optim`` optimizer on every worker that owns some of the parameters.
+    """Runs an optimizer on every worker that owns some of the parameters.
 
     Like ``torch.distributed.optim.DistributedOptimizer``, with these differences: every
-    optimizer of ``functional_optim`` runs as TorchScript (there is no Python fallback, so no
-    owner takes the GIL for a step, whatever the optimizer); gradients come from the plugin's
+    optimizer of ``functional_optim``, and every class registered to one, runs as TorchScript,
+    so no owner takes the GIL for a step; any other ``torch.optim.Optimizer`` subclass steps in
+    Python on the owners (:class:`PythonLocalOptimizer`, as torch's ``_LocalOptimizer``),
+    holding their GIL, with a :class:`PythonStepWarning` once per class and the same
+    guarantees; gradients come from the plugin's
     engine (``plugin.autograd.backward``) or from torch's (``torch.distributed.autograd.backward``);
     the optimizer state can be saved and restored with :meth:`state_dict` and
     :meth:`load_state_dict`; and it is a ``torch.optim.Optimizer``, whose :attr:`param_groups`
@@ -528,7 +531,9 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
     Args:
         optimizer_class (type): a ``functional_optim`` class (``functional_optim.Adam``) or its
             ``torch.optim`` counterpart (``torch.optim.Adam``), or any class registered with
-            :func:`functional_optim.register_functional_optimizer`.
+            :func:`functional_optim.register_functional_optimizer` (TorchScript); or any other
+            ``torch.optim.Optimizer`` subclass (Python; the steps over several owners then
+            run the two phases from the caller, never the chain of two owners).
         params_rref (List[RRef[Tensor]]): the parameters to optimize, local or remote, each an
             RRef to a Tensor (for instance ``module_rref.rpc_sync().parameter_rrefs()``).
         *args: the optimizer's positional hyperparameters, as for ``torch.optim``.
@@ -536,10 +541,12 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
 
     Raises:
         TypeError: ``params_rref`` is empty or holds something that is not an RRef.
-        KeyError: ``optimizer_class`` has no functional counterpart (the message lists those
-            that have one).
-        RuntimeError: building the local optimizer failed on an owner (invalid hyperparameters,
-            an RRef that does not hold a Tensor, ...); the message names the owner.
+        KeyError: ``optimizer_class`` has no functional counterpart and is not a
+            ``torch.optim.Optimizer`` subclass (the message lists the registered classes).
+        Exception: building the local optimizer failed on an owner (invalid hyperparameters,
+            an RRef that does not hold a Tensor, ...): the owner's exception type
+            (``ValueError``, ``TypeError``...; ``RuntimeError`` when it cannot be rebuilt), its
+            message, naming the owner.
 
     Algorithm: torch's DistributedOptimizer (``torch/distributed/optim/optimizer.py``) with the
     local optimizers as ScriptModules (torch's ``_ScriptLocalOptimizer``), here for every
