@@ -78,7 +78,8 @@ def warn_once(optimizer_class: type, stacklevel: int) -> None:
         if optimizer_class in _WARNED:
             return
         _WARNED.add(optimizer_class)
-    name = f"{optimizer_class.__module__}.{optimizer_class.__qualname__}"
+    module = optimizer_class.__module__
+    name = optimizer_class.__qualname__ if module in ("__main__", "__mp_main__") else f"{module}.{optimizer_class.__qualname__}"
     warnings.warn(
         f"{name} has no functional counterpart: each owner steps it in Python, as a torch.optim optimizer, and "
         f"its steps hold the owner's GIL (they wait for, and block, every other Python thread of the owner). "
