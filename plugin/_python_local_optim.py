@@ -340,7 +340,7 @@ class PythonLocalOptimizer:
             items = [(k, v) for k, v in self.optimizer.param_groups[0].items() if k != "params"]
         group, hparams, options = {}, [], []
         for key, value in items:
-            if isinstance(value, Tensor) and value.dim() == 0 and (value.is_floating_point() or not value.is_complex()):
+            if isinstance(value, Tensor) and value.dim() == 0 and not value.is_complex():
                 value = value.item()
             if value is None or isinstance(value, bool):
                 group[key] = value
