@@ -7,6 +7,8 @@ owner and builds one :class:`ScriptLocalOptimizer` on each owner: a ScriptModule
 by RPC, to run its module's ``step(context_id)``, which reads the context's gradients on the
 C++ side (``torch.ops.dist_engine.gradients_for``: from the plugin's engine, or from torch's
 distributed autograd when torch ran the backward) and applies them, all in TorchScript.
+A ``torch.optim.Optimizer`` subclass that has no functional counterpart steps in Python on the
+owners instead (:class:`PythonLocalOptimizer`, in ``plugin/_python_local_optim.py``).
 """
 import threading
 import warnings
@@ -550,7 +552,8 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
 
     Algorithm: torch's DistributedOptimizer (``torch/distributed/optim/optimizer.py``) with the
     local optimizers as ScriptModules (torch's ``_ScriptLocalOptimizer``), here for every
-    optimizer.
+    registered optimizer, and torch's ``_LocalOptimizer`` (:class:`PythonLocalOptimizer`) for
+    the other ``torch.optim.Optimizer`` subclasses.
     """
 
     def __init__(self, optimizer_class: type, params_rref: List[RRef], *args: Any, **kwargs: Any) -> None:
