@@ -141,10 +141,10 @@ class DistributedParamGroup(WriteThroughDict):
 
 def fetch_group(optimizer: Any) -> Dict[str, Any]:
     """Reads the group from every owner (in parallel) and checks that they agree."""
-    from .optim import _wait_all
+    from .optim import _send, _wait_all
 
     futures = OrderedDict(
-        (owner, torch.distributed.rpc.rpc_async(owner, _local_group, args=(rref,)))
+        (owner, _send(owner, _local_group, (rref,)))
         for owner, rref in optimizer._local_optimizers.items()
     )
     fetched = _wait_all(futures, "reading the hyperparameters")
@@ -159,10 +159,10 @@ def fetch_group(optimizer: Any) -> Dict[str, Any]:
 
 def send_group(optimizer: Any, hparams: Dict[str, float], options: Dict[str, Optional[bool]], what: str) -> None:
     """Sets hyperparameters and flags on every owner; returns when all have them."""
-    from .optim import _wait_all
+    from .optim import _send, _wait_all
 
     futures = OrderedDict(
-        (owner, torch.distributed.rpc.rpc_async(owner, _local_set_group, args=(rref, hparams, options)))
+        (owner, _send(owner, _local_set_group, (rref, hparams, options)))
         for owner, rref in optimizer._local_optimizers.items()
     )
     _wait_all(futures, f"setting {what!r}")
