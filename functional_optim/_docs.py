@@ -51,7 +51,20 @@ FRAGMENTS: Dict[str, str] = {
         "        parameter, ``capturable``/``differentiable`` True.\n"
         "    RuntimeError: ``fused`` with ``foreach`` or with a parameter it cannot step; at\n"
         "        ``step``, a sparse gradient it does not take (torch's message), before any change.\n"
-        "    TypeError: (eagerly) a Tensor hyperparameter or a malformed ``params``."
+        "    TypeError: (eagerly) a hyperparameter that is neither a number nor a Tensor, or a\n"
+        "        malformed ``params``."
+    ),
+    # class docstrings, after the state
+    "_tensor_doc": (
+        "Tensor hyperparameters (eagerly, as ``torch.optim``): ``lr``, ``betas`` and the other\n"
+        "numeric values may be 1-element Tensors (shape ``[]`` or ``[1]``, any real dtype, any\n"
+        "device; read with ``.item()`` before each step, so an in-place change takes effect at the\n"
+        "next step). torch's checks and messages apply: ``\"Tensor lr must be 1-element\"``\n"
+        "(ValueError); for Adam and AdamW, no Tensor ``lr`` or ``betas`` with ``foreach=True``\n"
+        "(torch's ValueError, or RuntimeError for a param group's ``lr``), and ``betas`` both\n"
+        "floats or both Tensors. ``param_groups`` and ``state_dict()`` hold the Tensors themselves.\n"
+        "In TorchScript the constructor takes numbers; a scripted copy of an eager optimizer\n"
+        "follows its Tensors (see ``docs/functional_optimizers.md``)."
     ),
     # functional forms
     "_functional_intro_doc": (

@@ -23,6 +23,7 @@ The constructor of each class builds its dicts of hyperparameters and options an
 the state protocol (see :mod:`functional_optim.state_protocol`) and the eager-only conveniences
 live here too.
 """
+import copy
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -34,7 +35,7 @@ from ._state import GroupedState
 __all__ = [
     "with_shared_methods", "step", "step_param", "set_group", "param_group_indices",
     "hyperparameters", "options", "set_hyperparameter", "set_option", "get_state", "set_state",
-    "state_dict", "load_state_dict", "eager_defaults", "eager_parse", "eager_attach", "eager_repr",
+    "state_dict", "load_state_dict", "add_param_group", "eager_defaults", "eager_parse", "eager_attach", "eager_repr",
 ]
 
 
@@ -44,18 +45,19 @@ def _new_state(
     """The constructor's checks and parsing: the state container for ``params``.
 
     ``hparams`` and ``options`` are the constructor's arguments (pairs split). Eagerly, numbers
-    are coerced (:func:`eager_defaults`) and ``params`` may be torch-style param-group dicts
-    (:func:`eager_parse`); under TorchScript it is one list of tensors, one group.
+    are coerced and Tensor values read (:func:`eager_defaults`) and ``params`` may be
+    torch-style param-group dicts (:func:`eager_parse`); under TorchScript it is one list of
+    tensors, one group, and the hyperparameters are numbers.
     """
     if not torch.jit.is_scripting():
-        hparams, options = self._eager_defaults(hparams, options)
+        hparams, options = self._eager_defaults(hparams, options, name)
     self._check(hparams, options)
     _validation.check_options(options)
     groups: List[List[Tensor]] = [params]
     group_hparams: List[Dict[str, float]] = [hparams]
     group_options: List[Dict[str, Optional[bool]]] = [options]
     if not torch.jit.is_scripting():
-        groups, group_hparams, group_options = self._eager_parse(params, hparams, options)
+        groups, group_hparams, group_options = self._eager_parse(params, hparams, options, name)
     return GroupedState(groups, group_hparams, group_options, name)
 
 
@@ -86,6 +88,7 @@ def step(self, gradients: List[Optional[Tensor]]) -> None:
     Nothing is modified when it raises.
     """
     indices, grads, sparse = self._s.check_gradients(gradients)
+    self._s.sync_tensor_hparams()
     with torch.no_grad():
         for g in range(len(indices)):
             if len(indices[g]) > 0:
@@ -113,6 +116,7 @@ def step_param(self, param: Tensor, grad: Optional[Tensor]) -> None:
     i = self._s.find(param)
     if grad is not None:
         self._s.check_gradient(i, grad)
+        self._s.sync_tensor_hparams()
         with torch.no_grad():
             self._group_step(self._s.group_of[i], [i], [grad], grad.is_sparse)
 
@@ -141,6 +145,9 @@ def set_group(self, group: int, hyperparameters: Dict[str, float], options: Dict
     _validation.check_options(o)
     impl = self._s.choose_group_impl(group, o)
     sparse_impl = self._s.flags_impl(group, o)
+    names = list(hyperparameters.keys())
+    self._s.check_tensor_foreach(group, o, names)
+    self._s.unbind_tensors(group, names)  # a number replaces a Tensor hyperparameter
     self._s.commit(group, h, o, impl, sparse_impl, self._sparse_error(h, sparse_impl))
 
 
@@ -257,6 +264,11 @@ def set_state(self, state: Dict[int, Dict[str, Tensor]]) -> None:
     self._s.set_state(state)
 
 
+def _holds_tensor(value: Any) -> bool:
+    """Eager only: a Tensor, or a pair holding one (a Tensor hyperparameter as torch keeps it)."""
+    return isinstance(value, Tensor) or (isinstance(value, tuple) and any(isinstance(v, Tensor) for v in value))
+
+
 @torch.jit.unused
 def state_dict(self) -> Dict[str, Any]:
     """Eager only: the state in the matching ``torch.optim`` class's ``state_dict`` format.
@@ -276,7 +288,9 @@ def state_dict(self) -> Dict[str, Any]:
     for group, packed in zip(self.param_groups, result["param_groups"]):
         params = packed.pop("params")
         for key, value in group.items():
-            if key not in packed and key != "params":
+            # other keys, and Tensor hyperparameters as the group holds them (the Tensor
+            # objects, as torch.optim's state_dict has them)
+            if (key not in packed and key != "params") or _holds_tensor(value):
                 packed[key] = value
         packed["params"] = params
     return result
@@ -298,43 +312,121 @@ def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
             hyperparameters, or a state tensor whose shape does not fit its parameter. The
             optimizer is left as it was.
     """
-    state_protocol.load_state_dict(self, state_dict)
+    from ._param_groups import TensorRules, split_values
+
+    for g, saved in enumerate(state_dict["param_groups"][: self._s.num_groups()]):
+        # torch's rules for saved Tensor values (Adam's Tensor lr with foreach=True, which
+        # torch.optim refuses at its next step), before anything changes
+        values = {k: v for k, v in saved.items() if k != "params"}
+        rules = TensorRules(self._s.name, values.get("foreach", self._s.options[g].get("foreach")), False)
+        split_values(values, self._s.hparams[g].keys(), self._s.options[g].keys(), rules)
+    bound = [dict(d) for d in self._s.tensor_hparams]
+    try:
+        state_protocol.load_state_dict(self, state_dict)
+    except BaseException:
+        # the protocol puts the numbers back; put the Tensors they came from back too
+        for g, tensors in enumerate(bound):
+            for name, value in tensors.items():
+                self._s.bind_tensor(g, name, value)
+            self.param_groups[g]._refresh()
+        raise
     for group, saved in zip(self.param_groups, state_dict["param_groups"]):
         for key, value in saved.items():
             # saved names replace the current ones, as in torch.optim (kept when none are saved)
             if key not in group or key == "param_names":
                 dict.__setitem__(group, key, list(value) if key == "param_names" else value)
+        # saved Tensor hyperparameters are followed as copies (torch.optim deep-copies the
+        # saved groups); the values were checked and set by the protocol's load
+        tensors = {
+            k: copy.deepcopy(v) for k, v in saved.items()
+            if k != "params" and _holds_tensor(v) and k in group and k not in ("param_names",)
+        }
+        if tensors:
+            group._bind(tensors)
+            group._refresh()
+
+
+@torch.jit.unused
+def add_param_group(self, param_group: Dict[str, Any]) -> None:
+    """Eager only: add a parameter group, as ``torch.optim.Optimizer.add_param_group``.
+
+    Args:
+        param_group (Dict[str, Any]): ``{'params': ..., <hyperparameters>}`` as a group of the
+            constructor's ``params``: ``'params'`` a Tensor or a list of Tensors or of
+            ``(name, Tensor)`` pairs (``named_parameters()``: the names go into the group's
+            ``'param_names'``, as in torch); the values it does not set are the constructor's.
+            Its parameters are numbered after the existing ones (flat indices, as in torch's
+            ``state_dict``); their state starts at their first step.
+
+    Raises:
+        TypeError: ``param_group`` is not a dict (torch's message), its params are a set, or a
+            value is of the wrong type.
+        KeyError: no ``'params'`` entry (as torch).
+        ValueError: some but not all parameters named, a named group added to an optimizer
+            without names or the reverse, a parameter already optimized, a non-leaf parameter
+            (torch's messages), or invalid values. Nothing changes when it raises.
+        RuntimeError: as the constructor (``fused`` with parameters it cannot step...).
+    """
+    from ._param_groups import add_param_group as add
+
+    add(self, param_group)
 
 
 @torch.jit.unused
 def eager_defaults(
-    self, hparams: Dict[str, float], options: Dict[str, Optional[bool]]
+    self, hparams: Dict[str, float], options: Dict[str, Optional[bool]], name: str
 ) -> Tuple[Dict[str, float], Dict[str, Optional[bool]]]:
-    """Eager only: coerce constructor arguments (ints to floats; Tensors are rejected)."""
-    from ._param_groups import split_values
+    """Eager only: coerce constructor arguments (ints to floats) and read Tensor values, with
+    torch's checks and in torch's order: the Tensor checks of ``lr``, the range checks
+    (``_check``), then, for Adam and AdamW, those of ``betas``
+    (:func:`functional_optim._validation.check_tensor_betas`). The Tensor-holding values are
+    kept for :func:`eager_parse` (every group that does not set its own shares them, as in
+    torch)."""
+    from ._param_groups import TensorRules, split_values
 
-    h, o, _ = split_values({**hparams, **options}, hparams.keys(), options.keys())
+    rules = TensorRules(name, options.get("foreach"), True)
+    original = {**hparams, **options}
+    h, o, _ = split_values(original, hparams.keys(), options.keys(), rules)
+    if "beta1" in h:
+        self._check(h, o)
+        # the constructor's betas as given (the classes pass them as beta1, beta2)
+        _validation.check_tensor_betas(name, (hparams["beta1"], hparams["beta2"]), options.get("foreach"))
+        betas = (hparams["beta1"], hparams["beta2"])
+        if any(isinstance(b, Tensor) for b in betas):
+            if name in ("adam", "adamw"):  # torch.optim.Adam keeps betas squeezed to 0-dim
+                betas = tuple(b.squeeze() if isinstance(b, Tensor) and b.dim() != 0 else b for b in betas)
+            rules.tensors["betas"] = betas
+    for half in ("beta1", "beta2"):
+        rules.tensors.pop(half, None)
+    self._tensor_defaults = rules.tensors
     return h, o
 
 
 @torch.jit.unused
 def eager_parse(
-    self, params: List[Tensor], hparams: Dict[str, float], options: Dict[str, Optional[bool]]
+    self, params: List[Tensor], hparams: Dict[str, float], options: Dict[str, Optional[bool]], name: str
 ) -> Tuple[List[List[Tensor]], List[Dict[str, float]], List[Dict[str, Optional[bool]]]]:
-    """Eager only: accept a list of tensors or of torch-style param-group dicts."""
+    """Eager only: accept a list of tensors or of torch-style param-group dicts (whose values
+    may be Tensors, read with torch's rules)."""
     from ._param_groups import parse
 
-    groups, group_hparams, group_options, self._extras = parse(params, hparams, options)
+    groups, group_hparams, group_options, self._extras, self._tensors = parse(
+        params, hparams, options, name, self._tensor_defaults
+    )
+    self._defaults = (hparams, options, self._tensor_defaults)  # for add_param_group
+    del self._tensor_defaults
     return groups, group_hparams, group_options
 
 
 @torch.jit.unused
 def eager_attach(self) -> None:
-    """Eager only: create the torch-style ``param_groups`` list."""
+    """Eager only: create the torch-style ``param_groups`` list and bind each group's Tensor
+    hyperparameters."""
     from ._param_groups import attach
 
-    self.param_groups = attach(self, self._s.cache_params, self._extras)
+    self.param_groups = attach(self, self._s.cache_params, self._extras, self._tensors)
     del self._extras
+    del self._tensors
 
 
 @torch.jit.unused
@@ -354,7 +446,7 @@ _COMPILED = (
 )
 # Eager only (``@torch.jit.unused``): bound under these names.
 _EAGER = {
-    "state_dict": state_dict, "load_state_dict": load_state_dict, "_eager_defaults": eager_defaults,
+    "state_dict": state_dict, "load_state_dict": load_state_dict, "add_param_group": add_param_group, "_eager_defaults": eager_defaults,
     "_eager_parse": eager_parse, "_eager_attach": eager_attach, "__repr__": eager_repr,
 }
 _HOOKS = ("_check", "_group_step", "_sparse_error")

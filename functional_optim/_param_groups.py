@@ -14,20 +14,41 @@ import torch
 from torch import Tensor
 
 from ._state import TUPLE_HYPERPARAMETERS
+from ._validation import check_params, check_tensor_betas, tensor_number
 
-__all__ = ["parse", "attach", "ParamGroup"]
+__all__ = ["parse", "attach", "add_param_group", "ParamGroup", "TensorRules"]
 
 _HALF_TO_PAIR = {half: (pair, k) for pair, halves in TUPLE_HYPERPARAMETERS.items() for k, half in enumerate(halves)}
 
 
-def _as_float(name: str, value: Any) -> float:
+class TensorRules:
+    """What :func:`split_values` needs to read Tensor hyperparameters with torch's rules
+    (:func:`functional_optim._validation.tensor_number`): the optimizer's name (None: only
+    the size is checked), the group's ``foreach`` flag, whether the values are constructor
+    arguments. ``tensors`` receives each Tensor-holding value under torch's name, as given
+    (a Tensor, or a pair holding one)."""
+
+    def __init__(self, optimizer: Optional[str], foreach: Optional[bool], in_constructor: bool) -> None:
+        self.optimizer = optimizer
+        self.foreach = foreach
+        self.in_constructor = in_constructor
+        self.tensors: Dict[str, Any] = {}
+
+
+def _as_float(name: str, value: Any, rules: Optional[TensorRules] = None, index: Optional[int] = None) -> float:
     if isinstance(value, Tensor):
-        raise TypeError(
-            f"functional_optim takes hyperparameters as Python numbers; got a Tensor for '{name}'"
-        )
+        if rules is None:
+            rules = TensorRules(None, None, False)
+        return tensor_number(rules.optimizer, name, value, index, rules.foreach, rules.in_constructor)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"hyperparameter '{name}' must be a number, got {type(value).__name__}")
+        raise TypeError(f"hyperparameter '{name}' must be a number or a 1-element Tensor, got {type(value).__name__}")
     return float(value)
+
+
+def _holds_tensor(value: Any) -> bool:
+    return isinstance(value, Tensor) or (
+        isinstance(value, (tuple, list)) and any(isinstance(v, Tensor) for v in value)
+    )
 
 
 def _as_option(name: str, value: Any) -> Optional[bool]:
@@ -37,11 +58,15 @@ def _as_option(name: str, value: Any) -> Optional[bool]:
 
 
 def split_values(
-    values: Dict[str, Any], hparam_names: Iterable[str], option_names: Iterable[str]
+    values: Dict[str, Any], hparam_names: Iterable[str], option_names: Iterable[str],
+    rules: Optional[TensorRules] = None,
 ) -> Tuple[Dict[str, float], Dict[str, Optional[bool]], Dict[str, Any]]:
     """Sort torch-named group values into numeric hyperparameters, options and other keys.
 
-    Pairs (``betas``, ``etas``, ``step_sizes``) are split into their halves.
+    Pairs (``betas``, ``etas``, ``step_sizes``) are split into their halves. A hyperparameter
+    may be a 1-element Tensor (a pair may hold them): its current value is taken, after torch's
+    checks (``rules``; without them only the size is checked), and the value as given is put
+    into ``rules.tensors``.
     """
     hparam_names = set(hparam_names)
     option_names = set(option_names)
@@ -53,10 +78,14 @@ def split_values(
         if halves is not None and halves[0] in hparam_names:
             if isinstance(value, Tensor) or len(value) != 2:
                 raise TypeError(f"'{key}' must be a pair of numbers, got {value!r}")
-            hparams[halves[0]] = _as_float(key, value[0])
-            hparams[halves[1]] = _as_float(key, value[1])
+            hparams[halves[0]] = _as_float(key, value[0], rules, 0)
+            hparams[halves[1]] = _as_float(key, value[1], rules, 1)
+            if rules is not None and _holds_tensor(value):
+                rules.tensors[key] = value
         elif key in hparam_names:
-            hparams[key] = _as_float(key, value)
+            hparams[key] = _as_float(key, value, rules)
+            if rules is not None and isinstance(value, Tensor):
+                rules.tensors[key] = value
         elif key in option_names:
             options[key] = _as_option(key, value)
         else:
@@ -65,8 +94,12 @@ def split_values(
 
 
 def parse(
-    params: Any, defaults: Dict[str, float], default_options: Dict[str, Optional[bool]]
-) -> Tuple[List[List[Tensor]], List[Dict[str, float]], List[Dict[str, Optional[bool]]], List[Dict[str, Any]]]:
+    params: Any, defaults: Dict[str, float], default_options: Dict[str, Optional[bool]],
+    optimizer: Optional[str] = None, default_tensors: Optional[Dict[str, Any]] = None,
+) -> Tuple[
+    List[List[Tensor]], List[Dict[str, float]], List[Dict[str, Optional[bool]]], List[Dict[str, Any]],
+    List[Dict[str, Any]],
+]:
     """Read a torch-style ``params`` argument.
 
     Args:
@@ -76,17 +109,24 @@ def parse(
             for that group, named as in ``torch.optim`` (``'betas': (0.9, 0.99)``).
         defaults: the constructor's numeric hyperparameters (halves of pairs as separate names).
         default_options: the constructor's flags.
+        optimizer: the optimizer's name, for torch's rules on Tensor values
+            (:func:`functional_optim._validation.tensor_number`).
+        default_tensors: the constructor's Tensor-holding hyperparameters under torch's names,
+            as given (a group that does not set its own shares them, as in torch).
 
     Returns:
-        The groups' parameters, numeric hyperparameters, options, and any other keys found in
-        the dicts (kept only in the eager ``param_groups``).
+        The groups' parameters, numeric hyperparameters, options, any other keys found in the
+        dicts (kept only in the eager ``param_groups``), and each group's Tensor-holding
+        hyperparameters under torch's names.
 
     Raises:
         TypeError: ``params`` is a single tensor, a group's params are a set, an element is not
-            a tensor, or a hyperparameter is not a number (Tensor hyperparameters are not
-            supported).
+            a tensor, or a hyperparameter is neither a number nor a Tensor.
         ValueError: ``params`` is empty; some but not all of a group's parameters are named, or
-            some groups are named and others not (torch's messages).
+            some groups are named and others not (torch's messages); a Tensor hyperparameter
+            that torch refuses (see ``tensor_number``).
+        RuntimeError: a Tensor ``lr`` in a group with ``foreach=True`` (Adam, AdamW; torch's
+            message).
     """
     if isinstance(params, Tensor):
         raise TypeError(
@@ -102,6 +142,8 @@ def parse(
     hparams: List[Dict[str, float]] = []
     options: List[Dict[str, Optional[bool]]] = []
     extras: List[Dict[str, Any]] = []
+    tensors: List[Dict[str, Any]] = []
+    default_tensors = default_tensors or {}
     for group in groups_in:
         if not isinstance(group, dict):
             raise TypeError(f"param groups must all be dicts, got {type(group).__name__}")
@@ -134,14 +176,23 @@ def parse(
                     "optimizer can only optimize Tensors, but one of the params is " + torch.typename(p)
                 )
         values = {k: v for k, v in group.items() if k != "params"}
-        h, o, x = split_values(values, defaults.keys(), default_options.keys())
+        rules = TensorRules(optimizer, values.get("foreach", default_options.get("foreach")), False)
+        h, o, x = split_values(values, defaults.keys(), default_options.keys(), rules)
         if names:
             x = {"param_names": names, **x}
         groups.append(group_params)
         hparams.append({**defaults, **h})
         options.append({**default_options, **o})
         extras.append(x)
-    return groups, hparams, options, extras
+        own = {k: v for k, v in default_tensors.items() if k not in values}
+        if optimizer in ("adam", "adamw") and rules.foreach and own:
+            # the constructor's Tensors, in a group that sets foreach=True: torch's step-time error
+            for key, value in own.items():
+                for index, v in enumerate(value if isinstance(value, tuple) else (value,)):
+                    if isinstance(v, Tensor):
+                        tensor_number(optimizer, key, v, index, True, False)
+        tensors.append({**own, **rules.tensors})
+    return groups, hparams, options, extras, tensors
 
 
 class WriteThroughDict(dict):
@@ -166,29 +217,53 @@ class ParamGroup(WriteThroughDict):
     one of those keys calls the optimizer's ``set_group``: the value is validated (an invalid
     value raises and changes nothing) and is used from the next step on. Other keys (such as a
     scheduler's ``'initial_lr'``) are stored as in a plain dict.
+
+    A hyperparameter given as a Tensor (``'lr'``, ``'betas'`` holding Tensors...) is kept as
+    that Tensor, the same object, as torch keeps it; the optimizer reads its value before each
+    step, so changing it in place (``group['lr'].fill_(0.01)``, as the LR schedulers do for a
+    Tensor lr) takes effect at the next step. Assigning a number unbinds it.
     """
 
-    def __init__(self, optimizer: Any, index: int, params: List[Tensor], extras: Dict[str, Any]) -> None:
+    def __init__(
+        self, optimizer: Any, index: int, params: List[Tensor], extras: Dict[str, Any],
+        tensors: Optional[Dict[str, Any]] = None,
+    ) -> None:
         super().__init__()
         self._optimizer = optimizer
         self._index = index
         dict.__setitem__(self, "params", params)
+        self._bind(tensors or {})
         self._refresh()
         for key, value in extras.items():
             dict.__setitem__(self, key, value)
 
+    def _bind(self, tensors: Dict[str, Any]) -> None:
+        """Make the optimizer follow the Tensors of ``tensors`` (torch's names, values as given:
+        a Tensor or a pair holding some; ``GroupedState.bind_tensor``); validated by the caller."""
+        core = self._optimizer._s
+        for key, value in tensors.items():
+            halves = TUPLE_HYPERPARAMETERS.get(key)
+            if halves is None:
+                core.bind_tensor(self._index, key, value)
+            else:
+                for half, v in zip(halves, value):
+                    if isinstance(v, Tensor):
+                        core.bind_tensor(self._index, half, v)
+
     def _refresh(self) -> None:
         core = self._optimizer._s
-        for name, value in core.hparams[self._index].items():
+        hparams = core.hparams[self._index]
+        bound = core.tensor_hparams[self._index]
+        # a Tensor hyperparameter shows as the Tensor itself (the same object), as torch keeps it
+        shown = {name: bound.get(name, value) for name, value in hparams.items()}
+        for name, value in shown.items():
             pair = _HALF_TO_PAIR.get(name)
             if pair is None:
                 dict.__setitem__(self, name, value)
             else:
                 key, k = pair
                 halves = TUPLE_HYPERPARAMETERS[key]
-                dict.__setitem__(
-                    self, key, (core.hparams[self._index][halves[0]], core.hparams[self._index][halves[1]])
-                )
+                dict.__setitem__(self, key, (shown[halves[0]], shown[halves[1]]))
         for name, value in core.options[self._index].items():
             dict.__setitem__(self, name, value)
 
@@ -196,9 +271,14 @@ class ParamGroup(WriteThroughDict):
         if key == "params":
             raise ValueError("the parameters of a functional_optim param group cannot be replaced")
         core = self._optimizer._s
-        h, o, x = split_values({key: value}, core.hparams[self._index].keys(), core.options[self._index].keys())
+        options = core.options[self._index]
+        rules = TensorRules(core.name, value if key == "foreach" else options.get("foreach"), False)
+        h, o, x = split_values({key: value}, core.hparams[self._index].keys(), options.keys(), rules)
         if h or o:
-            self._optimizer.set_group(self._index, h, o)  # validates, then calls _refresh()
+            self._optimizer.set_group(self._index, h, o)  # validates, unbinds, calls _refresh()
+            if rules.tensors:
+                self._bind(rules.tensors)
+                self._refresh()
         else:
             dict.__setitem__(self, key, value)
 
@@ -208,8 +288,45 @@ class ParamGroup(WriteThroughDict):
         dict.__delitem__(self, key)
 
 
-def attach(optimizer: Any, groups: List[List[Tensor]], extras: List[Dict[str, Any]]) -> List[ParamGroup]:
-    """Build ``optimizer.param_groups`` (also reachable from its state container)."""
-    param_groups = [ParamGroup(optimizer, g, list(groups[g]), extras[g]) for g in range(len(groups))]
+def attach(
+    optimizer: Any, groups: List[List[Tensor]], extras: List[Dict[str, Any]],
+    tensors: Optional[List[Dict[str, Any]]] = None,
+) -> List[ParamGroup]:
+    """Build ``optimizer.param_groups`` (also reachable from its state container); each group's
+    Tensor hyperparameters (``tensors[g]``, torch's names) are bound to the optimizer."""
+    tensors = tensors or [{} for _ in groups]
+    param_groups = [ParamGroup(optimizer, g, list(groups[g]), extras[g], tensors[g]) for g in range(len(groups))]
     optimizer._s.param_groups = param_groups
     return param_groups
+
+
+def add_param_group(optimizer: Any, param_group: Any) -> None:
+    """Add a param group to an eager optimizer, as ``torch.optim.Optimizer.add_param_group``
+    (see the optimizers' ``add_param_group``); the values it does not set are the
+    constructor's (a Tensor among them shared, as in torch)."""
+    if not isinstance(param_group, dict):
+        raise TypeError(f"param_group must be a dict, but got {type(param_group)}")
+    if "params" not in param_group:
+        raise KeyError("params")
+    hparams, options, tensors = optimizer._defaults
+    groups, group_hparams, group_options, extras, group_tensors = parse(
+        [param_group], hparams, options, optimizer._s.name, tensors
+    )
+    check_params(groups[0])
+    named = "param_names" in extras[0]
+    if named != ("param_names" in optimizer.param_groups[0]):
+        raise ValueError(
+            "all optimizer param groups should be with/without names. "
+            f"cannot add param group {'with names' if named else 'without names'} to the optimizer"
+        )
+    core = optimizer._s
+    core.add_group(groups[0], group_hparams[0], group_options[0])
+    g = core.num_groups() - 1
+    try:
+        optimizer.set_group(g, group_hparams[0], group_options[0])  # torch's checks of the values
+        group = ParamGroup(optimizer, g, list(groups[0]), extras[0], group_tensors[0])
+    except BaseException:
+        core.pop_group()
+        raise
+    optimizer.param_groups.append(group)
+

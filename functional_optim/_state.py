@@ -22,6 +22,12 @@ Layout (all TorchScript-typed):
 * ``impl[g]`` (``"single"``, ``"foreach"`` or ``"fused"``) and ``sparse_errors[g]`` (the
   ``RuntimeError`` message for a sparse gradient in group ``g``, ``None`` when the group takes
   them): derived from the group's values whenever they are committed.
+* ``tensor_hparams[g]``: the hyperparameters of group ``g`` given as Tensors (functional name ->
+  the user's 1-element Tensor, the same object), as ``torch.optim`` takes ``lr`` and ``betas``.
+  :meth:`GroupedState.sync_tensor_hparams` copies their current values into ``hparams[g]``
+  before every step, so an in-place change (``lr.fill_(0.01)``, as the LR schedulers make) is
+  used from the next step on, eagerly and in TorchScript. Setting a number for such a name
+  unbinds its Tensor.
 """
 from typing import Dict, List, Optional, Tuple, Union
 
@@ -129,8 +135,8 @@ class GroupedState:
         self.offsets: List[int] = [0]
         self.group_of: List[int] = []
         self.index: Dict[Tensor, int] = {}
-        self.hparams: List[Dict[str, float]] = hparams
-        self.options: List[Dict[str, Optional[bool]]] = options
+        self.hparams: List[Dict[str, float]] = []
+        self.options: List[Dict[str, Optional[bool]]] = []
         self.state: List[Dict[str, Tensor]] = []
         self.impl: List[str] = []
         self.sparse_impl: List[str] = []
@@ -143,28 +149,70 @@ class GroupedState:
         # positions 0..n-1 as the one part of a step that needs no split by device and dtype.
         self.full_indices: List[List[int]] = []
         self.whole_parts: List[List[List[int]]] = []
+        self.tensor_hparams: List[Dict[str, Tensor]] = []
+        self.any_tensor_hparams = False
         for g in range(len(groups)):
-            group = groups[g]
-            _validation.check_params(group)
-            for p in group:
-                if p in self.index:
-                    raise ValueError("some parameters appear in more than one parameter group")
-                self.index[p] = len(self.params)
-                self.params.append(p)
-                self.group_of.append(g)
-                self.state.append(_no_state())
-            self.offsets.append(len(self.params))
-            self.impl.append("single")
-            self.sparse_impl.append("single")
-            self.sparse_errors.append(None)
-            self.homogeneous.append(len(split_by_device_dtype(group)) == 1)
-            self.cache_valid.append(False)
-            self.cache_params.append(group)
-            self.cache_state.append(_no_lists())
-            self.full_indices.append(list(range(self.offsets[g], self.offsets[g + 1])))
-            self.whole_parts.append([list(range(len(group)))])
+            self.add_group(groups[g], hparams[g], options[g])
         if len(self.params) == 0:
             raise ValueError("optimizer got an empty parameter list")
+
+    def add_group(self, group: List[Tensor], hparams: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
+        """Append a parameter group (its values not yet validated: the optimizer's ``set_group``
+        does that next, and :meth:`pop_group` takes the group back if it raises).
+
+        Raises:
+            ValueError: a non-leaf, sparse or complex parameter, or one already in a group
+                (torch's message); nothing is changed then.
+        """
+        _validation.check_params(group)
+        seen: Dict[Tensor, int] = {}
+        for p in group:
+            if p in self.index or p in seen:
+                raise ValueError("some parameters appear in more than one parameter group")
+            seen[p] = 0
+        g = len(self.offsets) - 1
+        for p in group:
+            self.index[p] = len(self.params)
+            self.params.append(p)
+            self.group_of.append(g)
+            self.state.append(_no_state())
+        self.offsets.append(len(self.params))
+        self.hparams.append(hparams)
+        self.options.append(options)
+        self.impl.append("single")
+        self.sparse_impl.append("single")
+        self.sparse_errors.append(None)
+        self.homogeneous.append(len(split_by_device_dtype(group)) == 1)
+        self.cache_valid.append(False)
+        self.cache_params.append(group)
+        self.cache_state.append(_no_lists())
+        self.full_indices.append(list(range(self.offsets[g], self.offsets[g + 1])))
+        self.whole_parts.append([list(range(len(group)))])
+        self.tensor_hparams.append(_no_state())
+
+    def pop_group(self) -> None:
+        """Remove the last group, added by :meth:`add_group` (before it ever stepped)."""
+        g = len(self.offsets) - 2
+        for i in range(self.offsets[g], self.offsets[g + 1]):
+            del self.index[self.params[i]]
+        for i in range(self.offsets[g], self.offsets[g + 1]):
+            self.params.pop()
+            self.group_of.pop()
+            self.state.pop()
+        self.offsets.pop()
+        self.hparams.pop()
+        self.options.pop()
+        self.impl.pop()
+        self.sparse_impl.pop()
+        self.sparse_errors.pop()
+        self.homogeneous.pop()
+        self.cache_valid.pop()
+        self.cache_params.pop()
+        self.cache_state.pop()
+        self.full_indices.pop()
+        self.whole_parts.pop()
+        self.tensor_hparams.pop()
+        self.unbind_tensors(0, [])  # recounts any_tensor_hparams
 
     # ----------------------------------------------------------------- structure
     def num_groups(self) -> int:
@@ -357,7 +405,53 @@ class GroupedState:
         for g in range(self.num_groups()):
             self.invalidate(g)
 
+    # ----------------------------------------------------------------- Tensor hyperparameters
+    def bind_tensor(self, group: int, name: str, value: Tensor) -> None:
+        """Make hyperparameter ``name`` of group ``group`` follow ``value`` (a 1-element Tensor,
+        validated by the caller): its value is read before every step (:meth:`sync_tensor_hparams`)."""
+        self.check_group(group)
+        _check_names("hyperparameter", [name], list(self.hparams[group].keys()))
+        self.tensor_hparams[group][name] = value
+        self.any_tensor_hparams = True
+        self.hparams[group][name] = float(value.item())
+
+    def unbind_tensors(self, group: int, names: List[str]) -> None:
+        """Stop following the Tensors bound to ``names`` in group ``group`` (a number was set)."""
+        bound = self.tensor_hparams[group]
+        for name in names:
+            if name in bound:
+                del bound[name]
+        any_bound = False
+        for d in self.tensor_hparams:
+            if len(d) > 0:
+                any_bound = True
+        self.any_tensor_hparams = any_bound
+
+    def sync_tensor_hparams(self) -> None:
+        """Copy the current value of every bound Tensor hyperparameter into ``hparams``
+        (``float(t.item())``: a read without a device sync on the CPU). Not validated, as
+        ``torch.optim`` does not validate a Tensor changed in place. Costs one test when no
+        Tensor is bound."""
+        if self.any_tensor_hparams:
+            for g in range(len(self.tensor_hparams)):
+                for name, value in self.tensor_hparams[g].items():
+                    self.hparams[g][name] = float(value.item())
+
+    def check_tensor_foreach(self, group: int, options: Dict[str, Optional[bool]], names: List[str]) -> None:
+        """torch's rule for the Tensors still bound in group ``group`` (except ``names``, being
+        set to numbers) with ``options``: ``torch.optim.Adam`` and ``AdamW`` refuse a Tensor
+        ``lr`` (``RuntimeError``) or beta (``ValueError``) with ``foreach=True`` (without
+        ``capturable``, which functional_optim does not support), with torch's messages."""
+        if (self.name == "adam" or self.name == "adamw") and flag(options, "foreach"):
+            for name in ["lr", "beta1", "beta2"]:
+                if name in self.tensor_hparams[group] and name not in names:
+                    message = name + " as a Tensor is not supported for capturable=False and foreach=True"
+                    if name == "lr":
+                        raise RuntimeError(message)
+                    raise ValueError(message)
+
     def hyperparameters(self) -> List[Dict[str, float]]:
+        self.sync_tensor_hparams()
         out: List[Dict[str, float]] = []
         for h in self.hparams:
             out.append(h.copy())
@@ -443,7 +537,7 @@ class GroupedState:
     def refresh_param_group(self, group: int) -> None:
         """Eager only: rewrite the torch-style ``param_groups[group]`` dict from the typed dicts."""
         param_groups = getattr(self, "param_groups", None)
-        if param_groups is not None:
+        if param_groups is not None and group < len(param_groups):  # (a group being added has none yet)
             param_groups[group]._refresh()
 
 

@@ -6,8 +6,12 @@ fails leaves everything as it was. Messages for invalid hyperparameters are the 
 exactly, and in TorchScript numbers are printed the TorchScript way (``-1.`` instead of ``-1.0``).
 Inside TorchScript any of these errors reaches Python as ``torch.jit.Error`` (an ``Exception``)
 whose message contains ``"builtins.ValueError: <message>"``.
+
+The last section (:func:`tensor_number`, :func:`check_tensor_betas`) is eager only: torch's
+rules for hyperparameters given as Tensors, which an eager constructor or param group reads
+into numbers (TorchScript code takes numbers).
 """
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -25,6 +29,8 @@ __all__ = [
     "check_fused_params",
     "check_values",
     "check_options",
+    "tensor_number",
+    "check_tensor_betas",
 ]
 
 
@@ -274,3 +280,82 @@ def check_options(options: Dict[str, Optional[bool]]) -> None:
         option(options, "foreach"), option(options, "fused"), capturable is not None and capturable,
         differentiable is not None and differentiable,
     )
+
+
+# ------------------------------------------------------------------ eager only: Tensor values
+
+# torch.optim.Adam and AdamW refuse Tensor hyperparameters with foreach=True (without
+# capturable=True, which functional_optim does not support); the other classes take them.
+_NO_TENSOR_FOREACH = ("adam", "adamw")
+_FOREACH_MESSAGE = " as a Tensor is not supported for capturable=False and foreach=True"
+
+
+def tensor_number(
+    optimizer: Optional[str], key: str, value: Any, index: Optional[int], foreach: Optional[bool],
+    in_constructor: bool,
+) -> float:
+    """Eager only: the number that a Tensor hyperparameter holds now, after torch's checks.
+
+    torch 2.13 types ``lr`` (every class), ``betas`` (Adam, AdamW) and ``weight_decay`` (SGD)
+    as ``float | Tensor``, and its steps also take a one-element Tensor for the others' betas
+    and most other values; functional_optim takes a one-element Tensor for any numeric
+    hyperparameter, with torch's checks where torch has them (below).
+
+    Args:
+        optimizer: the optimizer's name (``"adam"``...), or None where the class is not known
+            here (a value sent to another process, checked there): then only the size is checked.
+        key: torch's name of the hyperparameter (``"lr"``, ``"betas"``, ``"weight_decay"``).
+        value: a Tensor with one element (shape ``[]`` or ``[1]``...), any dtype and device
+            (read with ``.item()``: a device sync for a CUDA tensor).
+        index: the position in a pair (``betas[0]``), else None.
+        foreach: the group's ``foreach`` flag.
+        in_constructor: the value is a constructor argument (torch checks those in
+            ``__init__``) rather than a param-group value (torch checks those at ``step``).
+
+    Returns:
+        float: ``float(value.item())``.
+
+    Raises:
+        ValueError: ``lr`` with more than one element (``"Tensor lr must be 1-element"``); for
+            ``Adam``/``AdamW``, a constructor's Tensor ``lr`` with ``foreach=True``
+            (``"lr as a Tensor is not supported for capturable=False and foreach=True"``), a
+            param group's Tensor beta with ``foreach=True`` (``"beta1 as a Tensor ..."``).
+        RuntimeError: a param group's Tensor ``lr`` with ``foreach=True`` (``Adam``/``AdamW``,
+            torch's step-time error); a Tensor other than ``lr`` with more than one element
+            (``"Boolean value of Tensor with more than one value is ambiguous"``, what torch's
+            range check raises).
+    """
+    if optimizer is not None:
+        if optimizer in _NO_TENSOR_FOREACH and foreach:
+            if key == "lr":
+                if in_constructor:
+                    raise ValueError("lr" + _FOREACH_MESSAGE)
+                raise RuntimeError("lr" + _FOREACH_MESSAGE)
+            if key == "betas" and not in_constructor:  # (the constructor checks betas later)
+                raise ValueError(f"beta{index + 1}" + _FOREACH_MESSAGE)
+    if value.numel() != 1:
+        if key == "lr":
+            raise ValueError("Tensor lr must be 1-element")
+        raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+    return float(value.item())
+
+
+def check_tensor_betas(optimizer: str, betas: Any, foreach: Optional[bool]) -> None:
+    """Eager only: ``torch.optim.Adam``'s and ``AdamW``'s constructor checks of ``betas``
+    that follow the range checks (no check for the other classes).
+
+    Raises:
+        ValueError: ``"betas must be either both floats or both Tensors"`` (ints included, as
+            torch); ``"betas[i] as a Tensor is not supported for capturable=False and
+            foreach=True"``.
+    """
+    if optimizer not in _NO_TENSOR_FOREACH:
+        return
+    from torch import Tensor as _Tensor
+
+    both_floats = isinstance(betas[0], float) and isinstance(betas[1], float)
+    both_tensors = isinstance(betas[0], _Tensor) and isinstance(betas[1], _Tensor)
+    if not (both_floats or both_tensors):
+        raise ValueError("betas must be either both floats or both Tensors")
+    if both_tensors and foreach:
+        raise ValueError("betas[0]" + _FOREACH_MESSAGE)

@@ -110,6 +110,8 @@ class Adadelta:
     State per parameter: ``'step'`` (0-dim float32 on the CPU), ``'square_avg'``,
     ``'acc_delta'`` (like the parameter).
 
+    {_tensor_doc}
+
     {_raises_doc}
     """
 

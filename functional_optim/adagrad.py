@@ -149,6 +149,8 @@ class Adagrad:
     (0-dim, float32 on the CPU, or on the parameter's device when fused) and ``'sum'`` (like the
     parameter).
 
+    {_tensor_doc}
+
     {_raises_doc}
     """
 

@@ -150,6 +150,8 @@ class Adam:
     on the CPU, or on the parameter's device when fused), ``'exp_avg'``, ``'exp_avg_sq'`` and,
     with amsgrad, ``'max_exp_avg_sq'`` (each like the parameter).
 
+    {_tensor_doc}
+
     {_raises_doc}
     """
 

@@ -111,6 +111,8 @@ class Adamax:
     State per parameter: ``'step'`` (0-dim float32 on the CPU), ``'exp_avg'``, ``'exp_inf'``
     (like the parameter).
 
+    {_tensor_doc}
+
     {_raises_doc}
     """
 

@@ -83,6 +83,8 @@ class AdamW:
 
     State per parameter: as :class:`~functional_optim.adam.Adam`.
 
+    {_tensor_doc}
+
     {_raises_doc}
     """
 

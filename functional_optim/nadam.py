@@ -135,6 +135,8 @@ class NAdam:
     loading a state dict casts ``'mu_product'`` to the parameter's dtype), ``'exp_avg'``,
     ``'exp_avg_sq'`` (like the parameter).
 
+    {_tensor_doc}
+
     {_raises_doc}
     """
 

@@ -135,6 +135,8 @@ class RAdam:
     State per parameter: ``'step'`` (0-dim float32 on the CPU), ``'exp_avg'``, ``'exp_avg_sq'``
     (like the parameter).
 
+    {_tensor_doc}
+
     {_raises_doc}
     """
 

@@ -128,6 +128,8 @@ class RMSprop:
     State per parameter: ``'step'`` (0-dim float32 on the CPU), ``'square_avg'``, and
     ``'momentum_buffer'`` when momentum > 0, ``'grad_avg'`` when centered (like the parameter).
 
+    {_tensor_doc}
+
     {_raises_doc}
     """
 

@@ -124,6 +124,8 @@ class Rprop:
     State per parameter: ``'step'`` (0-dim float32 on the CPU), ``'prev'``, ``'step_size'``
     (like the parameter).
 
+    {_tensor_doc}
+
     {_raises_doc}
     """
 

@@ -231,6 +231,8 @@ class SGD:
     State per parameter: ``'momentum_buffer'`` (like the parameter) once the parameter has
     stepped with momentum != 0; no state otherwise (as torch).
 
+    {_tensor_doc}
+
     {_raises_doc}
     """
 

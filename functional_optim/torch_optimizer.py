@@ -35,10 +35,9 @@ class TorchOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
             under ``torch.optim``'s names (``'betas'`` as a tuple): what ``OneCycleLR`` and
             ``CyclicLR`` look for.
 
-    Step hooks (``register_step_pre_hook``...) run around :meth:`step`; ``state`` and
-    ``add_param_group`` are not available (the state lives in the TorchScript object; the
-    groups are fixed at construction) and raise; ``zero_grad`` does nothing (gradients are
-    passed to ``step``).
+    Step hooks (``register_step_pre_hook``...) run around :meth:`step`; :meth:`add_param_group`
+    is the wrapped optimizer's; ``state`` is not available (the state lives in the TorchScript
+    object) and raises; ``zero_grad`` does nothing (gradients are passed to ``step``).
 
     Args:
         optimizer: an eager optimizer of this package (see :func:`as_torch_optimizer`).
@@ -49,7 +48,6 @@ class TorchOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
     """
 
     _STATE_ERROR = "the state of a functional_optim optimizer is read with state_dict()"
-    _ADD_PARAM_GROUP_ERROR = "functional_optim optimizers take their parameter groups at construction"
     _HOOKS_ERROR = "as_torch_optimizer() does not run state_dict or load_state_dict hooks"
     _PICKLE_ERROR = "as_torch_optimizer() wrappers cannot be pickled; save state_dict() instead"
 
@@ -82,6 +80,19 @@ class TorchOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
             What the wrapped ``step`` raises (ValueError, RuntimeError).
         """
         return self.optimizer.step(*args, **kwargs)
+
+    def add_param_group(self, param_group: Dict[str, Any]) -> None:
+        """The wrapped optimizer's ``add_param_group`` (as ``torch.optim.Optimizer``'s).
+
+        Args:
+            param_group (Dict[str, Any]): ``{'params': [...], <hyperparameters>}``; the values
+                it does not set are the wrapped optimizer's constructor's.
+
+        Raises:
+            TypeError, KeyError, ValueError, RuntimeError: as the wrapped ``add_param_group``
+            (torch's messages); nothing changes then.
+        """
+        self.optimizer.add_param_group(param_group)
 
     def state_dict(self) -> Dict[str, Any]:
         """The wrapped optimizer's ``state_dict()`` (``torch.optim``'s format).

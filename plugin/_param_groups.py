@@ -82,9 +82,10 @@ class DistributedParamGroup(WriteThroughDict):
     not sent. Each owner validates it as the optimizer's constructor does.
 
     Raises (on assignment):
-        TypeError: a value of the wrong type (a hyperparameter that is not a Python number,
-            a pair that is not two numbers, a flag that is not a bool or None), before
-            anything is sent.
+        TypeError: a value of the wrong type (a hyperparameter that is neither a Python number
+            nor a Tensor, a pair that is not two, a flag that is not a bool or None), before
+            anything is sent. A 1-element Tensor sends its current value (the owners hold
+            numbers), which the group then shows.
         ValueError: the owners reject the value (``Invalid learning rate: -1.0``); the message
             names the first owner that did. Every owner validates before it changes anything.
         ValueError: replacing ``'params'``, or deleting a hyperparameter or flag.
@@ -140,10 +141,10 @@ class DistributedParamGroup(WriteThroughDict):
 
 def fetch_group(optimizer: Any) -> Dict[str, Any]:
     """Reads the group from every owner (in parallel) and checks that they agree."""
-    from .optim import _wait_all
+    from .optim import _send, _wait_all
 
     futures = OrderedDict(
-        (owner, torch.distributed.rpc.rpc_async(owner, _local_group, args=(rref,)))
+        (owner, _send(owner, _local_group, (rref,)))
         for owner, rref in optimizer._local_optimizers.items()
     )
     fetched = _wait_all(futures, "reading the hyperparameters")
@@ -158,10 +159,10 @@ def fetch_group(optimizer: Any) -> Dict[str, Any]:
 
 def send_group(optimizer: Any, hparams: Dict[str, float], options: Dict[str, Optional[bool]], what: str) -> None:
     """Sets hyperparameters and flags on every owner; returns when all have them."""
-    from .optim import _wait_all
+    from .optim import _send, _wait_all
 
     futures = OrderedDict(
-        (owner, torch.distributed.rpc.rpc_async(owner, _local_set_group, args=(rref, hparams, options)))
+        (owner, _send(owner, _local_set_group, (rref, hparams, options)))
         for owner, rref in optimizer._local_optimizers.items()
     )
     _wait_all(futures, f"setting {what!r}")

@@ -7,6 +7,8 @@ owner and builds one :class:`ScriptLocalOptimizer` on each owner: a ScriptModule
 by RPC, to run its module's ``step(context_id)``, which reads the context's gradients on the
 C++ side (``torch.ops.dist_engine.gradients_for``: from the plugin's engine, or from torch's
 distributed autograd when torch ran the backward) and applies them, all in TorchScript.
+A ``torch.optim.Optimizer`` subclass that has no functional counterpart steps in Python on the
+owners instead (:class:`PythonLocalOptimizer`, in ``plugin/_python_local_optim.py``).
 """
 import random
 import threading
@@ -24,12 +26,16 @@ import functional_optim
 from functional_optim import _jit, _validation
 from functional_optim._torch_face import TorchOptimizerFace
 
-from . import _param_groups, ops
+from . import _param_groups, _python_local_optim, ops
 from ._clip import clip_grad_norm_
 from ._errors import raise_on_worker, remote_error_summary
 from functional_optim.scripting import OptimizerModule, script_class
+from ._python_local_optim import PythonLocalOptimizer, PythonOwner, PythonStepWarning
 
-__all__ = ["DistributedOptimizer", "ScriptLocalOptimizer", "LocalOptimizerInterface", "clip_grad_norm_"]
+__all__ = [
+    "DistributedOptimizer", "ScriptLocalOptimizer", "LocalOptimizerInterface", "PythonLocalOptimizer",
+    "PythonStepWarning", "clip_grad_norm_",
+]
 
 
 class LocalOptimizerInterface(torch.nn.Module):
@@ -139,13 +145,21 @@ class ScriptLocalOptimizer(torch.nn.Module):
 
         Returns:
             torch.jit.ScriptModule: the scripted :class:`ScriptLocalOptimizer`; call its
-            ``step(context_id)`` from Python or TorchScript.
+            ``step(context_id)`` from Python or TorchScript. For a ``torch.optim.Optimizer``
+            subclass that has no functional counterpart: a :class:`PythonLocalOptimizer`
+            instead (the same ``step``, ``prepare_step``, ``commit_step``, ``drop_step`` and
+            ``step_gradients``, run in Python, holding the GIL), after a
+            :class:`PythonStepWarning` (once per class).
 
         Raises:
-            KeyError: ``optimizer_class`` has no functional counterpart.
+            KeyError: ``optimizer_class`` is neither registered nor a ``torch.optim.Optimizer``
+                subclass.
             ValueError: empty ``params`` or invalid hyperparameters.
             RuntimeError: TorchScript cannot compile the optimizer class.
         """
+        if _python_local_optim.uses_python_step(optimizer_class):
+            _python_local_optim.warn_once(optimizer_class, stacklevel=2)
+            return PythonLocalOptimizer(optimizer_class, params, *args, **kwargs)
         module = cls(optimizer_class, params, *args, **kwargs)
         with _COMPILE_LOCK:  # TorchScript does not compile from several threads at once
             script_class(type(module.optimizer.optim))
@@ -515,6 +529,8 @@ class _OutsideAutogradContext:
 
 
 def _send(owner: str, fn, args) -> torch.futures.Future:
+    if args and isinstance(args[0], PythonOwner):  # a Python local optimizer: fn's Python counterpart
+        fn, args = _python_local_optim.counterpart(fn, args)
     with _OutsideAutogradContext():
         return rpc.rpc_async(owner, fn, args=args)
 
@@ -556,11 +572,14 @@ def _wait_all(futures: "OrderedDict[str, torch.futures.Future]", what: str) -> D
 
 
 class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
-    """Runs a ``functional_optim`` optimizer on every worker that owns some of the parameters.
+    """Runs an optimizer on every worker that owns some of the parameters.
 
     Like ``torch.distributed.optim.DistributedOptimizer``, with these differences: every
-    optimizer of ``functional_optim`` runs as TorchScript (there is no Python fallback, so no
-    owner takes the GIL for a step, whatever the optimizer); gradients come from the plugin's
+    optimizer of ``functional_optim``, and every class registered to one, runs as TorchScript,
+    so no owner takes the GIL for a step; any other ``torch.optim.Optimizer`` subclass steps in
+    Python on the owners (:class:`PythonLocalOptimizer`, as torch's ``_LocalOptimizer``),
+    holding their GIL, with a :class:`PythonStepWarning` once per class and the same
+    guarantees; gradients come from the plugin's
     engine (``plugin.autograd.backward``) or from torch's (``torch.distributed.autograd.backward``);
     the optimizer state can be saved and restored with :meth:`state_dict` and
     :meth:`load_state_dict`; and it is a ``torch.optim.Optimizer``, whose :attr:`param_groups`
@@ -581,7 +600,9 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
     Args:
         optimizer_class (type): a ``functional_optim`` class (``functional_optim.Adam``) or its
             ``torch.optim`` counterpart (``torch.optim.Adam``), or any class registered with
-            :func:`functional_optim.register_functional_optimizer`.
+            :func:`functional_optim.register_functional_optimizer` (TorchScript); or any other
+            ``torch.optim.Optimizer`` subclass (Python; the steps over several owners then
+            run the two phases from the caller, never the chain of two owners or the owners' exchange).
         params_rref (List[RRef[Tensor]]): the parameters to optimize, local or remote, each an
             RRef to a Tensor (for instance ``module_rref.rpc_sync().parameter_rrefs()``).
         *args: the optimizer's positional hyperparameters, as for ``torch.optim``.
@@ -589,14 +610,17 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
 
     Raises:
         TypeError: ``params_rref`` is empty or holds something that is not an RRef.
-        KeyError: ``optimizer_class`` has no functional counterpart (the message lists those
-            that have one).
-        RuntimeError: building the local optimizer failed on an owner (invalid hyperparameters,
-            an RRef that does not hold a Tensor, ...); the message names the owner.
+        KeyError: ``optimizer_class`` has no functional counterpart and is not a
+            ``torch.optim.Optimizer`` subclass (the message lists the registered classes).
+        Exception: building the local optimizer failed on an owner (invalid hyperparameters,
+            an RRef that does not hold a Tensor, ...): the owner's exception type
+            (``ValueError``, ``TypeError``...; ``RuntimeError`` when it cannot be rebuilt), its
+            message, naming the owner.
 
     Algorithm: torch's DistributedOptimizer (``torch/distributed/optim/optimizer.py``) with the
     local optimizers as ScriptModules (torch's ``_ScriptLocalOptimizer``), here for every
-    optimizer.
+    registered optimizer, and torch's ``_LocalOptimizer`` (:class:`PythonLocalOptimizer`) for
+    the other ``torch.optim.Optimizer`` subclasses.
     """
 
     def __init__(self, optimizer_class: type, params_rref: List[RRef], *args: Any, **kwargs: Any) -> None:
@@ -606,20 +630,29 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         for i, rref in enumerate(params_rref):
             if not isinstance(rref, rpc.PyRRef):
                 raise TypeError(f"DistributedOptimizer: params_rref[{i}] is a {type(rref).__name__}, not an RRef")
-        functional_optim.functional_optimizer_for(optimizer_class)  # KeyError before any RPC
+        python_step = _python_local_optim.uses_python_step(optimizer_class)  # KeyError before any RPC
+        if python_step:
+            _python_local_optim.warn_once(optimizer_class, stacklevel=2)
+        new_local_optimizer = _python_local_optim._new_python_local_optimizer if python_step else _new_local_optimizer
 
         by_owner: "OrderedDict[str, List[int]]" = OrderedDict()
         for i, rref in enumerate(params_rref):
             by_owner.setdefault(rref.owner().name, []).append(i)
         self._indices = by_owner
         futures = OrderedDict(
-            (owner, _send(owner, _new_local_optimizer, (optimizer_class, [params_rref[i] for i in indices], args, kwargs)))
+            (owner, _send(owner, new_local_optimizer, (optimizer_class, [params_rref[i] for i in indices], args, kwargs)))
             for owner, indices in by_owner.items()
         )
         self._local_optimizers: Dict[str, RRef] = _wait_all(futures, "building the local optimizer")
-        if len(self._local_optimizers) >= 2:
+        # Python local optimizers (plugin/_python_local_optim.py) step by the two phases from the
+        # caller, never by the chain of two owners or the owners' exchange (both call TorchScript
+        # on the owners)
+        self._python_step = python_step
+        if python_step:
+            self._local_optimizers = OrderedDict((o, PythonOwner(r)) for o, r in self._local_optimizers.items())
+        if len(self._local_optimizers) >= 2 and not python_step:
             # every owner learns the others (see step); with two, the first one's chained
-            # steps (the _bench_protocol "chain") go on to the second
+            # steps go on to the second
             owners = list(self._local_optimizers)
             links = OrderedDict()
             for i, (owner, rref) in enumerate(self._local_optimizers.items()):
@@ -758,7 +791,8 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
                 timed_out = "no answer within the RPC timeout" in remote_error_summary(errors[0][1])
                 _raise_errors(errors, what, "; it may still apply the step when it answers" if timed_out else "")
             return
-        protocol = self._bench_protocol or ("chain" if len(self._local_optimizers) == 2 else "exchange")
+        protocol = self._bench_protocol or (
+            "parallel" if self._python_step else "chain" if len(self._local_optimizers) == 2 else "exchange")
         if protocol == "exchange":
             self._exchange_step(context_id, what)
             return

@@ -1,4 +1,5 @@
 """plugin.optim.DistributedOptimizer against torch.optim on the same parameters and gradients."""
+import copy
 import threading
 import time
 
@@ -171,8 +172,8 @@ def test_constructor_errors_name_the_owner(cluster):
     bad = rpc.rpc_sync("worker3", optim_remote.not_a_tensor)
     with pytest.raises(TypeError, match=r"owner 'worker3': TypeError: params_rref\[0\] refers to a str"):
         DistributedOptimizer(torch.optim.SGD, [rrefs["p1"], bad], lr=0.1)
-    with pytest.raises(KeyError, match="no functional optimizer registered for 'LBFGS'"):
-        DistributedOptimizer(torch.optim.LBFGS, list(rrefs.values()))
+    with pytest.raises(KeyError, match="no functional optimizer registered for 'dict'"):
+        DistributedOptimizer(dict, list(rrefs.values()))  # torch.optim.LBFGS would step in Python
     with pytest.raises(TypeError, match=r"params_rref\[1\] is a Tensor, not an RRef"):
         DistributedOptimizer(torch.optim.SGD, [rrefs["p1"], torch.zeros(1)])
 
@@ -501,3 +502,33 @@ def test_owner_steps_while_its_gil_is_held(cluster, names):
         stepped_at = time.time()
     hog_done_at = rpc.rpc_sync("worker1", optim_remote.wait_for_gil_hog)
     assert stepped_at < hog_done_at
+
+
+def test_tensor_hyperparameters_and_a_scheduler(cluster):
+    """A DistributedOptimizer built with a Tensor lr and Tensor betas (each owner scripts an
+    optimizer that takes their values) and driven by StepLR steps as torch.optim.Adam with
+    the same Tensors and scheduler; torch's refusal of a Tensor lr with foreach=True reaches
+    the caller, naming the owners."""
+    kwargs = {"lr": torch.tensor(0.05, dtype=torch.float64),
+              "betas": (torch.tensor(0.8, dtype=torch.float64), torch.tensor(0.9, dtype=torch.float64))}
+    rrefs = make_remote_params()
+    opt = DistributedOptimizer(torch.optim.Adam, list(rrefs.values()), **copy.deepcopy(kwargs))
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    for step in range(5):
+        for ctx in forward_backward(step):
+            opt.step(ctx)
+        scheduler.step()
+    params = local_params()
+    reference = torch.optim.Adam(list(params.values()), **copy.deepcopy(kwargs))
+    reference_scheduler = torch.optim.lr_scheduler.StepLR(reference, step_size=2, gamma=0.5)
+    for step in range(5):
+        reference.zero_grad()
+        local_loss(params, step).backward()
+        reference.step()
+        reference_scheduler.step()
+    assert opt.param_groups[0]["lr"] == reference.param_groups[0]["lr"].item() == 0.05 * 0.5 ** 2
+    for name, value in remote_values().items():
+        torch.testing.assert_close(value, params[name].detach(), rtol=1e-10, atol=1e-12, msg=name)
+    with pytest.raises(ValueError, match=r"owner 'worker1': ValueError: lr as a Tensor is not supported for "
+                                         r"capturable=False and foreach=True"):
+        DistributedOptimizer(torch.optim.Adam, list(rrefs.values()), lr=torch.tensor(0.1), foreach=True)

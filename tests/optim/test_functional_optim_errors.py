@@ -76,8 +76,10 @@ def test_bad_params():
         F.Adam([torch.zeros(3, dtype=torch.complex64)])
     with pytest.raises(RuntimeError, match="`fused=True` requires all the params to be floating point"):
         F.Adam([torch.zeros(3, dtype=torch.int64)], fused=True)
-    with pytest.raises(TypeError, match="got a Tensor for 'lr'"):
-        F.Adam([torch.zeros(3)], lr=torch.tensor(0.1))
+    with pytest.raises(ValueError, match="^Tensor lr must be 1-element$"):  # (Tensor rules: test_functional_optim_tensor_hparams.py)
+        F.Adam([torch.zeros(3)], lr=torch.tensor([0.1, 0.2]))
+    with pytest.raises(TypeError, match="hyperparameter 'lr' must be a number or a 1-element Tensor, got str"):
+        F.Adam([torch.zeros(3)], lr="0.1")
     opt = F.Adam([torch.zeros(3)])
     with pytest.raises(ValueError, match="unknown hyperparameter 'momentum'"):
         opt.set_hyperparameter(0, "momentum", 0.9)

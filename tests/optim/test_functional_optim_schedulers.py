@@ -69,8 +69,8 @@ def test_wrapper_shares_groups_and_state_dict():
     assert inner.hyperparameters()[0]["lr"] == 0.05
     with pytest.raises(TypeError, match="eager functional_optim optimizer"):
         as_torch_optimizer(torch.optim.SGD(model_params(), lr=0.1))
-    with pytest.raises(NotImplementedError):
-        opt.add_param_group({"params": []})
+    opt.add_param_group({"params": [], "lr": 0.2})  # the wrapped optimizer's (tests: test_functional_optim_named_params.py)
+    assert opt.param_groups[1]["lr"] == 0.2 and len(inner.param_groups) == 2
 
 
 def test_step_hooks_run():

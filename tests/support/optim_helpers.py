@@ -14,11 +14,12 @@ def torch_state(opt: torch.optim.Optimizer) -> Dict[str, Any]:
 
 
 def assert_same_state(
-    expected: Dict[str, Any], actual: Dict[str, Any], dtype: torch.dtype, ignore_group_keys=()
+    expected: Dict[str, Any], actual: Dict[str, Any], dtype: torch.dtype, ignore_group_keys=(),
+    tol: Optional[Dict[str, float]] = None,
 ) -> None:
     """Compare two torch-format state dicts: same indices, keys, dtypes, shapes; values within
-    the dtype's tolerance ('step' exactly); same param groups (every key torch has)."""
-    tol = C.tolerances(dtype)
+    the dtype's tolerance (or ``tol``; 'step' exactly); same param groups (every key torch has)."""
+    tol = tol or C.tolerances(dtype)
     assert sorted(expected["state"]) == sorted(actual["state"]), "state indices differ"
     for index, entry in expected["state"].items():
         ours = actual["state"][index]
@@ -41,8 +42,10 @@ def assert_same_state(
             assert ours[key] == value, f"param_groups[{g}][{key!r}]: torch {value!r}, ours {ours[key]!r}"
 
 
-def assert_same_params(expected: List[torch.Tensor], actual: List[torch.Tensor], dtype: torch.dtype) -> None:
-    tol = C.tolerances(dtype)
+def assert_same_params(
+    expected: List[torch.Tensor], actual: List[torch.Tensor], dtype: torch.dtype, tol: Optional[Dict[str, float]] = None
+) -> None:
+    tol = tol or C.tolerances(dtype)
     for i, (e, a) in enumerate(zip(expected, actual)):
         torch.testing.assert_close(a.detach(), e.detach(), **tol, msg=lambda m: f"param {i}: {m}")
 
@@ -57,12 +60,14 @@ def run_parity(
     our_overrides: Optional[Dict[str, Any]] = None,
     torch_overrides: Optional[Dict[str, Any]] = None,
     scripted_too: bool = True,
+    tol: Optional[Dict[str, float]] = None,
 ) -> None:
     """Step torch.optim, our eager optimizer and our scripted one on the same gradients and
     compare parameters and full state at the end (and parameters half-way).
 
     ``our_overrides`` / ``torch_overrides`` are extra constructor arguments of one side only;
-    ``scripted_too=False`` leaves out the scripted optimizer."""
+    ``scripted_too=False`` leaves out the scripted optimizer; ``tol`` replaces the dtype's
+    tolerances."""
     base = C.make_params(dtype)
     torch_params = [torch.nn.Parameter(p.clone()) for p in base]
     eager_params = [p.clone() for p in base]
@@ -89,12 +94,12 @@ def run_parity(
         eager.step(flat)
         scripted.step(flat)
         if step == steps // 2:
-            assert_same_params(torch_params, eager_params, dtype)
-            assert_same_params(torch_params, script_params, dtype)
-    assert_same_params(torch_params, eager_params, dtype)
-    assert_same_params(torch_params, script_params, dtype)
+            assert_same_params(torch_params, eager_params, dtype, tol)
+            assert_same_params(torch_params, script_params, dtype, tol)
+    assert_same_params(torch_params, eager_params, dtype, tol)
+    assert_same_params(torch_params, script_params, dtype, tol)
     expected = reference.state_dict()
     # the implementation flags differ on purpose when one side is given its own
     ignore = ("foreach", "fused") if torch_overrides or our_overrides else ()
-    assert_same_state(expected, state_protocol.state_dict(eager), dtype, ignore_group_keys=ignore)
-    assert_same_state(expected, state_protocol.state_dict(scripted), dtype, ignore_group_keys=ignore)
+    assert_same_state(expected, state_protocol.state_dict(eager), dtype, ignore_group_keys=ignore, tol=tol)
+    assert_same_state(expected, state_protocol.state_dict(scripted), dtype, ignore_group_keys=ignore, tol=tol)

@@ -1,0 +1,505 @@
+"""The Python local optimizer: the owner's side of a :class:`plugin.optim.DistributedOptimizer`
+whose optimizer class is a ``torch.optim.Optimizer`` subclass with no functional counterpart.
+
+Such a class (a user's own optimizer, ``torch.optim.LBFGS``, a subclass of ``torch.optim.Adam``
+that overrides ``step``...) cannot run as TorchScript. As torch's DistributedOptimizer does
+(``torch/distributed/optim/optimizer.py``, ``_LocalOptimizer``), each owner then builds the
+optimizer itself, in Python, and a step calls its ``step()`` with the context's gradients in
+``.grad``. Those steps hold the owner's GIL; the caller is warned once per class
+(:class:`PythonStepWarning`). Everything else the scripted path promises holds:
+
+* the same per-parameter locks (``ops.new_step_lock``) as :class:`plugin.optim.ScriptLocalOptimizer`,
+  so scripted and Python optimizers that share a parameter never interleave on it;
+* the gradients come from ``ops.gradients_for``, as in the scripted step;
+* a step that raises changes nothing on its owner (parameters, state and ``param_groups`` are
+  restored), and phase 1 of a step over several owners runs the step once, then undoes it, so
+  a gradient the optimizer rejects is rejected before any owner applies anything;
+* ``state_dict`` / ``load_state_dict`` / ``param_groups`` / ``set_hyperparameter`` work as on
+  the scripted path.
+
+On the caller, :class:`plugin.optim.DistributedOptimizer` keeps each Python owner's RRef in a
+:class:`PythonOwner`; its ``_send`` swaps the scripted function it would call for the Python
+function of the same name here (:func:`counterpart`).
+"""
+import copy
+import threading
+import warnings
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+import functional_optim
+from functional_optim import _validation
+from functional_optim._state import TUPLE_HYPERPARAMETERS
+
+from . import ops
+
+__all__ = ["PythonLocalOptimizer", "PythonStepWarning"]
+
+
+class PythonStepWarning(UserWarning):
+    """Warned once per optimizer class (``warnings.warn``, on the caller, when the first
+    :class:`~plugin.optim.DistributedOptimizer` or local optimizer of the class is built):
+    the class has no functional counterpart, so its steps run in Python on the owners and
+    hold their GIL. Filter it with ``warnings.filterwarnings("ignore", category=PythonStepWarning)``.
+
+    Args:
+        message (str): names the class, says that its steps hold the owners' GIL and how to
+            register a functional counterpart.
+
+    Raises nothing: it is a warning category.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+
+_WARNED: set = set()
+_WARNED_LOCK = threading.Lock()
+
+
+def uses_python_step(optimizer_class: Any) -> bool:
+    """Whether ``optimizer_class`` steps in Python: True for a ``torch.optim.Optimizer``
+    subclass that has no functional counterpart, False for a registered class (TorchScript);
+    raises the registry's ``KeyError`` (extended) for anything else."""
+    try:
+        functional_optim.functional_optimizer_for(optimizer_class)
+        return False
+    except KeyError as e:
+        if isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.Optimizer):
+            return True
+        raise KeyError(f"{e.args[0]}; and it is not a torch.optim.Optimizer subclass, which would step in Python")
+
+
+def warn_once(optimizer_class: type, stacklevel: int) -> None:
+    """The :class:`PythonStepWarning` for ``optimizer_class``, the first time only."""
+    with _WARNED_LOCK:
+        if optimizer_class in _WARNED:
+            return
+        _WARNED.add(optimizer_class)
+    module = optimizer_class.__module__
+    name = optimizer_class.__qualname__ if module in ("__main__", "__mp_main__") else f"{module}.{optimizer_class.__qualname__}"
+    warnings.warn(
+        f"{name} has no functional counterpart: each owner steps it in Python, as a torch.optim optimizer, and "
+        f"its steps hold the owner's GIL (they wait for, and block, every other Python thread of the owner). "
+        f"To step it as TorchScript without the GIL, write a functional_optim-style class for it (see the "
+        f"'Functional optimizers' page) and register it on every worker before building the optimizer: "
+        f"functional_optim.register_functional_optimizer({optimizer_class.__qualname__}, YourFunctionalClass)",
+        PythonStepWarning,
+        stacklevel=stacklevel + 1,
+    )
+
+
+class PythonLocalOptimizer:
+    """One worker's share of a distributed optimizer whose class runs in Python: a
+    ``torch.optim.Optimizer`` subclass with no functional counterpart, built and stepped on
+    this worker (torch's ``_LocalOptimizer``). :meth:`plugin.optim.ScriptLocalOptimizer.create`
+    returns one for such a class; :class:`plugin.optim.DistributedOptimizer` builds one on each
+    owner. Its steps hold the GIL (see :class:`PythonStepWarning`).
+
+    A step reads the context's gradients (``plugin.ops.gradients_for``: the plugin engine's,
+    or torch's), checks them (count, shape, dtype, device: ``ValueError``), then, holding the
+    parameters' locks (the same per-parameter locks as :class:`~plugin.optim.ScriptLocalOptimizer`,
+    taken in the same global order, so a scripted and a Python optimizer that share a parameter
+    never interleave on it), sets each parameter's ``.grad`` to its gradient (``None`` where it
+    has none: the optimizer skips it, as ``torch.optim`` does), calls the optimizer's
+    ``step()``, and puts back the ``.grad`` each parameter had before, also when the step
+    raises. Code that reads ``.grad`` of these parameters on the owner during a step sees the
+    context's gradient.
+
+    A step that raises changes nothing: before the optimizer's ``step()``, the parameters'
+    values, the optimizer's ``state`` and ``param_groups`` are copied (one copy of the
+    parameters and the state per step), and restored if it raises. Attributes the optimizer
+    keeps outside ``state`` and ``param_groups`` are not restored.
+
+    Args:
+        optimizer_class (type): a ``torch.optim.Optimizer`` subclass, built as
+            ``optimizer_class(params, *args, **kwargs)``; it must make one parameter group.
+        params (List[Tensor]): the parameters, on this worker: leaf tensors of any shape,
+            dtype and device the optimizer supports.
+        *args: the optimizer's positional arguments.
+        **kwargs: its keyword arguments.
+
+    Raises:
+        ValueError: empty ``params``, or the optimizer made more than one parameter group.
+        Exception: whatever ``optimizer_class`` raises (``ValueError("Invalid learning
+            rate: -1")``), unchanged.
+
+    Algorithm: torch's ``_LocalOptimizer`` (``torch/distributed/optim/optimizer.py``), with
+    the per-parameter locks of the scripted path instead of one lock per process, rollback of
+    a step that raises, and a two-phase step (:meth:`prepare_step`, :meth:`commit_step`)
+    whose first phase runs the step and undoes it.
+    """
+
+    def __init__(self, optimizer_class: type, params: List[Tensor], *args: Any, **kwargs: Any) -> None:
+        self._params = list(params)
+        if not self._params:
+            raise ValueError(f"{optimizer_class.__qualname__}: empty params")
+        self.optimizer_class = optimizer_class
+        self.optimizer = optimizer_class(self._params, *args, **kwargs)
+        if len(self.optimizer.param_groups) != 1:
+            raise ValueError(
+                f"{optimizer_class.__qualname__} made {len(self.optimizer.param_groups)} parameter groups from a list "
+                f"of parameters; a distributed optimizer has one"
+            )
+        self._lock = ops.new_step_lock(self._params)
+        n = len(self._params)
+        self._check_args = ([0, n], [None], [self._params], [list(range(n))])
+
+    # --- steps ------------------------------------------------------------------------------
+
+    def step(self, context_id: int) -> None:
+        """Applies the gradients of distributed autograd context ``context_id`` on this worker
+        (see the class): checks them, then steps under the parameters' locks. A parameter
+        without a gradient in the context is skipped; so is every parameter when the context
+        is not known here.
+
+        Args:
+            context_id (int): a distributed autograd context id whose backward pass has ended.
+
+        Raises:
+            ValueError: a gradient whose shape, dtype or device differs from its parameter's.
+            Exception: what the optimizer's ``step()`` raises; nothing changed then.
+        """
+        self.step_gradients(ops.gradients_for(context_id, self._params))
+
+    def step_gradients(self, gradients: List[Optional[Tensor]]) -> None:
+        """Applies ``gradients`` as :meth:`step` does.
+
+        Args:
+            gradients (List[Optional[Tensor]]): one per parameter, in the order given at
+                construction: a tensor of the parameter's shape, dtype and device, or ``None``.
+
+        Raises:
+            ValueError: wrong number of gradients, or one whose shape, dtype or device
+                differs from its parameter's. Nothing changes then.
+            Exception: what the optimizer's ``step()`` raises; nothing changed then.
+        """
+        self._check(gradients)
+        with _Holding(self._lock):
+            self._run(gradients, keep=True)
+
+    def prepare_step(self, context_id: int, lease_ms: int) -> int:
+        """Phase 1 of a step over several owners: reads and checks the context's gradients,
+        then, holding the parameters' locks, runs the optimizer's step with copies of them and
+        undoes it (parameters, ``state`` and ``param_groups`` restored), so that a gradient
+        the optimizer rejects is rejected here, before any owner applies the step. Keeps the
+        gradients (references) for :meth:`commit_step`, for at most ``lease_ms``. (The
+        scripted local optimizer's phase 1 only checks, without a lock; here the optimizer's
+        own checks are not known, so its step runs twice.)
+
+        Args:
+            context_id (int): a distributed autograd context id.
+            lease_ms (int): milliseconds, > 0, that the prepared step waits for its commit.
+
+        Returns:
+            int: a token for :meth:`commit_step` or :meth:`drop_step`.
+
+        Raises:
+            ValueError: a gradient whose shape, dtype or device differs from its parameter's.
+            Exception: what the optimizer's ``step()`` raises on these gradients.
+        """
+        gradients = ops.gradients_for(context_id, self._params)
+        self._check(gradients)
+        trial = [None if g is None else g.clone() for g in gradients]  # the trial cannot change them
+        with _Holding(self._lock):
+            self._run(trial, keep=False)
+        return ops._park_step(gradients, lease_ms)
+
+    def commit_step(self, token: int) -> None:
+        """Phase 2: applies the gradients kept by :meth:`prepare_step`, as :meth:`step`.
+
+        Args:
+            token (int): from :meth:`prepare_step` on this worker.
+
+        Raises:
+            RuntimeError: the token is unknown or its lease expired (nothing is applied).
+            Exception: what the optimizer's ``step()`` raises; nothing changed then.
+        """
+        gradients = ops._take_step(token)
+        with _Holding(self._lock):
+            self._run(gradients, keep=True)
+
+    def drop_step(self, token: int) -> bool:
+        """Forgets a step prepared by :meth:`prepare_step` without applying it.
+
+        Args:
+            token (int): from :meth:`prepare_step`.
+
+        Returns:
+            bool: whether it was still prepared (False: unknown, already taken or expired).
+
+        Raises nothing.
+        """
+        return ops._drop_step(token)
+
+    def _check(self, gradients: List[Optional[Tensor]]) -> None:
+        # count, shape, dtype, device, with the scripted path's messages; sparse gradients pass
+        # (the optimizer's step decides; prepare_step's trial runs it)
+        _validation.check_gradients(self._params, gradients, *self._check_args)
+
+    def _run(self, gradients: List[Optional[Tensor]], keep: bool) -> None:
+        """The optimizer's step with ``gradients`` in ``.grad``; the caller holds the locks.
+        Undone if it raises, or when ``keep`` is False."""
+        saved = self._snapshot()
+        grads_before = [p.grad for p in self._params]
+        try:
+            for p, g in zip(self._params, gradients):
+                p.grad = g
+            self.optimizer.step()
+        except BaseException:
+            self._restore(saved)
+            raise
+        finally:
+            for p, g in zip(self._params, grads_before):
+                p.grad = g
+        if not keep:
+            self._restore(saved)
+
+    def _snapshot(self) -> Tuple[List[Tensor], Any, List[Dict[str, Any]]]:
+        keep_params = {id(p): p for p in self._params}  # the state's keys stay the parameters
+        with torch.no_grad():
+            values = [p.detach().clone() for p in self._params]
+        state = copy.deepcopy(self.optimizer.state, dict(keep_params))
+        groups = [copy.deepcopy(g, dict(keep_params)) for g in self.optimizer.param_groups]
+        return values, state, groups
+
+    def _restore(self, saved) -> None:
+        values, state, groups = saved
+        with torch.no_grad():
+            for p, v in zip(self._params, values):
+                p.copy_(v)
+        self.optimizer.state = state
+        for group, old in zip(self.optimizer.param_groups, groups):
+            group.clear()
+            group.update(old)
+
+    # --- state and hyperparameters (DistributedOptimizer's, by RPC) --------------------------
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The optimizer's ``state_dict()``, with copies of its tensors, taken under the
+        parameters' locks (never halfway through a step).
+
+        Returns:
+            Dict[str, Any]: ``torch.optim``'s format, one parameter group.
+
+        Raises:
+            Exception: what the optimizer's ``state_dict()`` raises.
+        """
+        with _Holding(self._lock):
+            return copy.deepcopy(self.optimizer.state_dict())
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        """Loads a ``torch.optim``-format state dict of one group, under the parameters' locks.
+        As on the scripted path, the saved group's keys that this optimizer's group does not
+        have (a scheduler's ``'initial_lr'``) are ignored, and a key it lacks keeps its value.
+
+        Args:
+            state_dict (Dict[str, Any]): ``{'state': {i: {key: value}}, 'param_groups': [one group]}``.
+
+        Raises:
+            ValueError: not one group of this optimizer's size (``torch.optim``'s check), or a
+                state tensor whose shape differs from the current state's tensor of that key.
+                Nothing changes then.
+        """
+        groups = state_dict["param_groups"]
+        if len(groups) != 1:
+            raise ValueError("loaded state dict has a different number of parameter groups")
+        with _Holding(self._lock):
+            current = self.optimizer.param_groups[0]
+            group = {k: v for k, v in current.items() if k != "params"}
+            group.update({k: v for k, v in groups[0].items() if k in group})
+            group["params"] = groups[0]["params"]
+            for i, entry in state_dict["state"].items():
+                pos = list(groups[0]["params"]).index(i) if i in groups[0]["params"] else None
+                if pos is None or pos >= len(self._params):
+                    continue
+                live = self.optimizer.state.get(self._params[pos], {})
+                for key, value in entry.items():
+                    if isinstance(value, Tensor) and isinstance(live.get(key), Tensor) and value.shape != live[key].shape:
+                        raise ValueError(
+                            f"state[{i}]['{key}'] has shape {list(value.shape)}; this optimizer's has "
+                            f"{list(live[key].shape)}"
+                        )
+            self.optimizer.load_state_dict({"state": state_dict["state"], "param_groups": [group]})
+
+    def torch_group(self) -> Dict[str, Any]:
+        """The parameter group as :class:`plugin.optim.DistributedOptimizer`'s ``param_groups``
+        shows it: the keys whose values are numbers (a 0-dim tensor shows as its number), bools
+        or ``None``, and pairs of numbers for ``'betas'``, ``'etas'`` and ``'step_sizes'``; with
+        the names of the numeric ones (pairs split, as the functional optimizers name them) and
+        of the flags. Other keys stay on the owner only.
+
+        Returns:
+            Dict[str, Any]: ``{"group": {...}, "hparam_names": [...], "option_names": [...]}``.
+
+        Raises nothing.
+        """
+        with _Holding(self._lock):
+            items = [(k, v) for k, v in self.optimizer.param_groups[0].items() if k != "params"]
+        group, hparams, options = {}, [], []
+        for key, value in items:
+            if isinstance(value, Tensor) and value.dim() == 0 and not value.is_complex():
+                value = value.item()
+            if value is None or isinstance(value, bool):
+                group[key] = value
+                options.append(key)
+            elif isinstance(value, (int, float)):
+                group[key] = value
+                hparams.append(key)
+            elif key in TUPLE_HYPERPARAMETERS and isinstance(value, (tuple, list)) and len(value) == 2 and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
+            ):
+                group[key] = tuple(value)
+                hparams.extend(TUPLE_HYPERPARAMETERS[key])
+        return {"group": group, "hparam_names": hparams, "option_names": options}
+
+    def set_group(self, hparams: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
+        """Writes hyperparameters (functional names: pairs split) and flags into the group,
+        under the parameters' locks; used from the next step on. A number replaces an ``int``
+        as an ``int`` when it is whole, and is written into a 0-dim tensor in place. Not
+        validated (``torch.optim`` does not validate writes to ``param_groups`` either).
+
+        Args:
+            hparams (Dict[str, float]): numeric values by name (``'lr'``, ``'beta1'``...).
+            options (Dict[str, Optional[bool]]): flags by name.
+
+        Raises:
+            ValueError: a name the group does not have; nothing changes then.
+        """
+        with _Holding(self._lock):
+            group = self.optimizer.param_groups[0]
+            updates: Dict[str, Any] = {}
+            for name, value in hparams.items():
+                pair = next((p for p, halves in TUPLE_HYPERPARAMETERS.items() if name in halves and p in group), None)
+                if pair is not None:
+                    current = list(updates.get(pair, group[pair]))
+                    current[TUPLE_HYPERPARAMETERS[pair].index(name)] = _like(current[TUPLE_HYPERPARAMETERS[pair].index(name)], value)
+                    updates[pair] = tuple(current)
+                elif name in group and name != "params":
+                    updates[name] = _like(group[name], value)
+                else:
+                    raise ValueError(f"{self.optimizer_class.__qualname__} has no hyperparameter '{name}'")
+            for name, value in options.items():
+                if name not in group or name == "params":
+                    raise ValueError(f"{self.optimizer_class.__qualname__} has no option '{name}'")
+                updates[name] = value
+            for name, value in updates.items():
+                if isinstance(group[name], Tensor) and not isinstance(value, Tensor):
+                    group[name].fill_(value)
+                else:
+                    group[name] = value
+
+    def set_hyperparameter(self, name: str, value: float) -> None:
+        """Sets one numeric hyperparameter (``'lr'``, ``'beta1'``...), as :meth:`set_group`.
+
+        Args:
+            name (str): the name (halves of pairs as ``'beta1'``, ``'beta2'``...).
+            value (float): the new value.
+
+        Raises:
+            ValueError: the group has no such hyperparameter.
+        """
+        self.set_group({name: value}, {})
+
+
+class _Holding:
+    """``with _Holding(lock):`` holds a StepLock from Python (its ScriptObject has
+    ``__enter__`` and ``__exit__`` methods but is not a context manager to Python)."""
+
+    def __init__(self, lock) -> None:
+        self._lock = lock
+
+    def __enter__(self) -> None:
+        self._lock.__enter__()
+
+    def __exit__(self, *exc) -> bool:
+        self._lock.__exit__(None, None, None)
+        return False
+
+
+def _like(current: Any, value: float) -> Any:
+    """``value`` in the form of the group's current value (an int stays an int when whole)."""
+    if isinstance(current, int) and not isinstance(current, bool) and float(value).is_integer():
+        return int(value)
+    return value
+
+
+# --- run on the owners, by RPC (the Python counterparts of plugin.optim's functions) -----------
+
+
+def _new_python_local_optimizer(optimizer_class, params_rref, args, kwargs):
+    params = []
+    for i, rref in enumerate(params_rref):
+        value = rref.local_value()
+        if not isinstance(value, Tensor):
+            raise TypeError(f"params_rref[{i}] refers to a {type(value).__name__}, not a Tensor")
+        params.append(value)
+    return torch.distributed.rpc.RRef(PythonLocalOptimizer(optimizer_class, params, *args, **kwargs))
+
+
+def _local_step(rref, context_id):
+    rref.local_value().step(context_id)
+
+
+def _local_prepare(rref, context_id, lease_ms):
+    return rref.local_value().prepare_step(context_id, lease_ms)
+
+
+def _local_commit(rref, token):
+    rref.local_value().commit_step(token)
+
+
+def _local_drop(rref, token):
+    return rref.local_value().drop_step(token)
+
+
+def _local_state_dict(rref):
+    return rref.local_value().state_dict()
+
+
+def _local_load_state_dict(rref, state_dict):
+    rref.local_value().load_state_dict(state_dict)
+
+
+def _local_set_hyperparameter(rref, name, value):
+    rref.local_value().set_hyperparameter(name, value)
+
+
+def _local_group(rref):
+    return rref.local_value().torch_group()
+
+
+def _local_set_group(rref, hparams, options):
+    rref.local_value().set_group(hparams, options)
+
+
+_COUNTERPARTS = {
+    f.__name__: f
+    for f in (_local_step, _local_prepare, _local_commit, _local_drop, _local_state_dict, _local_load_state_dict,
+              _local_set_hyperparameter, _local_group, _local_set_group)
+}
+
+
+# --- on the caller ---------------------------------------------------------------------------
+
+
+class PythonOwner:
+    """On the caller: the RRef of an owner's :class:`PythonLocalOptimizer`, marked so that
+    ``plugin.optim._send`` calls the Python counterpart of each function (:func:`counterpart`)."""
+
+    __slots__ = ("rref",)
+
+    def __init__(self, rref) -> None:
+        self.rref = rref
+
+
+def counterpart(fn: Any, args: tuple) -> Tuple[Any, tuple]:
+    """The function to send instead of ``fn`` (a function of ``plugin.optim`` or
+    ``plugin._param_groups`` that takes a local optimizer's RRef first) when ``args[0]`` is a
+    :class:`PythonOwner`, and the arguments with its RRef."""
+    name = fn.name if isinstance(fn, torch.jit.ScriptFunction) else fn.__name__
+    if name not in _COUNTERPARTS:
+        raise RuntimeError(f"internal error: {name} has no counterpart for a Python local optimizer")
+    return _COUNTERPARTS[name], (args[0].rref,) + tuple(args[1:])
