@@ -34,7 +34,17 @@ each optimizer, with 1 and 2 intra-op threads, our fused op
 torch has one, torch's fused Adam on workload B (the per-byte anchor) and, when ``deepspeed`` is
 installed, ``DeepSpeedCPUAdam`` for Adam/AdamW; each row gives the median step against the
 bandwidth floor (bytes the step must move / in-place ``add_`` bandwidth measured with the same
-thread count, both printed).
+thread count, both printed). On workload A both fused kernels sit at that floor, so the
+difference between them is a few percent, about the size of the machine's drift over a run; the
+variants are therefore interleaved step by step: each round runs one step of every variant, in
+one order on even rounds and in the reverse order on odd rounds (ABBA..., so neither kernel is
+always the one that runs after the other), and each ratio between two variants (ours / torch
+fused, ours / DeepSpeed, ours / torch's fused Adam per byte) is the median over rounds of the
+ratio of their two steps in that round, not the ratio of two medians taken at different times.
+The variants are built twice, in opposite orders (as above: where a tensor lands in memory
+changes its speed), and the rounds of both are pooled: 2 x 30 rounds per workload and thread
+count (2 x 2 with ``--quick``). The per-variant medians and quartiles are still
+reported, and the ratio of the medians too (``<ratio>_of_medians``), as a check.
 
 The kernels run the build for the best instruction set of this CPU (AVX512, AVX2 or DEFAULT; the
 report names it); ``ATEN_CPU_CAPABILITY=default`` (or ``avx2``) runs a lower one, as for ATen.
@@ -266,7 +276,8 @@ def kernel_rows(name: str, workloads: Dict[str, List[Tuple[int, ...]]], quick: b
     (bytes it must move / add_ bandwidth)) and the ratios the targets use.
     """
     words = OPTIMIZERS[name][4]
-    rounds, per_round, warmup = (2, 2, 1) if quick else (8, 3, 2)
+    # One step of each variant per round (interleaved; the ratios are medians of per-round ratios).
+    rounds, warmup = (2, 1) if quick else (30, 3)
     bw_numel = 1 << 16 if quick else 64 * 1024 * 1024
     out: Dict[str, Any] = {}
     saved = torch.get_num_threads()
@@ -282,24 +293,25 @@ def kernel_rows(name: str, workloads: Dict[str, List[Tuple[int, ...]]], quick: b
                     variants = build_kernel_variants(name, shapes, anchor_adam=(workload == "B"))
                     if reverse:
                         variants = dict(reversed(list(variants.items())))
-                    for key, values in time_variants(variants, rounds, per_round, warmup, raw=True).items():
+                    for key, values in time_variants(variants, rounds, 1, warmup, raw=True, alternate=True).items():
                         samples.setdefault(key, []).extend(values)
                     del variants
                 timed = summarize(samples)
                 floor_ms = words * 4 * numel / (bandwidth * 1e9) * 1e3
                 row: Dict[str, Any] = {"bytes": words * 4 * numel, "floor_ms": floor_ms, "variants": timed}
-                ours = timed["ours-kernel"]["median_ms"]
-                row["ours/floor"] = ours / floor_ms
+                ours = samples["ours-kernel"]
+                row["ours/floor"] = timed["ours-kernel"]["median_ms"] / floor_ms
+                anchors = {"ours/torch-fused": ("torch-fused", 1.0), "ours/deepspeed": ("deepspeed-cpu-adam", 1.0)}
+                # Per byte moved: ours / (torch fused Adam, which moves 7 words per element).
+                adam = "torch-fused" if name == "Adam" else "torch-fused-Adam"
+                anchors["ours/torch-fused-Adam_per_byte"] = (adam, 7 / words)
                 if "torch-fused" in timed:
                     row["torch-fused/floor"] = timed["torch-fused"]["median_ms"] / floor_ms
-                    row["ours/torch-fused"] = ours / timed["torch-fused"]["median_ms"]
-                if "deepspeed-cpu-adam" in timed:
-                    row["ours/deepspeed"] = ours / timed["deepspeed-cpu-adam"]["median_ms"]
-                adam_ms = timed["torch-fused"]["median_ms"] if name == "Adam" else (
-                    timed["torch-fused-Adam"]["median_ms"] if "torch-fused-Adam" in timed else None)
-                if adam_ms is not None:
-                    # Per byte moved: ours / (torch fused Adam, which moves 7 words per element).
-                    row["ours/torch-fused-Adam_per_byte"] = (ours / words) / (adam_ms / 7)
+                for key, (other, scale) in anchors.items():
+                    if other in samples:
+                        row[key] = statistics.median(o / t for o, t in zip(ours, samples[other])) * scale
+                        row[key + "_of_medians"] = (
+                            timed["ours-kernel"]["median_ms"] / timed[other]["median_ms"] * scale)
                 per_threads[workload] = row
                 print(f"  [{threads} thread(s)] {name} {workload}: add_ {bandwidth:.1f} GB/s, floor {floor_ms:.3f} ms; "
                       + ", ".join(f"{k} {v['median_ms']:.3f} ms" for k, v in timed.items())
@@ -325,15 +337,21 @@ def summarize(times: Dict[str, List[float]]) -> Dict[str, Dict[str, float]]:
 
 
 def time_variants(
-    variants: Dict[str, Callable[[], None]], rounds: int, per_round: int, warmup: int, raw: bool = False
+    variants: Dict[str, Callable[[], None]], rounds: int, per_round: int, warmup: int, raw: bool = False,
+    alternate: bool = False,
 ) -> Any:
-    """Per-step times of each variant, round-robin; summarized unless ``raw``."""
+    """Per-step times of each variant, round-robin; summarized unless ``raw``. ``alternate``: odd
+    rounds visit the variants in the reverse order (with ``per_round=1``, sample i of every
+    variant comes from round i, so per-round ratios pair them)."""
     times: Dict[str, List[float]] = {k: [] for k in variants}
     for fn in variants.values():
         for _ in range(warmup):
             fn()
-    for _ in range(rounds):
-        for key, fn in variants.items():
+    for r in range(rounds):
+        order = list(variants.items())
+        if alternate and r % 2:
+            order.reverse()
+        for key, fn in order:
             for _ in range(per_round):
                 start = time.perf_counter()
                 fn()
