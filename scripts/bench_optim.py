@@ -34,12 +34,28 @@ each optimizer, with 1 and 2 intra-op threads, our fused op
 torch has one, torch's fused Adam on workload B (the per-byte anchor) and, when ``deepspeed`` is
 installed, ``DeepSpeedCPUAdam`` for Adam/AdamW; each row gives the median step against the
 bandwidth floor (bytes the step must move / in-place ``add_`` bandwidth measured with the same
-thread count, both printed).
+thread count, both printed). On workload A both fused kernels sit at that floor, so the
+difference between them is a few percent, about the size of the machine's drift over a run; the
+variants are therefore interleaved step by step: each round runs one step of every variant, in
+one order on even rounds and in the reverse order on odd rounds (ABBA..., so neither kernel is
+always the one that runs after the other), and each ratio between two variants (ours / torch
+fused, ours / DeepSpeed, ours / torch's fused Adam per byte) is the median over rounds of the
+ratio of their two steps in that round, not the ratio of two medians taken at different times.
+The variants are built twice, in opposite orders (as above: where a tensor lands in memory
+changes its speed), and the rounds of both are pooled: 2 x 30 rounds per workload and thread
+count (2 x 2 with ``--quick``). The per-variant medians and quartiles are still
+reported, and the ratio of the medians too (``<ratio>_of_medians``), as a check.
 
 The kernels run the build for the best instruction set of this CPU (AVX512, AVX2 or DEFAULT; the
 report names it); ``ATEN_CPU_CAPABILITY=default`` (or ``avx2``) runs a lower one, as for ATen.
 
-Usage: ``python scripts/bench_optim.py [--kernels] [--quick] [--out PATH] [--only Adam,SGD]``
+``--kernels --thread-clock`` times the 1-thread rows with the calling thread's CPU time
+(``time.thread_time``) instead of the wall clock: with one intra-op thread every variant runs on
+the calling thread, and on a machine shared with other jobs this leaves out the time the thread
+waits for a core (the bandwidth the others use still counts). The 2-thread rows stay on the wall
+clock (CPU time would leave out the second thread). The report records the clock.
+
+Usage: ``python scripts/bench_optim.py [--kernels [--thread-clock]] [--quick] [--out PATH] [--only Adam,SGD]``
 """
 import argparse
 import json
@@ -85,15 +101,20 @@ def _functional_class(name: str) -> Optional[type]:
     return getattr(dist_optim, f"_Functional{name}", None)
 
 
+# The clock of the timings: the wall clock, or (--kernels --thread-clock, 1-thread rows) the calling
+# thread's CPU time.
+CLOCK: Callable[[], float] = time.perf_counter
+
+
 def measure_bandwidth(numel: int, repeats: int) -> float:
     """GB/s of ``a.add_(b)`` on float32 tensors of ``numel`` elements (3 x 4 bytes per element)."""
     a = torch.ones(numel)
     b = torch.ones(numel)
     times = []
     for _ in range(repeats + 2):
-        start = time.perf_counter()
+        start = CLOCK()
         a.add_(b)
-        times.append(time.perf_counter() - start)
+        times.append(CLOCK() - start)
     return 3 * 4 * numel / statistics.median(times[2:]) / 1e9
 
 
@@ -258,7 +279,9 @@ def build_kernel_variants(name: str, shapes: List[Tuple[int, ...]], anchor_adam:
     return variants
 
 
-def kernel_rows(name: str, workloads: Dict[str, List[Tuple[int, ...]]], quick: bool) -> Dict[str, Any]:
+def kernel_rows(
+    name: str, workloads: Dict[str, List[Tuple[int, ...]]], quick: bool, thread_clock: bool = False
+) -> Dict[str, Any]:
     """Fused-kernel rows of one optimizer for 1 and 2 intra-op threads.
 
     For each thread count: the in-place ``add_`` bandwidth (measured with that many threads),
@@ -266,13 +289,16 @@ def kernel_rows(name: str, workloads: Dict[str, List[Tuple[int, ...]]], quick: b
     (bytes it must move / add_ bandwidth)) and the ratios the targets use.
     """
     words = OPTIMIZERS[name][4]
-    rounds, per_round, warmup = (2, 2, 1) if quick else (8, 3, 2)
+    # One step of each variant per round (interleaved; the ratios are medians of per-round ratios).
+    rounds, warmup = (2, 1) if quick else (30, 3)
     bw_numel = 1 << 16 if quick else 64 * 1024 * 1024
     out: Dict[str, Any] = {}
+    global CLOCK
     saved = torch.get_num_threads()
     try:
         for threads in (1, 2):
             torch.set_num_threads(threads)
+            CLOCK = time.thread_time if thread_clock and threads == 1 else time.perf_counter
             bandwidth = measure_bandwidth(bw_numel, 5 if quick else 10)
             per_threads: Dict[str, Any] = {"bandwidth_inplace_add_GBps": bandwidth}
             for workload, shapes in workloads.items():
@@ -282,24 +308,25 @@ def kernel_rows(name: str, workloads: Dict[str, List[Tuple[int, ...]]], quick: b
                     variants = build_kernel_variants(name, shapes, anchor_adam=(workload == "B"))
                     if reverse:
                         variants = dict(reversed(list(variants.items())))
-                    for key, values in time_variants(variants, rounds, per_round, warmup, raw=True).items():
+                    for key, values in time_variants(variants, rounds, 1, warmup, raw=True, alternate=True).items():
                         samples.setdefault(key, []).extend(values)
                     del variants
                 timed = summarize(samples)
                 floor_ms = words * 4 * numel / (bandwidth * 1e9) * 1e3
                 row: Dict[str, Any] = {"bytes": words * 4 * numel, "floor_ms": floor_ms, "variants": timed}
-                ours = timed["ours-kernel"]["median_ms"]
-                row["ours/floor"] = ours / floor_ms
+                ours = samples["ours-kernel"]
+                row["ours/floor"] = timed["ours-kernel"]["median_ms"] / floor_ms
+                anchors = {"ours/torch-fused": ("torch-fused", 1.0), "ours/deepspeed": ("deepspeed-cpu-adam", 1.0)}
+                # Per byte moved: ours / (torch fused Adam, which moves 7 words per element).
+                adam = "torch-fused" if name == "Adam" else "torch-fused-Adam"
+                anchors["ours/torch-fused-Adam_per_byte"] = (adam, 7 / words)
                 if "torch-fused" in timed:
                     row["torch-fused/floor"] = timed["torch-fused"]["median_ms"] / floor_ms
-                    row["ours/torch-fused"] = ours / timed["torch-fused"]["median_ms"]
-                if "deepspeed-cpu-adam" in timed:
-                    row["ours/deepspeed"] = ours / timed["deepspeed-cpu-adam"]["median_ms"]
-                adam_ms = timed["torch-fused"]["median_ms"] if name == "Adam" else (
-                    timed["torch-fused-Adam"]["median_ms"] if "torch-fused-Adam" in timed else None)
-                if adam_ms is not None:
-                    # Per byte moved: ours / (torch fused Adam, which moves 7 words per element).
-                    row["ours/torch-fused-Adam_per_byte"] = (ours / words) / (adam_ms / 7)
+                for key, (other, scale) in anchors.items():
+                    if other in samples:
+                        row[key] = statistics.median(o / t for o, t in zip(ours, samples[other])) * scale
+                        row[key + "_of_medians"] = (
+                            timed["ours-kernel"]["median_ms"] / timed[other]["median_ms"] * scale)
                 per_threads[workload] = row
                 print(f"  [{threads} thread(s)] {name} {workload}: add_ {bandwidth:.1f} GB/s, floor {floor_ms:.3f} ms; "
                       + ", ".join(f"{k} {v['median_ms']:.3f} ms" for k, v in timed.items())
@@ -307,6 +334,7 @@ def kernel_rows(name: str, workloads: Dict[str, List[Tuple[int, ...]]], quick: b
             out[str(threads)] = per_threads
     finally:
         torch.set_num_threads(saved)
+        CLOCK = time.perf_counter
     return out
 
 
@@ -325,19 +353,25 @@ def summarize(times: Dict[str, List[float]]) -> Dict[str, Dict[str, float]]:
 
 
 def time_variants(
-    variants: Dict[str, Callable[[], None]], rounds: int, per_round: int, warmup: int, raw: bool = False
+    variants: Dict[str, Callable[[], None]], rounds: int, per_round: int, warmup: int, raw: bool = False,
+    alternate: bool = False,
 ) -> Any:
-    """Per-step times of each variant, round-robin; summarized unless ``raw``."""
+    """Per-step times of each variant, round-robin; summarized unless ``raw``. ``alternate``: odd
+    rounds visit the variants in the reverse order (with ``per_round=1``, sample i of every
+    variant comes from round i, so per-round ratios pair them)."""
     times: Dict[str, List[float]] = {k: [] for k in variants}
     for fn in variants.values():
         for _ in range(warmup):
             fn()
-    for _ in range(rounds):
-        for key, fn in variants.items():
+    for r in range(rounds):
+        order = list(variants.items())
+        if alternate and r % 2:
+            order.reverse()
+        for key, fn in order:
             for _ in range(per_round):
-                start = time.perf_counter()
+                start = CLOCK()
                 fn()
-                times[key].append(time.perf_counter() - start)
+                times[key].append(CLOCK() - start)
     return times if raw else summarize(times)
 
 
@@ -349,6 +383,8 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     parser.add_argument("--out", default=None,
                         help="JSON output path (default results/bench_optim.json, with --kernels "
                              "results/bench_optim_kernels.json)")
+    parser.add_argument("--thread-clock", action="store_true",
+                        help="with --kernels: time the 1-thread rows with the thread's CPU time (loaded machines)")
     parser.add_argument("--only", default="", help="comma-separated optimizer names (default: all)")
     parser.add_argument("--same-process", action="store_true",
                         help="time every optimizer in this process (default: each in a fresh one)")
@@ -473,7 +509,7 @@ def main_kernels(names: List[str], workloads: Dict[str, List[Tuple[int, ...]]], 
     isa = active_isa()
     print(f"torch {torch.__version__}; our kernels' build: {isa} (ATen: {torch.backends.cpu.get_cpu_capability()})")
     print("\n== fused kernels (ours: torch.ops.gilfree_optim) vs the bandwidth floor, 1 and 2 threads ==")
-    kernels = {name: kernel_rows(name, workloads, args.quick) for name in names}
+    kernels = {name: kernel_rows(name, workloads, args.quick, args.thread_clock) for name in names}
     ds_class, ds_reason = deepspeed_adam()
     if ds_class is None:
         print(f"no DeepSpeed row: {ds_reason}")
@@ -484,6 +520,7 @@ def main_kernels(names: List[str], workloads: Dict[str, List[Tuple[int, ...]]], 
         "machine": platform.machine(),
         "quick": args.quick,
         "isa": isa,
+        "clock": "1 thread: thread CPU time; 2 threads: wall clock" if args.thread_clock else "wall clock",
         "workloads": {k: {"tensors": len(v), "numel_each": int(torch.Size(v[0]).numel())} for k, v in workloads.items()},
         "kernels": kernels,
         "deepspeed": ds_reason or "measured",
@@ -514,6 +551,8 @@ def run_isolated(names: List[str], args: argparse.Namespace) -> Dict[str, Any]:
                 cmd.append("--quick")
             if args.kernels:
                 cmd.append("--kernels")
+            if args.thread_clock:
+                cmd.append("--thread-clock")
             subprocess.run(cmd, check=True)
             with open(out) as f:
                 report = json.load(f)
