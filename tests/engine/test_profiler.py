@@ -156,25 +156,6 @@ def test_caller_profile_holds_no_remote_events(cluster, engine):
     assert local[SEND] == 1 and local[RECV] == 1 and local[BACKWARD_KEY] == 1, local
 
 
-def test_kineto_profilers_bring_no_rpc_events_back(cluster):
-    """Why neither engine's caller profile could hold remote events under the profilers a
-    user normally starts: torch's own rpc_sync brings a callee's events back only under the
-    legacy profiler; under the Kineto-based ones it profiles the caller alone (torch warns
-    "Profiling a distributed call with the Kineto profiler will profile the caller, but not
-    the worker")."""
-    t = torch.ones(2, 2)
-    for profiler in (torch.autograd.profiler.profile, torch.profiler.profile, torch.autograd.profiler_legacy.profile):
-        with profiler() as p:
-            rpc.rpc_sync("worker1", torch.add, args=(t, t))
-        events = p.function_events if hasattr(p, "function_events") else p.events()
-        assert any("rpc_sync" in e.name for e in events), (profiler, [e.name for e in events])
-        remote = [e for e in events if e.is_remote]
-        if profiler is torch.autograd.profiler_legacy.profile:
-            assert remote, "torch's RPC profiling no longer brings the callee's events back"
-        else:
-            assert not remote, (profiler, [e.name for e in remote])
-
-
 def server_profiled_backward(engine: str):
     """Each of worker1..3 runs torch's server-process global profiler during a pass."""
     from tests.support import profiling
