@@ -30,6 +30,8 @@
 //   isPeerUnreachable         TensorPipe's transport errors say "originated at tensorpipe"
 //   callWhenContextDestroyed  DistAutogradContext's outstanding-RPC list, kept until the
 //                             context is destroyed
+//   dropMessageReferences     the request message holds one reference to each tensor it
+//                             brings, until the handler returns (TensorPipe agent)
 //   scriptCallMessage,        rpc::ScriptCall's wire form and the agent's reply future
 //   replyValue                  (a Message custom class, decoded by deserializeRespToIValue)
 //   isRpcTimeout              rpc::getRPCErrorType (parses the error message)
@@ -278,6 +280,31 @@ inline int64_t swapCurrentContext(int64_t contextId) {
 }
 
 // --- RPC messages -------------------------------------------------------------------
+
+// Drops, from the gradients the gradient handler received, the reference that the request
+// message holds, so that torch's rule for keeping a leaf's gradient without a copy
+// (gradientToStore) counts the same references in both engines. The agent deserializes a
+// request's tensors into the message (rpc::Message::tensors(), which the handler's argument
+// list refers to) and the TensorPipe agent keeps that message until the handler returns;
+// our engine runs the work the gradients bring inside the handler (Engine::receiveGradients),
+// while torch's DistEngine hands it to another thread (at::launch in
+// executeSendFunctionAsync) and its handler returns, dropping the message, first. A tensor
+// referenced by `grads` and the message alone (use count 2, no Python object) is replaced
+// by a new tensor over the same data and metadata (TensorImpl::shallow_copy_and_detach, as
+// torch's make_variable does; a sparse one keeps the same indices and values); the
+// message's tensor goes with the message, never read again. A tensor with any other
+// reference is left as it is: the same tensor twice in one message (the pickler writes it
+// once, so the list refers to it twice: an add's gradient for both of its inputs, which
+// torch copies too), or a caller other than the agent. Checked on torch 2.11 and 2.13.
+inline void dropMessageReferences(std::vector<at::Tensor>& grads) {
+  for (auto& grad : grads) {
+    if (grad.defined() && grad.use_count() == 2 &&
+        grad.unsafeGetTensorImpl()->pyobj_slot()->load_pyobj() == nullptr) {
+      grad = at::Tensor(grad.unsafeGetTensorImpl()->shallow_copy_and_detach(
+          /*version_counter=*/c10::VariableVersion(0), /*allow_tensor_metadata_change=*/true));
+    }
+  }
+}
 
 // The request message that calls the TorchScript function `name` with `args` on a peer
 // (as rpc.rpc_async with a scripted function does), for RpcAgent::send. rpc::ScriptCall

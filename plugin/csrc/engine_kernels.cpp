@@ -1,6 +1,7 @@
 // Kernels of the engine's ops (schemas in ops.cpp). They hold no tensors of their
 // own and need no autograd, so one CompositeImplicitAutograd kernel serves every
 // backend; the ops that return a Future are boxed kernels.
+#include "compat.h"
 #include "context_registry.h"
 #include "engine.h"
 #include "peer_watch.h"
@@ -40,6 +41,9 @@ void receiveGradientsKernel(const c10::OperatorHandle&, torch::jit::Stack* stack
   const bool smart = args[5].toBool();
   auto reached = args[6].toIntVector();
   torch::jit::drop(*stack, 7);
+  // Now `grads` and the request message hold the tensors; the message's references go
+  // (compat.h), so that a leaf keeps a gradient that arrives here where torch's would.
+  dropMessageReferences(grads);
   auto answer = Engine::get().receiveGradients(
       contextId, passId, messageId, std::move(grads), retainGraph, smart, std::move(reached));
   torch::jit::push(*stack, std::move(answer));

@@ -68,26 +68,49 @@ def test_stored_without_copy_as_torch(cluster, where, kind):
     assert ours == theirs, f"{kind}: torch keeps the produced tensor: {theirs}, ours: {ours}"
 
 
-def gradient_by_rpc_shares(engine: str) -> bool:
-    """The leaf's gradient arrives by RPC (its send function feeds AccumulateGrad directly);
-    a tensor hook on the leaf records the tensor that reaches it."""
+def gradient_by_rpc_shares(engine: str, leaf_worker: str) -> bool:
+    """The leaf's gradient arrives by RPC (its send function feeds AccumulateGrad directly),
+    on the worker that calls backward (worker0) or on another one (worker2); a tensor hook
+    on the leaf records the tensor that reaches it."""
+    clear_everywhere()
+    name = f"by_rpc_{leaf_worker}"
+    with dist_autograd.context() as ctx:
+        if leaf_worker == "worker0":
+            product = rpc.rpc_sync("worker1", torch.mul, args=(grad_storage.hooked_leaf(name), 3.0))
+        else:
+            product = rpc.rpc_sync(leaf_worker, grad_storage.hooked_product, args=(name,))
+        grad_storage.run_backward(ctx, [product.sum()], engine)
+        return rpc.rpc_sync(leaf_worker, grad_storage.stored_shares, args=(ctx, name, engine))
+
+
+@pytest.mark.parametrize("leaf_worker", ["worker0", "worker2"])
+def test_gradient_arriving_by_rpc_as_torch(cluster, leaf_worker):
+    """The request message that brought the gradient still refers to it while our engine
+    stores it (torch's has returned from its handler by then); its reference does not
+    count (compat.h, dropMessageReferences)."""
+    theirs = gradient_by_rpc_shares("torch", leaf_worker)
+    ours = gradient_by_rpc_shares("plugin", leaf_worker)
+    assert theirs is True, "torch's engine changed: it copies a gradient that arrives by RPC"
+    assert ours == theirs, f"torch keeps the received tensor: {theirs}, ours: {ours}"
+
+
+def shared_gradient_by_rpc(engine: str):
+    """Both leaves are arguments of a remote add, whose gradient (one tensor for both
+    inputs) comes back in one message, which holds it once and refers to it twice: neither
+    leaf may keep it."""
     clear_everywhere()
     with dist_autograd.context() as ctx:
-        w = grad_storage.hooked_leaf("by_rpc")
-        loss = rpc.rpc_sync("worker1", torch.mul, args=(w, 3.0)).sum()
+        a = graphs.make_leaf("a", (3, 4), 1)
+        b = graphs.make_leaf("b", (3, 4), 2)
+        loss = rpc.rpc_sync("worker1", torch.add, args=(a, b)).sum()
         grad_storage.run_backward(ctx, [loss], engine)
-        return grad_storage.stored_shares(ctx, "by_rpc", engine)
+        a_ptr, b_ptr = grad_storage.stored_ptr(ctx, "a", engine), grad_storage.stored_ptr(ctx, "b", engine)
+        return a_ptr == b_ptr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known difference: a gradient that arrives by RPC is still referenced by the handler's "
-    "arguments while the engine stores it, so ours copies it where torch keeps it (docs/engine.md)",
-)
-def test_gradient_arriving_by_rpc_as_torch(cluster):
-    theirs = gradient_by_rpc_shares("torch")
-    ours = gradient_by_rpc_shares("plugin")
-    assert ours == theirs, f"torch keeps the received tensor: {theirs}, ours: {ours}"
+def test_gradient_shared_by_two_leaves_by_rpc_is_copied(cluster):
+    assert shared_gradient_by_rpc("torch") is False
+    assert shared_gradient_by_rpc("plugin") is False
 
 
 def shared_gradient_two_leaves(engine: str):

@@ -91,6 +91,31 @@ def test_dist_autograd_profiling_as_torch_suite(cluster, engine):
     assert backward_event.cpu_time_total > recv_event.cpu_time_total
 
 
+@pytest.mark.parametrize("engine", ["torch", "plugin"])
+def test_dist_autograd_profiling_on_every_worker(cluster, engine):
+    """torch's suite runs test_dist_autograd_profiling on every rank, each calling backward
+    over an RPC to the next: here every worker of the group does, one after the other."""
+    from tests.support import profiling
+
+    for w in ["worker0", "worker1", "worker2", "worker3"]:
+        found = rpc.rpc_sync(w, profiling.dist_autograd_profiling, args=(engine,))
+        assert found["send_count"] == 1 and found["recv_count"] == 1, (w, found)
+        assert found["backward_cpu_total"] > found["send_cpu_total"], (w, found)
+        assert found["backward_cpu_total"] > found["recv_cpu_total"], (w, found)
+
+
+def test_caller_profile_as_torch(cluster):
+    """Every event torch's engine records on the caller, ours records as often (the graph of
+    torch's test_dist_autograd_profiling), ops included; ours adds the dispatcher's event
+    for its op."""
+    for api in ("autograd", "profiler"):
+        theirs = collections.Counter(e.name for e in profiled_backward("torch_suite", "torch", api=api))
+        ours = collections.Counter(e.name for e in profiled_backward("torch_suite", "plugin", api=api))
+        assert ours.pop("dist_engine::backward") == 1, ours
+        assert theirs[SEND] == 1 and theirs[RECV] == 1 and theirs[BACKWARD_KEY] == 1, theirs
+        assert ours == theirs, (api, ours, theirs)
+
+
 def test_torch_profiler_api(cluster):
     theirs = counts(profiled_backward("builtin_rpc_sync", "torch", api="profiler"))
     ours = counts(profiled_backward("builtin_rpc_sync", "plugin", api="profiler"))

@@ -88,6 +88,12 @@ def hooked_leaf(name: str) -> Tensor:
     return w
 
 
+def hooked_product(name: str) -> Tensor:
+    """On a worker other than the caller: a hooked leaf ``name`` sent to worker1 and
+    multiplied there, so that its gradient arrives here by RPC."""
+    return rpc.rpc_sync("worker1", torch.mul, args=(hooked_leaf(name), 3.0))
+
+
 def stored_gradient(context_id: int, name: str, engine: str) -> Tensor:
     grads = dist_autograd.get_gradients(context_id) if engine == "torch" else plugin.autograd.get_gradients(context_id)
     return grads[graphs.LEAVES[name]]
