@@ -170,10 +170,11 @@ inline bool gradLayoutContractEnforced() {
 // change the stored one); anything else is copied, a dense one laid out like the leaf
 // (clone_obey_contract, an inline helper of autograd/utils/grad_layout_contract.h).
 // References are counted as torch counts them, with torch::autograd::impl::is_tensor_stealable
-// (an inline helper of variable.h): in torch 2.13 a tensor's Python object, once made (a
-// gradient that a custom Function returned or a hook saw), holds a reference of its own,
-// which does not count when nothing but that object refers to it from Python. Checked on
-// torch 2.13.
+// (an inline helper of variable.h, the same in 2.11 and 2.13): a tensor's Python object,
+// once made (a gradient that a custom Function returned or a hook saw), holds a reference of
+// its own, which does not count when nothing but that object refers to it from Python.
+// Checked on torch 2.11 and 2.13 (tests/engine/test_gradient_storage.py compares with
+// torch's engine).
 inline at::Tensor gradientToStore(at::Tensor&& grad, const at::Tensor& variable, size_t expectedRefs) {
   const bool unreferenced =
       torch::autograd::impl::is_tensor_stealable(grad, expectedRefs + at::caching::is_cached_tensor(grad));
