@@ -7,7 +7,9 @@
 // The rest of plugin/csrc calls these helpers and touches none of those internals
 // itself, so a torch upgrade has this one file to audit. Each helper says what it
 // relies on and why; all were checked on torch 2.11 and 2.13 (the versions the library
-// builds against; the code names no version, it picks up types from the headers).
+// builds against). Where the two differ the code picks up types from the headers, and
+// names a version (TORCH_VERSION_MAJOR/MINOR, torch/version.h) only for a member that
+// one of them lacks.
 //
 // Audit list (helper: the torch internal it relies on)
 //   NodePtr, makeNode         Edge::function's pointer type (std::shared_ptr in 2.11,
@@ -22,6 +24,8 @@
 //   gradientToStore,          torch's AccumulateGrad rules for keeping a gradient without
 //   accumulateStored            a copy and adding into a stored one (its use counts, the
 //                             gradient layout contract's inline helpers)
+//   gradLayoutContractEnforced  c10::AutogradState's layout-enforcement flag (torch 2.13;
+//                             absent in 2.11 and 2.12, which always enforce the contract)
 //   isGeneratedBackwardNode   generated backward functions: their mangled type name, and
 //                             that they compute only the outputs whose edge is valid
 //   exceptionText             python_error's message is empty off torch's own threads
@@ -66,6 +70,7 @@
 #include <torch/csrc/distributed/rpc/message.h>
 #include <torch/csrc/distributed/rpc/script_call.h>
 #include <torch/csrc/distributed/rpc/utils.h>
+#include <torch/version.h>
 
 #include "python_errors.h"
 
@@ -143,6 +148,19 @@ inline bool isGeneratedBackwardNode(const torch::autograd::Node& fn) {
   return std::strstr(typeid(fn).name(), "5torch8autograd9generated") != nullptr;
 }
 
+// Whether torch's AccumulateGrad makes a kept gradient obey the gradient layout contract
+// on this thread. torch 2.13 added a switch for it, a thread-local flag of
+// c10::AutogradState (get_grad_layout_enforcement_enabled, which AccumulateGrad reads);
+// torch 2.11 and 2.12 have no such flag and always enforce the contract. Checked on torch
+// 2.11 and 2.13 (and in 2.12's headers).
+inline bool gradLayoutContractEnforced() {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 13)
+  return c10::AutogradState::get_tls_state().get_grad_layout_enforcement_enabled();
+#else
+  return true;
+#endif
+}
+
 // The tensor to keep as a leaf's first gradient in a context, by the rules of torch's
 // AccumulateGrad::accumulateGrad (torch/csrc/autograd/functions/accumulate_grad.h), which
 // DistAutogradContext::accumulateGrad applies: `grad` itself (no copy) when at most
@@ -154,10 +172,11 @@ inline bool isGeneratedBackwardNode(const torch::autograd::Node& fn) {
 // change the stored one); anything else is copied, a dense one laid out like the leaf
 // (clone_obey_contract, an inline helper of autograd/utils/grad_layout_contract.h).
 // References are counted as torch counts them, with torch::autograd::impl::is_tensor_stealable
-// (an inline helper of variable.h): in torch 2.13 a tensor's Python object, once made (a
-// gradient that a custom Function returned or a hook saw), holds a reference of its own,
-// which does not count when nothing but that object refers to it from Python. Checked on
-// torch 2.13.
+// (an inline helper of variable.h, the same in 2.11 and 2.13): a tensor's Python object,
+// once made (a gradient that a custom Function returned or a hook saw), holds a reference of
+// its own, which does not count when nothing but that object refers to it from Python.
+// Checked on torch 2.11 and 2.13 (tests/engine/test_gradient_storage.py compares with
+// torch's engine).
 inline at::Tensor gradientToStore(at::Tensor&& grad, const at::Tensor& variable, size_t expectedRefs) {
   const bool unreferenced =
       torch::autograd::impl::is_tensor_stealable(grad, expectedRefs + at::caching::is_cached_tensor(grad));
@@ -173,7 +192,7 @@ inline at::Tensor gradientToStore(at::Tensor&& grad, const at::Tensor& variable,
     return grad.clone();
   }
   if (unreferenced &&
-      (grad.is_mkldnn() || !c10::AutogradState::get_tls_state().get_grad_layout_enforcement_enabled() ||
+      (grad.is_mkldnn() || !gradLayoutContractEnforced() ||
        torch::autograd::utils::obeys_layout_contract(grad, variable))) {
     return std::move(grad);
   }
