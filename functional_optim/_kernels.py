@@ -62,8 +62,8 @@ def torch_kernel_on_cpu(name: str) -> bool:
 
     torch's for all four. In ``scripts/bench_optim.py --kernels``
     (results/bench_optim_kernels.json) both kernels run at the memory-bandwidth floor on one
-    16M-element tensor (ours 0.91x to 1.06x torch's time, 1 and 2 threads), and ours takes
-    0.31x to 0.75x torch's time on 400 tensors of 4,096 elements (it spreads all the tensors'
+    16M-element tensor (ours 0.94x to 0.98x torch's time, 1 and 2 threads), and ours takes
+    0.34x to 0.72x torch's time on 400 tensors of 4,096 elements (it spreads all the tensors'
     elements over the threads in one parallel loop where torch's steps one tensor after
     another). torch's kernels are kept because their results equal torch.optim's default
     single-tensor step to the bit, which users (and the parity tests against torch) rely on;
