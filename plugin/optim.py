@@ -254,14 +254,7 @@ class ScriptLocalOptimizer(torch.nn.Module):
             RuntimeError: the optimizer rejects a gradient, or the deadline passed (nothing
                 applied); ``torch.jit.Error`` once scripted.
         """
-        gradients = ops.gradients_for(context_id, self._params)
-        with self._lock:
-            if deadline_ms >= 0 and ops._wall_clock_ms() >= deadline_ms:
-                raise RuntimeError(
-                    "the step reached this owner after its deadline (the owner was frozen or overloaded); "
-                    "nothing was applied on this worker"
-                )
-            self.optimizer.step(gradients)
+        self._apply_before(ops.gradients_for(context_id, self._params), deadline_ms)
 
     @torch.jit.export
     def chain_step(self, context_id: int, lease_ms: int, deadline_ms: int, timeout_s: float) -> None:
@@ -337,6 +330,11 @@ class ScriptLocalOptimizer(torch.nn.Module):
             error = ops._exchange_verdicts(key, self._peers, self._verdict_function, None, timeout_s).wait()
             if error is not None:
                 raise RuntimeError("[exchange] " + error + "; nothing was applied on this worker")
+        self._apply_before(gradients, deadline_ms)
+
+    def _apply_before(self, gradients: List[Optional[Tensor]], deadline_ms: int) -> None:
+        # the last part of step_before and exchange_step: apply under the parameters' locks,
+        # unless this owner got them at or after deadline_ms (its system clock; -1: none)
         with self._lock:
             if deadline_ms >= 0 and ops._wall_clock_ms() >= deadline_ms:
                 raise RuntimeError(
