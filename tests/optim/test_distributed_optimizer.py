@@ -10,6 +10,7 @@ import torch.distributed.rpc as rpc
 
 import functional_optim
 from tests.support import optim_remote
+from tests.support.optim_checks import assert_sparse_rejection_changes_neither
 import plugin
 from tests.support.optim_configs import INFOS
 from plugin.optim import DistributedOptimizer, ScriptLocalOptimizer
@@ -182,29 +183,10 @@ def test_a_gradient_one_owner_rejects_changes_no_owner(cluster):
     """Adam rejects sparse gradients: worker2 gets one, worker1 a valid one. The step raises
     naming worker2, and neither owner changed (parameters and optimizer state); nothing stays
     prepared on worker1."""
-    dense = rpc.rpc_sync("worker1", optim_remote.make_param, args=("dense", (4,), 1))
-    table = rpc.rpc_sync("worker2", optim_remote.make_param, args=("table", (6, 3), 2))
-    opt = DistributedOptimizer(torch.optim.Adam, [dense, table], lr=0.1)
-    before = {
-        "dense": rpc.rpc_sync("worker1", optim_remote.param_value, args=("dense",)),
-        "table": rpc.rpc_sync("worker2", optim_remote.param_value, args=("table",)),
-    }
-    with dist_autograd.context() as ctx:
-        a = rpc.rpc_sync("worker1", optim_remote.use_param, args=(torch.ones(4, dtype=torch.float64), "dense"))
-        b = rpc.rpc_sync("worker2", optim_remote.use_param_sparse, args=(torch.tensor([0, 2]), "table"))
-        plugin.autograd.backward(ctx, [a.sum() + b.sum()])
-        with pytest.raises(RuntimeError, match=r"step\(\d+\) failed on owner 'worker2'.*does not support sparse "
-                                               r"gradients.*no owner applied the step"):
-            opt.step(ctx)
-        with pytest.raises(RuntimeError, match=r"failed on owner 'worker2'.*no owner applied the step"):
-            opt.step_async(ctx).wait()
-    assert torch.equal(rpc.rpc_sync("worker1", optim_remote.param_value, args=("dense",)), before["dense"])
-    assert torch.equal(rpc.rpc_sync("worker2", optim_remote.param_value, args=("table",)), before["table"])
-    assert opt.state_dict()["state"] == {}
-    deadline = time.time() + 10  # the drop of worker1's prepared step is not waited for
-    while rpc.rpc_sync("worker1", optim_remote.optimizer_debug_info)["num_prepared_steps"] and time.time() < deadline:
-        time.sleep(0.05)
-    assert rpc.rpc_sync("worker1", optim_remote.optimizer_debug_info)["num_prepared_steps"] == 0
+    assert_sparse_rejection_changes_neither(
+        torch.optim.Adam, "dense", "table",
+        r"step\(\d+\) failed on owner 'worker2'.*does not support sparse gradients.*no owner applied the step",
+    )
 
 
 THREE = ["worker1", "worker2", "worker3"]

@@ -15,6 +15,7 @@ import plugin
 from plugin import _python_local_optim
 from plugin.optim import DistributedOptimizer, PythonLocalOptimizer, PythonStepWarning, ScriptLocalOptimizer
 from tests.support import optim_remote
+from tests.support.optim_checks import assert_sparse_rejection_changes_neither
 from tests.support.user_optim import FailsHalfway, HeavyBall
 
 pytestmark = pytest.mark.filterwarnings("ignore::plugin.optim.PythonStepWarning")
@@ -158,29 +159,11 @@ def test_step_errors_reach_the_caller_and_change_nothing(cluster):
 def test_a_gradient_one_owner_rejects_changes_neither(cluster):
     """HeavyBall rejects sparse gradients: worker2 gets one, worker1 a valid one. step and
     step_async raise naming worker2, and neither owner changed; nothing stays prepared."""
-    dense = rpc.rpc_sync("worker1", optim_remote.make_param, args=("py_dense", (4,), 1))
-    table = rpc.rpc_sync("worker2", optim_remote.make_param, args=("py_table", (6, 3), 2))
-    opt = DistributedOptimizer(HeavyBall, [dense, table], lr=0.1)
-    before = {
-        "py_dense": rpc.rpc_sync("worker1", optim_remote.param_value, args=("py_dense",)),
-        "py_table": rpc.rpc_sync("worker2", optim_remote.param_value, args=("py_table",)),
-    }
-    with dist_autograd.context() as ctx:
-        x = rpc.rpc_sync("worker1", optim_remote.use_param, args=(torch.ones(4, dtype=torch.float64), "py_dense"))
-        y = rpc.rpc_sync("worker2", optim_remote.use_param_sparse, args=(torch.tensor([0, 2]), "py_table"))
-        plugin.autograd.backward(ctx, [x.sum() + y.sum()])
-        with pytest.raises(RuntimeError, match=r"step\(\d+\) failed on owner 'worker2': RuntimeError: HeavyBall does "
-                                               r"not support sparse gradients; no owner applied the step"):
-            opt.step(ctx)
-        with pytest.raises(RuntimeError, match=r"failed on owner 'worker2'.*no owner applied the step"):
-            opt.step_async(ctx).wait()
-    assert torch.equal(rpc.rpc_sync("worker1", optim_remote.param_value, args=("py_dense",)), before["py_dense"])
-    assert torch.equal(rpc.rpc_sync("worker2", optim_remote.param_value, args=("py_table",)), before["py_table"])
-    assert opt.state_dict()["state"] == {}
-    deadline = time.time() + 10  # the drop of worker1's prepared step is not waited for
-    while rpc.rpc_sync("worker1", optim_remote.optimizer_debug_info)["num_prepared_steps"] and time.time() < deadline:
-        time.sleep(0.05)
-    assert rpc.rpc_sync("worker1", optim_remote.optimizer_debug_info)["num_prepared_steps"] == 0
+    assert_sparse_rejection_changes_neither(
+        HeavyBall, "py_dense", "py_table",
+        r"step\(\d+\) failed on owner 'worker2': RuntimeError: HeavyBall does not support sparse gradients; no "
+        r"owner applied the step",
+    )
 
 
 def mixed_trainer(class_name, param_names, param_rrefs, steps):
