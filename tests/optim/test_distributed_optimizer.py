@@ -10,7 +10,7 @@ import torch.distributed.rpc as rpc
 
 import functional_optim
 from tests.support import optim_remote
-from tests.support.optim_checks import assert_sparse_rejection_changes_neither
+from tests.support.optim_checks import assert_sparse_rejection_changes_neither, step_ones_on_trainer
 import plugin
 from tests.support.optim_configs import INFOS
 from plugin.optim import DistributedOptimizer, ScriptLocalOptimizer
@@ -432,20 +432,6 @@ def test_locks_of_freed_parameters_are_freed():
     assert count() == before
 
 
-def overlapping_trainer(param_names, param_rrefs, steps):
-    """Runs on a trainer: its own DistributedOptimizer (SGD, lr=1) over some of the server's
-    parameters, stepping with gradients of ones."""
-    opt = DistributedOptimizer(torch.optim.SGD, param_rrefs, lr=1.0)
-    owner = param_rrefs[0].owner()
-    one = torch.tensor(1.0, dtype=torch.float64)
-    for _ in range(steps):
-        with dist_autograd.context() as ctx:
-            loss = sum(rpc.rpc_sync(owner, optim_remote.use_param, args=(one, name)).sum() for name in param_names)
-            plugin.autograd.backward(ctx, [loss])
-            opt.step(ctx)
-    return steps
-
-
 def test_overlapping_optimizers_from_two_trainers_lose_no_update(cluster):
     """The issue's case: one trainer's optimizer over [w, b], the other's over [w], stepping
     concurrently on one server: w ends exactly 2 x 20 updates lower, b 20 lower."""
@@ -454,8 +440,8 @@ def test_overlapping_optimizers_from_two_trainers_lose_no_update(cluster):
     b = rpc.rpc_sync("worker3", optim_remote.make_param, args=("ov_b", (n // 4,), 8))
     start = {name: rpc.rpc_sync("worker3", optim_remote.param_value, args=(name,)) for name in ("ov_w", "ov_b")}
     futs = [
-        rpc.rpc_async("worker1", overlapping_trainer, args=(["ov_w", "ov_b"], [w, b], steps)),
-        rpc.rpc_async("worker2", overlapping_trainer, args=(["ov_w"], [w], steps)),
+        rpc.rpc_async("worker1", step_ones_on_trainer, args=(torch.optim.SGD, {}, ["ov_w", "ov_b"], [w, b], steps)),
+        rpc.rpc_async("worker2", step_ones_on_trainer, args=(torch.optim.SGD, {}, ["ov_w"], [w], steps)),
     ]
     assert [f.wait() for f in futs] == [steps, steps]
     w_end = rpc.rpc_sync("worker3", optim_remote.param_value, args=("ov_w",))

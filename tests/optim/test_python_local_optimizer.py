@@ -2,7 +2,6 @@
 counterpart: each owner steps it in Python (plugin.optim.PythonLocalOptimizer), against torch's
 own DistributedOptimizer and torch.optim with the same class."""
 import threading
-import time
 import warnings
 
 import pytest
@@ -15,7 +14,7 @@ import plugin
 from plugin import _python_local_optim
 from plugin.optim import DistributedOptimizer, PythonLocalOptimizer, PythonStepWarning, ScriptLocalOptimizer
 from tests.support import optim_remote
-from tests.support.optim_checks import assert_sparse_rejection_changes_neither
+from tests.support.optim_checks import assert_sparse_rejection_changes_neither, step_ones_on_trainer
 from tests.support.user_optim import FailsHalfway, HeavyBall
 
 pytestmark = pytest.mark.filterwarnings("ignore::plugin.optim.PythonStepWarning")
@@ -166,25 +165,6 @@ def test_a_gradient_one_owner_rejects_changes_neither(cluster):
     )
 
 
-def mixed_trainer(class_name, param_names, param_rrefs, steps):
-    """Runs on a trainer: its own DistributedOptimizer over some of the server's parameters,
-    stepping with gradients of ones: HeavyBall (Python) or SGD (TorchScript), both lr=1 and
-    without momentum, so that each step subtracts exactly 1."""
-    optimizer_class = {"HeavyBall": HeavyBall, "SGD": torch.optim.SGD}[class_name]
-    kwargs = {"momentum": 0.0} if class_name == "HeavyBall" else {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PythonStepWarning)
-        opt = DistributedOptimizer(optimizer_class, param_rrefs, lr=1.0, **kwargs)
-    owner = param_rrefs[0].owner()
-    one = torch.tensor(1.0, dtype=torch.float64)
-    for _ in range(steps):
-        with dist_autograd.context() as ctx:
-            loss = sum(rpc.rpc_sync(owner, optim_remote.use_param, args=(one, name)).sum() for name in param_names)
-            plugin.autograd.backward(ctx, [loss])
-            opt.step(ctx)
-    return steps
-
-
 def test_python_and_scripted_optimizers_over_overlapping_parameters_lose_no_update(cluster):
     """One trainer steps [w, b] with HeavyBall (Python), the other [w] with SGD (TorchScript),
     at the same time on one server: both take w's lock, so w ends exactly 2 x 20 lower and
@@ -194,8 +174,9 @@ def test_python_and_scripted_optimizers_over_overlapping_parameters_lose_no_upda
     b = rpc.rpc_sync("worker3", optim_remote.make_param, args=("mix_b", (n // 4,), 8))
     start = {name: rpc.rpc_sync("worker3", optim_remote.param_value, args=(name,)) for name in ("mix_w", "mix_b")}
     futs = [
-        rpc.rpc_async("worker1", mixed_trainer, args=("HeavyBall", ["mix_w", "mix_b"], [w, b], steps)),
-        rpc.rpc_async("worker2", mixed_trainer, args=("SGD", ["mix_w"], [w], steps)),
+        rpc.rpc_async("worker1", step_ones_on_trainer,
+                       args=(HeavyBall, {"momentum": 0.0}, ["mix_w", "mix_b"], [w, b], steps)),
+        rpc.rpc_async("worker2", step_ones_on_trainer, args=(torch.optim.SGD, {}, ["mix_w"], [w], steps)),
     ]
     assert [f.wait() for f in futs] == [steps, steps]
     expected_w, expected_b = start["mix_w"].clone(), start["mix_b"].clone()

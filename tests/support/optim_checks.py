@@ -1,6 +1,7 @@
 """Caller-side checks shared by the distributed optimizer tests: run in the test process, with
 RPC started by the ``cluster`` fixture (workers ``worker1`` and ``worker2``)."""
 import time
+import warnings
 
 import pytest
 import torch
@@ -8,7 +9,7 @@ import torch.distributed.autograd as dist_autograd
 import torch.distributed.rpc as rpc
 
 import plugin
-from plugin.optim import DistributedOptimizer
+from plugin.optim import DistributedOptimizer, PythonStepWarning
 from tests.support import optim_remote
 
 
@@ -39,3 +40,22 @@ def assert_sparse_rejection_changes_neither(optimizer_class, dense_name: str, ta
     while rpc.rpc_sync("worker1", optim_remote.optimizer_debug_info)["num_prepared_steps"] and time.time() < deadline:
         time.sleep(0.05)
     assert rpc.rpc_sync("worker1", optim_remote.optimizer_debug_info)["num_prepared_steps"] == 0
+
+
+def step_ones_on_trainer(optimizer_class, kwargs, param_names, param_rrefs, steps: int) -> int:
+    """Runs on a trainer: its own ``DistributedOptimizer(optimizer_class, param_rrefs, lr=1.0,
+    **kwargs)`` over some of one server's parameters (``param_names``, in the order of
+    ``param_rrefs``), ``steps`` times a pass whose gradients are ones and a step. With a plain
+    SGD rule (no momentum) each step subtracts exactly 1. The Python-step warning is silenced.
+    Returns ``steps``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PythonStepWarning)
+        opt = DistributedOptimizer(optimizer_class, param_rrefs, lr=1.0, **kwargs)
+    owner = param_rrefs[0].owner()
+    one = torch.tensor(1.0, dtype=torch.float64)
+    for _ in range(steps):
+        with dist_autograd.context() as ctx:
+            loss = sum(rpc.rpc_sync(owner, optim_remote.use_param, args=(one, name)).sum() for name in param_names)
+            plugin.autograd.backward(ctx, [loss])
+            opt.step(ctx)
+    return steps
