@@ -25,6 +25,7 @@ from functional_optim._param_groups import WriteThroughDict, split_values
 from functional_optim._state import TUPLE_HYPERPARAMETERS
 from functional_optim.state_protocol import _torch_group
 
+from . import ops
 from ._errors import remote_error_summary
 
 __all__ = ["DistributedParamGroup"]
@@ -37,20 +38,16 @@ def _local_group(local_optimizer) -> Dict[str, Any]:
     """The owner's hyperparameters and flags under torch's names (pairs as tuples), and the
     functional names of its numeric hyperparameters and flags. (Python on the owner, with the
     GIL: this is read once, not on the step's path.)"""
-    from .optim import _Held
-
     module = local_optimizer.local_value()
-    with _Held(module):
+    with ops._holding(module._lock):
         hparams = module.optimizer.hyperparameters()[0]
         options = module.optimizer.options()[0]
     return {"group": _torch_group(hparams, options), "hparam_names": list(hparams), "option_names": list(options)}
 
 
 def _local_set_group(local_optimizer, hparams: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
-    from .optim import _Held
-
     module = local_optimizer.local_value()
-    with _Held(module):
+    with ops._holding(module._lock):
         try:
             for group in range(len(module.optimizer.param_group_indices())):
                 module.optimizer.set_group(group, hparams, options)

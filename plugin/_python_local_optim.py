@@ -177,7 +177,7 @@ class PythonLocalOptimizer:
             Exception: what the optimizer's ``step()`` raises; nothing changed then.
         """
         self._check(gradients)
-        with _Holding(self._lock):
+        with ops._holding(self._lock):
             self._run(gradients, keep=True)
 
     def prepare_step(self, context_id: int, lease_ms: int) -> int:
@@ -203,7 +203,7 @@ class PythonLocalOptimizer:
         gradients = ops.gradients_for(context_id, self._params)
         self._check(gradients)
         trial = [None if g is None else g.clone() for g in gradients]  # the trial cannot change them
-        with _Holding(self._lock):
+        with ops._holding(self._lock):
             self._run(trial, keep=False)
         return ops._park_step(gradients, lease_ms)
 
@@ -218,7 +218,7 @@ class PythonLocalOptimizer:
             Exception: what the optimizer's ``step()`` raises; nothing changed then.
         """
         gradients = ops._take_step(token)
-        with _Holding(self._lock):
+        with ops._holding(self._lock):
             self._run(gradients, keep=True)
 
     def drop_step(self, token: int) -> bool:
@@ -287,7 +287,7 @@ class PythonLocalOptimizer:
         Raises:
             Exception: what the optimizer's ``state_dict()`` raises.
         """
-        with _Holding(self._lock):
+        with ops._holding(self._lock):
             return copy.deepcopy(self.optimizer.state_dict())
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
@@ -306,7 +306,7 @@ class PythonLocalOptimizer:
         groups = state_dict["param_groups"]
         if len(groups) != 1:
             raise ValueError("loaded state dict has a different number of parameter groups")
-        with _Holding(self._lock):
+        with ops._holding(self._lock):
             current = self.optimizer.param_groups[0]
             group = {k: v for k, v in current.items() if k != "params"}
             group.update({k: v for k, v in groups[0].items() if k in group})
@@ -336,7 +336,7 @@ class PythonLocalOptimizer:
 
         Raises nothing.
         """
-        with _Holding(self._lock):
+        with ops._holding(self._lock):
             items = [(k, v) for k, v in self.optimizer.param_groups[0].items() if k != "params"]
         group, hparams, options = {}, [], []
         for key, value in items:
@@ -368,7 +368,7 @@ class PythonLocalOptimizer:
         Raises:
             ValueError: a name the group does not have; nothing changes then.
         """
-        with _Holding(self._lock):
+        with ops._holding(self._lock):
             group = self.optimizer.param_groups[0]
             updates: Dict[str, Any] = {}
             for name, value in hparams.items():
@@ -402,21 +402,6 @@ class PythonLocalOptimizer:
             ValueError: the group has no such hyperparameter.
         """
         self.set_group({name: value}, {})
-
-
-class _Holding:
-    """``with _Holding(lock):`` holds a StepLock from Python (its ScriptObject has
-    ``__enter__`` and ``__exit__`` methods but is not a context manager to Python)."""
-
-    def __init__(self, lock) -> None:
-        self._lock = lock
-
-    def __enter__(self) -> None:
-        self._lock.__enter__()
-
-    def __exit__(self, *exc) -> bool:
-        self._lock.__exit__(None, None, None)
-        return False
 
 
 def _like(current: Any, value: float) -> Any:

@@ -20,6 +20,7 @@ Functions whose names start with an underscore wrap the engine's RPC handlers an
 bookkeeping ops, and the distributed optimizer's; they are for the package's own modules
 (``plugin/_handlers.py``, :mod:`plugin.autograd`, :mod:`plugin.optim`).
 """
+import contextlib
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -94,11 +95,11 @@ def new_step_lock(params: List[Tensor]) -> torch.ScriptObject:
     which TorchScript holds with ``with``.
 
     Every parameter (tensor object) has one lock in this process, shared by every StepLock
-    over it and freed with the last of them. ``with lock: ...`` (in TorchScript or Python)
-    takes the set's locks in ``__enter__``, in one process-wide order (so two StepLocks over
-    overlapping sets serialize on the shared parameters and cannot deadlock), and releases
-    them in ``__exit__``, also when the body raises; ``__exit__`` returns ``False`` (never
-    swallows the exception). Waiting does not hold the GIL. Not reentrant: a thread that takes
+    over it and freed with the last of them. ``with lock: ...`` in TorchScript (from Python:
+    ``with ops._holding(lock): ...``) takes the set's locks in ``__enter__``, in one
+    process-wide order (so two StepLocks over overlapping sets serialize on the shared
+    parameters and cannot deadlock), and releases them in ``__exit__``, also when the body
+    raises; ``__exit__`` returns ``False`` (never swallows the exception). Waiting does not hold the GIL. Not reentrant: a thread that takes
     a parameter's lock twice deadlocks. ``lock.size()`` is the number of distinct parameters.
 
     Args:
@@ -113,6 +114,19 @@ def new_step_lock(params: List[Tensor]) -> torch.ScriptObject:
         RuntimeError: an undefined tensor among ``params``.
     """
     return torch.classes.dist_engine.StepLock(params)
+
+
+@contextlib.contextmanager
+def _holding(lock: torch.ScriptObject):
+    """``with _holding(lock):`` holds a :func:`new_step_lock` lock from Python: its
+    ScriptObject has ``__enter__`` and ``__exit__`` methods, but Python's ``with`` does not
+    take a ScriptObject as a context manager. Releases the locks also when the body raises,
+    and lets the exception through."""
+    lock.__enter__()
+    try:
+        yield
+    finally:
+        lock.__exit__(None, None, None)
 
 
 # --- the distributed optimizer's bookkeeping (plugin.optim) -------------------------------

@@ -398,19 +398,6 @@ _FUSED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _COMPILE_LOCK = threading.Lock()
 
 
-class _Held:
-    """Holds a scripted local optimizer's parameter locks from Python (for state_dict)."""
-
-    def __init__(self, module):
-        self._lock = module._lock
-
-    def __enter__(self):
-        self._lock.__enter__()
-
-    def __exit__(self, *exc):
-        self._lock.__exit__(None, None, None)
-
-
 # The interface's methods are ScriptLocalOptimizer's: one docstring for both.
 for _name in ("step", "prepare_step", "commit_step", "step_before", "chain_step", "exchange_step", "drop_step"):
     getattr(LocalOptimizerInterface, _name).__doc__ = getattr(ScriptLocalOptimizer, _name).__doc__
@@ -486,7 +473,7 @@ _STEP_BEFORE_REMOTE = _step_before_remote.qualified_name  # what chain_step call
 
 def _local_state_dict(local_optimizer):
     module = local_optimizer.local_value()
-    with _Held(module):
+    with ops._holding(module._lock):
         state = functional_optim.state_dict(module.optimizer)
         # copies: the reply is serialized after the lock is released
         state["state"] = {i: {k: v.clone() for k, v in s.items()} for i, s in state["state"].items()}
@@ -495,13 +482,13 @@ def _local_state_dict(local_optimizer):
 
 def _local_load_state_dict(local_optimizer, state_dict):
     module = local_optimizer.local_value()
-    with _Held(module):
+    with ops._holding(module._lock):
         functional_optim.load_state_dict(module.optimizer, state_dict)
 
 
 def _local_set_hyperparameter(local_optimizer, name, value):
     module = local_optimizer.local_value()
-    with _Held(module):
+    with ops._holding(module._lock):
         for group in range(len(module.optimizer.param_group_indices())):
             module.optimizer.set_hyperparameter(group, name, value)
 
