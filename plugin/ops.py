@@ -132,6 +132,16 @@ def _holding(lock: torch.ScriptObject):
 # --- the distributed optimizer's bookkeeping (plugin.optim) -------------------------------
 
 
+def _checked_in_backward(context_id: int, workers: List[int]) -> bool:
+    """The op ``dist_engine::_checked_in_backward``, on the worker that called backward:
+    whether the latest backward pass of the plugin's engine in context ``context_id``,
+    started here, ended everywhere, none is running now, and it reached every worker of
+    ``workers`` (RPC worker ids) and found on each that every gradient a step reads there
+    fits its parameter (dense, the parameter's shape, dtype and device). Then a step over
+    those owners needs no validation round before it applies (``plugin/csrc/gradient_check.h``)."""
+    return torch.ops.dist_engine._checked_in_backward(context_id, workers)
+
+
 def _park_step(gradients: List[Optional[Tensor]], lease_ms: int) -> int:
     """The op ``dist_engine::_park_step``: keeps validated gradients (references) between the
     two phases of an optimizer step, for at most ``lease_ms`` milliseconds; returns a token."""
@@ -217,10 +227,12 @@ def _receive_gradients(
     retain_graph: bool,
     smart: bool,
     reached: List[int],
-) -> torch.futures.Future[int]:
+) -> torch.futures.Future[List[int]]:
     """The op ``dist_engine::_receive_gradients`` (RPC handler): gradients for this worker's
     send function ``autograd_message_id`` in pass ``pass_id``. The future completes when this
-    worker may answer (see ``docs/engine.md``, "first contact")."""
+    worker may answer (see ``docs/engine.md``, "first contact"), with the reached workers'
+    findings on their gradients (``[worker_id, fits, ...]``, see :func:`_checked_in_backward`)
+    for the pass's first message here, else with an empty list."""
     return torch.ops.dist_engine._receive_gradients(
         context_id, pass_id, autograd_message_id, grads, retain_graph, smart, reached
     )

@@ -629,6 +629,8 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
             for owner, indices in by_owner.items()
         )
         self._local_optimizers: Dict[str, RRef] = _wait_all(futures, "building the local optimizer")
+        # the owners' RPC worker ids, for the check the backward pass made (see step)
+        self._owner_ids = [rpc.get_worker_info(owner).id for owner in self._local_optimizers]
         # Python local optimizers (plugin/_python_local_optim.py) step by the two phases from the
         # caller, never by the chain of two owners or the owners' exchange (both call TorchScript
         # on the owners)
@@ -746,7 +748,16 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         All or nothing: with several owners the step has two phases. Phase 1: read and
         validate the gradients, and keep them. Phase 2, only when every owner succeeded:
         apply them. A gradient that one owner rejects changes no owner. With one owner the
-        two run in one round trip. With two, the caller sends one RPC: the first owner runs
+        two run in one round trip. When the plugin's engine ran the context's latest
+        backward pass from this worker, phase 1 has been done already: each worker checked,
+        as its part of the pass ended, that every gradient there fits its parameter (dense,
+        the parameter's shape, dtype and device: what the optimizers check first) and told
+        this worker. If the pass reached every owner and each found its gradients fit, the
+        caller sends the step to every owner at once and each applies it (one round trip,
+        the owners updating in parallel, each only before a deadline of half the RPC timeout
+        on its system clock). Otherwise (torch's engine ran the backward, a sparse gradient,
+        an owner the pass did not reach, a failed pass), phase 1 runs on the owners. With two
+        owners, the caller sends one RPC: the first owner runs
         its phase 1, has the second owner validate and apply, then applies its own part or
         drops it (:meth:`ScriptLocalOptimizer.chain_step`; the second owner applies only
         before a deadline of half the RPC timeout on its system clock). With three or more,
@@ -776,20 +787,55 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
                 timed_out = "no answer within the RPC timeout" in remote_error_summary(errors[0][1])
                 _raise_errors(errors, what, "; it may still apply the step when it answers" if timed_out else "")
             return
-        protocol = self._bench_protocol or (
-            "parallel" if self._python_step else "chain" if len(self._local_optimizers) == 2 else "exchange")
+        protocol = self._protocol(context_id)
+        if protocol == "checked":
+            self._checked_step(context_id, what)
+            return
         if protocol == "exchange":
             self._exchange_step(context_id, what)
             return
         if protocol == "chain" and len(self._local_optimizers) == 2:
             self._chain_step(context_id, what)
             return
-        if self._bench_protocol == "one-phase":
+        if self._forced_protocol == "one-phase":
             self._check_commits(OrderedDict(
                 (owner, _send(owner, _local_step, (rref, context_id))) for owner, rref in self._local_optimizers.items()
             ), what)
             return
         self._check_commits(self._commit(self._prepare(context_id, what)), what)
+
+    def _protocol(self, context_id: int) -> str:
+        """How a step over several owners makes sure that every owner accepts its gradients
+        before any applies (see :meth:`step`)."""
+        if self._forced_protocol is not None:
+            return self._forced_protocol
+        if self._python_step:
+            return "parallel"  # the Python owners' own check: the step on copies (phase 1)
+        if ops._checked_in_backward(context_id, self._owner_ids):
+            return "checked"
+        return "chain" if len(self._local_optimizers) == 2 else "exchange"
+
+    def _checked_step(self, context_id: int, what: str) -> None:
+        """A step over several owners whose gradients the backward pass found to fit their
+        parameters on every owner (``ops._checked_in_backward``): every owner applies at
+        once, one round trip, with no validation round first. Each applies only before a
+        deadline, half the RPC timeout from now on its system clock, so that an owner frozen
+        past it and then resumed applies nothing; the caller waits at most the RPC timeout."""
+        timeout = rpc.get_rpc_timeout()
+        deadline = ops._wall_clock_ms() + int(500 * timeout) if 0 < timeout < 300 else -1
+        futures = OrderedDict(
+            (owner, _send(owner, _step_before_remote, (rref, context_id, deadline)))
+            for owner, rref in self._local_optimizers.items()
+        )
+        applied, errors = _gather(futures)
+        if errors:
+            late = any("no answer within the RPC timeout" in remote_error_summary(e) for _, e in errors)
+            _raise_errors(
+                errors, what,
+                f"; the step was applied on owners {list(applied)} and not confirmed on {[o for o, _ in errors]}"
+                + (" (an owner that did not answer in time may have applied it before its deadline, half the RPC "
+                   "timeout after the step was sent)" if late else ""),
+            )
 
     def _exchange_step(self, context_id: int, what: str) -> None:
         """A step over several owners in one round trip: every owner validates its part,
@@ -855,12 +901,13 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
                                                   f"may still apply it)")
             _raise_errors([(first, e)], what, "; no owner applied the step")
 
-    # For scripts/bench_gil.py only, to measure what the guarantee costs: "one-phase" steps every
-    # owner in one round trip, as if each were the only one, without the all-or-nothing
-    # guarantee; "parallel" runs the phases from the caller (phase 1 on all owners, then the
-    # commits) as step_async does; "exchange" has the owners exchange their verdicts (as with
-    # three owners or more) also with two, instead of the chain.
-    _bench_protocol: Optional[str] = None
+    # For scripts/bench_gil.py and the tests, to measure and test each way of stepping several
+    # owners whatever the backward pass found: "one-phase" steps every owner in one round trip,
+    # as if each were the only one, without the all-or-nothing guarantee; "parallel" runs the
+    # phases from the caller (phase 1 on all owners, then the commits) as step_async does;
+    # "chain" (two owners) and "exchange" are the steps used when the backward pass did not
+    # check the gradients; "checked" skips the validation round as if it had.
+    _forced_protocol: Optional[str] = None
 
     def state_dict(self) -> Dict[str, Any]:
         """Every owner's optimizer state in one ``torch.optim``-format dict.

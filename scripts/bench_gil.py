@@ -22,7 +22,7 @@ interval (5 ms by default): that wait is part of the "python" rows.
 Part 3, the cost of the all-or-nothing step (issue 10): the parameters split over
 --two-phase-servers servers (default 2), so the plugin's step has two phases (validate on
 every owner, then apply; with two owners chained by the first owner, one round trip from the
-trainer); against it, the same optimizer switched (DistributedOptimizer._bench_protocol, which
+trainer); against it, the same optimizer switched (DistributedOptimizer._forced_protocol, which
 exists for this measurement) to one round trip without the guarantee (every owner steps at
 once), to the owners exchanging their verdicts owner to owner (the step over three owners or
 more: one round trip from the trainer, the owners updating in parallel, two or four more
@@ -69,11 +69,14 @@ TRANSPORTS = ["uv"]
 NUM_PARAMS = 400
 PARAM_SIZE = 4096
 ENGINES = ["plugin-adam", "torch-adam-torchscript", "plugin-nadam", "torch-nadam-python"]
-# part 3: the plugin's step (two owners: chained by the first owner), the owners exchanging
-# their verdicts (as with three owners or more), the phases sent from the caller to all owners
-# (as step_async does), and the same step sent to every owner at once without the guarantee;
-# values: DistributedOptimizer._bench_protocol
-PROTOCOLS = {"two_phase": None, "exchange": "exchange", "parallel": "parallel", "one_phase": "one-phase"}
+# part 3: the plugin's default step (after the plugin's backward pass, which checked every
+# owner's gradients: sent to every owner at once), the steps that validate on the owners
+# first (the chain of two owners; the owners exchanging their verdicts, as with three owners
+# or more; the phases sent from the caller to all owners, as step_async does), and the same
+# step sent to every owner at once without the guarantee; values:
+# DistributedOptimizer._forced_protocol
+PROTOCOLS = {"two_phase": None, "chain": "chain", "exchange": "exchange", "parallel": "parallel",
+             "one_phase": "one-phase"}
 TWO_PHASE_ENGINES = {"adam": "plugin-adam", "nadam": "plugin-nadam"}
 
 # --- the spinning thread --------------------------------------------------------------------
@@ -173,7 +176,7 @@ def _prepare(engine, param_rrefs, servers, param_size):
     if engine.startswith("plugin"):
         opt = plugin.optim.DistributedOptimizer(cls, param_rrefs, lr=1e-4)
         # the switch that exists for this benchmark (see PROTOCOLS)
-        opt._bench_protocol = next((p for p in PROTOCOLS.values() if p and engine.endswith("-" + p)), None)
+        opt._forced_protocol = next((p for p in PROTOCOLS.values() if p and engine.endswith("-" + p)), None)
     else:
         opt = TorchDistributedOptimizer(cls, param_rrefs, lr=1e-4)
     ctx = dist_autograd.context()
@@ -236,14 +239,13 @@ def coordinate_two_phase(trainers, args):
                 runs[key].append(_steps_per_s(engine + suffix, False, servers, names, param_rrefs, args))
         # the runs of one round follow each other, so their ratios see the same machine load
         ratios = [two / one for two, one in zip(runs["two_phase"], runs["one_phase"])]
-        parallel = [p / one for p, one in zip(runs["parallel"], runs["one_phase"])]
-        exchange = [x / one for x, one in zip(runs["exchange"], runs["one_phase"])]
         results[name] = dict(
             {key: statistics.median(v) for key, v in runs.items()},
             ratio=statistics.median(ratios), cost=1.0 - statistics.median(ratios), ratios=ratios,
-            parallel_cost=1.0 - statistics.median(parallel), parallel_ratios=parallel,
-            exchange_cost=1.0 - statistics.median(exchange), exchange_ratios=exchange,
         )
+        for key in ("chain", "exchange", "parallel"):
+            theirs = [x / one for x, one in zip(runs[key], runs["one_phase"])]
+            results[name].update({key + "_cost": 1.0 - statistics.median(theirs), key + "_ratios": theirs})
     return results
 
 
@@ -477,16 +479,16 @@ def main():
     if 3 in parts:
         part3 = argparse.Namespace(**dict(vars(args), servers=args.two_phase_servers))
         two_phase = {t: run_server_benchmark(t, part3, coordinate_two_phase) for t in trainers}
-        print(f"\nTwo-phase step: {args.num_params} x {args.param_size} on {args.two_phase_servers} servers, "
+        print(f"\nAll-or-nothing step: {args.num_params} x {args.param_size} on {args.two_phase_servers} servers, "
               f"steps/s, medians of {args.repeats} alternating runs:")
-        print(f"{'T':>3} {'optimizer':>9} {'two-phase':>10} {'exchange':>10} {'parallel':>10} {'one-phase':>10} "
-              f"{'cost':>7} {'exchange cost':>14} {'parallel cost':>14}   ratios (two-phase / one-phase)")
+        print(f"{'T':>3} {'optimizer':>9} {'default':>9} {'chain':>9} {'exchange':>9} {'parallel':>9} {'one-phase':>10} "
+              f"{'cost':>7} {'chain cost':>11} {'exch. cost':>11} {'par. cost':>10}   ratios (default / one-phase)")
         for t, r in two_phase.items():
             for name, c in r.items():
-                print(f"{t:>3} {name:>9} {c['two_phase']:>10.1f} {c['exchange']:>10.1f} {c['parallel']:>10.1f} "
-                      f"{c['one_phase']:>10.1f} {100 * c['cost']:>6.1f}% {100 * c['exchange_cost']:>13.1f}% "
-                      f"{100 * c['parallel_cost']:>13.1f}%   "
-                      + " ".join(f"{x:.3f}" for x in c["ratios"]))
+                print(f"{t:>3} {name:>9} {c['two_phase']:>9.1f} {c['chain']:>9.1f} {c['exchange']:>9.1f} "
+                      f"{c['parallel']:>9.1f} {c['one_phase']:>10.1f} {100 * c['cost']:>6.1f}% "
+                      f"{100 * c['chain_cost']:>10.1f}% {100 * c['exchange_cost']:>10.1f}% "
+                      f"{100 * c['parallel_cost']:>9.1f}%   " + " ".join(f"{x:.3f}" for x in c["ratios"]))
         results["two_phase"] = {str(t): r for t, r in two_phase.items()}
     meta = {}
     if parts != {1, 2, 3} and os.path.exists(args.out):

@@ -46,6 +46,10 @@ struct ContextEntry {
   bool rootBackwardRunning = false;
   // Passes that failed or were aborted here: late gradient messages are refused.
   std::unordered_set<int64_t> abortedPasses;
+  // On the worker that called backward: for each worker that the latest pass started
+  // here reached, whether its gradients fit their leaves when its part ended
+  // (gradient_check.h). Emptied when a pass starts; filled when it ends everywhere.
+  std::unordered_map<int64_t, bool> gradientsFit;
 
   // Moves the staged gradients of every pass but `current` into `grads`. Called when
   // a pass starts: the worker that calls backward starts a pass only after its

@@ -1,5 +1,6 @@
 #include "engine.h"
 
+#include "gradient_check.h"
 #include "graph_walk.h"
 #include "node_exec.h"
 #include "python_errors.h"
@@ -52,9 +53,10 @@ ContextPtr retrieveContext(int64_t contextId) {
   }
 }
 
+// The answer to a gradient message that is not the pass's first here: no findings.
 c10::intrusive_ptr<Future> completedFuture() {
-  auto done = c10::make_intrusive<Future>(c10::IntType::get());
-  done->markCompleted(c10::IValue(static_cast<int64_t>(0)));
+  auto done = c10::make_intrusive<Future>(c10::ListType::ofInts());
+  done->markCompleted(c10::IValue(c10::List<int64_t>()));
   return done;
 }
 
@@ -115,6 +117,7 @@ void Engine::backward(int64_t contextId, const variable_list& roots, bool retain
         "a backward pass of context ", contextId, " is already running on ", thisWorkerLabel(),
         "; wait for it to finish before starting another in the same context");
     entry->rootBackwardRunning = true;
+    entry->gradientsFit.clear();  // filled again only if this pass ends everywhere
   }
   RunningFlagGuard runningGuard{entry};
 
@@ -150,10 +153,17 @@ void Engine::backward(int64_t contextId, const variable_list& roots, bool retain
     auto answers = abortEverywhere(contextId, passId, waitSeconds);
     TORCH_CHECK(false, pass->timedOut ? timeoutReport(*pass, timeout, answers) : pass->error);
   }
+  std::vector<int64_t> reports;
+  {
+    std::lock_guard<std::mutex> lock(pass->mu);
+    reports = std::move(pass->fitReports);
+  }
   // The pass ended everywhere (this worker's part ends last), so nothing can abort it
-  // now: add its gradients to the context's here, as torch's engine does at once.
+  // now: add its gradients to the context's here, as torch's engine does at once, and
+  // keep what every reached worker found about its gradients (gradient_check.h).
   std::lock_guard<std::mutex> lock(entry->mu);
   entry->commitPass(passId);
+  recordFitReportsLocked(*entry, fitReport(selfWorkerId(), gradientsFitLocked(ctx, *entry), reports));
 }
 
 std::string Engine::timeoutReport(
@@ -661,6 +671,9 @@ void Engine::sendToPeer(const PassPtr& pass, int64_t messageId, variable_list&& 
         if (awaitAnswer) {
           --pass->pendingRpcs;
           pass->countRpcTo(dst, -1);
+          // the peer's findings, if this was its first contact (gradient_check.h)
+          const auto received = done.value().toIntVector();
+          pass->fitReports.insert(pass->fitReports.end(), received.begin(), received.end());
         }
         maybeFinishLocked(*pass);
       }
@@ -729,6 +742,10 @@ void Engine::failLocked(PassState& pass, const std::string& error) {
 
 void Engine::settle(const PassPtr& pass) {
   std::string error;
+  // The context (and its graph) may go once the pass is over: with this reference,
+  // when settle returns.
+  ContextPtr ctx;
+  std::vector<int64_t> received;
   {
     std::lock_guard<std::mutex> lock(pass->mu);
     if (!pass->finished || pass->settled) {
@@ -736,12 +753,24 @@ void Engine::settle(const PassPtr& pass) {
     }
     pass->settled = true;
     error = pass->error;
-    // The context (and its graph) may go once the pass is over.
-    pass->context.reset();
+    ctx = std::move(pass->context);
+    if (!pass->isRoot) {
+      received = std::move(pass->fitReports);  // the root reads its own in backward()
+    }
   }
   ContextRegistry::get().erasePass(pass->contextId, pass->passId);
   if (error.empty()) {
-    pass->completion->markCompleted(c10::IValue(static_cast<int64_t>(0)));
+    // This worker's part ended: its gradients are final for the pass (gradient_check.h).
+    std::vector<int64_t> report;
+    if (!pass->isRoot && ctx && pass->entry) {
+      bool fits;
+      {
+        std::lock_guard<std::mutex> lock(pass->entry->mu);
+        fits = gradientsFitLocked(ctx, *pass->entry);
+      }
+      report = fitReport(selfWorkerId(), fits, received);
+    }
+    pass->completion->markCompleted(c10::IValue(c10::List<int64_t>(std::move(report))));
   } else {
     pass->completion->setError(std::make_exception_ptr(std::runtime_error(error)));
   }

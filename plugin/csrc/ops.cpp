@@ -33,11 +33,13 @@ TORCH_LIBRARY(dist_engine, m) {
   def(m, "get_gradients(int context_id) -> Dict(Tensor, Tensor)");
 
   // RPC handler: gradients for the send function `autograd_message_id` of a pass.
-  // Completes when this worker may answer (see engine.cpp, "first contact").
+  // Completes when this worker may answer (see engine.h, "first contact"): for the
+  // pass's first message here, with the workers' findings on their gradients
+  // (gradient_check.h, fitReport); for any other, with an empty list.
   def(
       m,
       "_receive_gradients(int context_id, int pass_id, int autograd_message_id, "
-      "Tensor[] grads, bool retain_graph, bool smart, int[] reached) -> Future(int)");
+      "Tensor[] grads, bool retain_graph, bool smart, int[] reached) -> Future(int[])");
   // RPC handler (smart mode): this worker's reachability table for the context,
   // flattened as [send_id, n, recv_id_1 .. recv_id_n, send_id, n, ...].
   def(m, "_reachability(int context_id) -> int[]");
@@ -58,6 +60,11 @@ TORCH_LIBRARY(dist_engine, m) {
   // none): the plugin engine's, or torch's distributed autograd's when only torch's
   // engine ran. What a local optimizer step reads.
   def(m, "gradients_for(int context_id, Tensor[] params) -> Tensor?[]");
+  // On the worker that called backward: whether the context's latest pass of the
+  // plugin's engine reached every worker of `workers` and found, on each, that every
+  // gradient fits its parameter (gradient_check.h): then a step over those owners needs
+  // no validation round.
+  def(m, "_checked_in_backward(int context_id, int[] workers) -> bool");
   // The two phases of a multi-owner optimizer step (prepared_steps.h): park validated
   // gradients for at most lease_ms and get a token; take them back to apply them; or
   // drop them. Taking an unknown or expired token raises.

@@ -1,6 +1,7 @@
 // Kernels for the distributed optimizer's local step (schemas in ops.cpp).
 #include "compat.h"
 #include "context_registry.h"
+#include "gradient_check.h"
 #include "prepared_steps.h"
 #include "step_exchange.h"
 #include "step_lock.h"
@@ -35,14 +36,7 @@ std::vector<std::optional<at::Tensor>> gradientsForKernel(int64_t contextId, con
   } catch (const c10::Error&) {
     return result;  // unknown here: every parameter is skipped
   }
-  GradientDict grads;
-  if (EntryPtr entry = ContextRegistry::get().find(contextId)) {
-    std::lock_guard<std::mutex> lock(entry->mu);
-    grads = entry->snapshot();
-  }
-  if (grads.empty()) {
-    grads = ctx->getGradients();
-  }
+  GradientDict grads = gradientsForStep(ctx, ContextRegistry::get().find(contextId));
   for (size_t i = 0; i < params.size(); ++i) {
     auto it = grads.find(params[i]);
     if (it != grads.end()) {
@@ -50,6 +44,11 @@ std::vector<std::optional<at::Tensor>> gradientsForKernel(int64_t contextId, con
     }
   }
   return result;
+}
+
+// See gradient_check.h.
+bool checkedInBackwardKernel(int64_t contextId, const std::vector<int64_t>& workers) {
+  return gradientsCheckedInBackward(contextId, workers);
 }
 
 int64_t parkStepKernel(const c10::List<std::optional<at::Tensor>>& gradients, int64_t leaseMs) {
@@ -145,6 +144,7 @@ int64_t swapCurrentContextKernel(int64_t contextId) {
 
 TORCH_LIBRARY_IMPL(dist_engine, CompositeImplicitAutograd, m) {
   m.impl("gradients_for", TORCH_FN(gradientsForKernel));
+  m.impl("_checked_in_backward", TORCH_FN(checkedInBackwardKernel));
   m.impl("_park_step", TORCH_FN(parkStepKernel));
   m.impl("_take_step", TORCH_FN(takeStepKernel));
   m.impl("_drop_step", TORCH_FN(dropStepKernel));

@@ -122,10 +122,13 @@ struct PassState {
   // or a message that timed out); `stateAtTimeout` says what it still waited for.
   bool timedOut = false;
   std::string stateAtTimeout;
-  // Completed when the pass ends on this worker (value 0) or set with the error.
-  // On a non-root worker it answers the pass's first gradient message.
+  // Findings on their gradients (gradient_check.h, fitReport) from the workers this
+  // one was the first to contact, gathered from the answers to its messages.
+  std::vector<int64_t> fitReports;
+  // Completed when the pass ends on this worker, with this worker's fitReport, or set
+  // with the error. On a non-root worker it answers the pass's first gradient message.
   c10::intrusive_ptr<c10::ivalue::Future> completion =
-      c10::make_intrusive<c10::ivalue::Future>(c10::IntType::get());
+      c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofInts());
 
   void countRpcTo(int64_t worker, int64_t delta) {
     for (auto& [id, count] : pendingRpcsTo) {

@@ -124,7 +124,8 @@ c10::intrusive_ptr<Future> sendGradients(
   std::vector<c10::IValue> args{
       contextId, passId, messageId, c10::List<at::Tensor>(grads), retainGraph, smart, c10::List<int64_t>(reached)};
   return callScript(
-      dst, handlerName(&Handlers::receiveGradients), std::move(args), /*asyncExecution=*/true, c10::IntType::get());
+      dst, handlerName(&Handlers::receiveGradients), std::move(args), /*asyncExecution=*/true,
+      c10::ListType::ofInts());
 }
 
 c10::intrusive_ptr<Future> requestReachability(int64_t workerId, int64_t contextId, float timeoutSeconds) {

@@ -23,7 +23,8 @@ void registerHandlers(
 int64_t selfWorkerId();
 
 // Gradients for the send function `messageId` (held by worker workerIdOf(messageId)).
-// The future completes with the peer's answer (see Engine::receiveGradients).
+// The future completes with the peer's answer (see Engine::receiveGradients): an int
+// list, the findings of gradient_check.h (fitReport) or empty.
 c10::intrusive_ptr<c10::ivalue::Future> sendGradients(
     int64_t contextId,
     int64_t passId,

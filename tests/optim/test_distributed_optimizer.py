@@ -223,7 +223,7 @@ def test_steps_over_three_owners_match_torch(cluster, protocol):
     rrefs = [rpc.rpc_sync(o, optim_remote.make_param, args=(n, (5,), 10 + i)) for i, (o, n) in enumerate(zip(owners, names))]
     local = [rpc.rpc_sync(o, optim_remote.param_value, args=(n,)).requires_grad_() for o, n in zip(owners, names)]
     opt = DistributedOptimizer(torch.optim.Adam, rrefs, lr=0.05)
-    opt._bench_protocol = protocol
+    opt._forced_protocol = protocol
     reference = torch.optim.Adam(local, lr=0.05)
     for step in range(4):
         x = torch.full((5,), 1.0 + step, dtype=torch.float64)

@@ -44,10 +44,18 @@ def unchanged(result):
     return result["before"]["param"] == result["after"]["param"]
 
 
-@pytest.mark.parametrize("protocol", ["", "exchange_"])
+def applied_once(result, key="after"):
+    """The healthy owner's parameter took exactly one step (SGD, lr=1, momentum's first
+    step, a gradient of ones: minus 1)."""
+    before, after = (torch.tensor(result[k]["param"], dtype=torch.float64) for k in ("before", key))
+    return torch.allclose(after, before - 1.0, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("protocol", ["chain_", "exchange_"])
 @pytest.mark.parametrize("how", ["kill", "stop"])
-def test_owner_lost_before_the_step_changes_no_owner(how, protocol):
-    """The chain of two owners, and the owners' exchange of verdicts (``exchange_``)."""
+def test_owner_lost_before_a_validating_step_changes_no_owner(how, protocol):
+    """A step that validates on the owners first (after torch's backward pass, or with a
+    sparse gradient): the chain of two owners, and the owners' exchange of verdicts."""
     r = run(f"{protocol}{how}_before_step")
     assert r["error"] is not None and "step(" in r["error"]
     assert "failed on owner 'victim'" in r["error"] and "no owner applied the step" in r["error"], r["error"]
@@ -57,7 +65,34 @@ def test_owner_lost_before_the_step_changes_no_owner(how, protocol):
     assert r["after"]["info"]["num_prepared_steps"] == 0
 
 
-@pytest.mark.parametrize("protocol", ["", "exchange_"])
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_owner_lost_before_a_checked_step_is_named_with_the_owners_that_applied(how):
+    """The default step after the plugin's backward pass: the pass checked both owners'
+    gradients, so the step goes to both at once and the healthy owner applies. The error names
+    the victim and says that the healthy owner applied (an owner lost between the phases)."""
+    r = run(f"{how}_before_step")
+    assert r["error"] is not None and "step(" in r["error"]
+    assert "failed on owner 'victim'" in r["error"], r["error"]
+    assert "applied on owners ['healthy'] and not confirmed on ['victim']" in r["error"], r["error"]
+    assert ("no answer within the RPC timeout" if how == "stop" else "connection to it was lost") in r["error"]
+    assert r["elapsed"] < 1.2 * r["rpc_timeout"], r["elapsed"]
+    assert applied_once(r)
+
+
+def test_owner_frozen_past_the_deadline_of_a_checked_step_applies_nothing_when_it_resumes():
+    """The default step after the plugin's backward pass, the victim frozen when it is sent
+    and resumed after the caller got its error: the healthy owner applied (the error says so);
+    the victim finds the step past its deadline and applies nothing."""
+    r = run("stop_resume_before_step")
+    assert r["error"] is not None and "failed on owner 'victim'" in r["error"], r["error"]
+    assert "applied on owners ['healthy'] and not confirmed on ['victim']" in r["error"], r["error"]
+    assert "may have applied it before its deadline" in r["error"], r["error"]
+    assert r["elapsed"] < 1.2 * r["rpc_timeout"], r["elapsed"]
+    assert applied_once(r)
+    assert r["victim_after"] == r["victim_before"]
+
+
+@pytest.mark.parametrize("protocol", ["chain_", "exchange_"])
 def test_second_owner_frozen_past_its_deadline_applies_nothing_when_it_resumes(protocol):
     """A step over two owners is chained (the first owner asks the second): the second owner,
     frozen when the step is sent and resumed after the caller got its error, finds the step
@@ -84,12 +119,14 @@ def test_owner_lost_between_the_phases_is_named_with_the_owners_that_applied(how
     torch.testing.assert_close(after, before - 1.0, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("protocol", ["", "exchange_"])
 @pytest.mark.parametrize("how", ["kill", "stop"])
-def test_owner_lost_after_every_owner_accepted_a_step_is_named_with_the_owners_that_applied(how):
-    """step() with the owners' exchange of verdicts: both validated and accepted; the healthy
-    owner applied, the victim was waiting for its parameter's lock when it died or froze. The
-    error names the victim and says that the healthy owner applied."""
-    r = run(f"exchange_{how}_mid_apply")
+def test_owner_lost_after_every_owner_accepted_a_step_is_named_with_the_owners_that_applied(how, protocol):
+    """step() after both owners accepted (checked by the backward pass, or validated by the
+    owners' exchange of verdicts): the healthy owner applied, the victim was waiting for its
+    parameter's lock when it died or froze. The error names the victim and says that the
+    healthy owner applied."""
+    r = run(f"{protocol}{how}_mid_apply")
     assert r["error"] is not None, r
     assert "step(" in r["error"] and "failed on owner 'victim'" in r["error"], r["error"]
     assert "applied on owners ['healthy'] and not confirmed on ['victim']" in r["error"], r["error"]

@@ -53,17 +53,19 @@ def _kill_once_healthy_applied(victim_pid, how, result, limit_s=3.0):
 
 
 def run_scenario(scenario):
-    """``scenario``: what to do; prefixed ``exchange_``, over the owners' exchange of verdicts
-    (the step over three owners or more) instead of the chain of two owners."""
+    """``scenario``: what to do. Unprefixed, step() takes its default way after the plugin's
+    backward pass: every owner applies at once, as the pass checked the gradients. Prefixed
+    ``chain_`` or ``exchange_``: the step validates on the owners first, by the chain of two
+    owners (the step after torch's backward pass) or the owners' exchange of verdicts (three
+    owners or more)."""
     import plugin.optim
 
-    exchange = scenario.startswith("exchange_")
-    scenario = scenario[len("exchange_"):] if exchange else scenario
+    protocol, _, rest = scenario.partition("_")
+    protocol, scenario = (protocol, rest) if protocol in ("chain", "exchange") else (None, scenario)
 
     rrefs = [rpc.rpc_sync(owner, optim_remote.make_param, args=(owner, (1000,), seed)) for seed, owner in enumerate(("healthy", "victim"))]
     opt = plugin.optim.DistributedOptimizer(torch.optim.SGD, rrefs, lr=1.0, momentum=0.9)
-    if exchange:
-        opt._bench_protocol = "exchange"  # the switch scripts/bench_gil.py uses
+    opt._forced_protocol = protocol  # the switch scripts/bench_gil.py uses
     victim_pid = rpc.rpc_sync("victim", os.getpid)
     result = {"before": healthy_view(), "rpc_timeout": RPC_TIMEOUT,
               "victim_before": rpc.rpc_sync("victim", optim_remote.param_value, args=("victim",)).tolist()}

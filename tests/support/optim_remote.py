@@ -38,6 +38,26 @@ def use_param_sparse(indices: Tensor, name: str) -> Tensor:
     return torch.nn.functional.embedding(indices, PARAMS[name], sparse=True)
 
 
+def use_param_then(x: Tensor, name: str, next_owner: str, next_name: str, sparse_next: bool) -> Tensor:
+    """A forward pass through two owners, the second reached only from this one: ``x`` times
+    this owner's parameter, then, on ``next_owner``, times its parameter ``next_name`` and
+    summed (``sparse_next``: a scalar from a sparse embedding lookup in ``next_name``, rows 0
+    and 2, times that product's sum)."""
+    import torch.distributed.rpc as rpc
+
+    y = x * PARAMS[name]
+    return rpc.rpc_sync(next_owner, sparse_scaled if sparse_next else dense_scaled, args=(y, next_name))
+
+
+def dense_scaled(y: Tensor, name: str) -> Tensor:
+    return (y * PARAMS[name]).sum()
+
+
+def sparse_scaled(y: Tensor, name: str) -> Tensor:
+    rows = torch.nn.functional.embedding(torch.tensor([0, 2]), PARAMS[name], sparse=True)
+    return rows.sum() * y.sum()
+
+
 def not_a_tensor() -> RRef:
     return RRef("hello")
 

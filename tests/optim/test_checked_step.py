@@ -1,0 +1,172 @@
+"""DistributedOptimizer.step over several owners after a backward pass of the plugin's engine.
+
+Each worker's part of the pass checks that every gradient it holds fits its parameter (dense,
+the parameter's shape, dtype and device) and reports it with the pass's completion
+(plugin/csrc/gradient_check.h). When every owner reported gradients that fit, the step goes to
+all owners at once, with no validation round first (``_protocol`` is ``"checked"``); whenever
+the pass cannot vouch for an owner, the step validates on the owners before any applies.
+"""
+import pytest
+import torch
+import torch.distributed.autograd as dist_autograd
+import torch.distributed.rpc as rpc
+
+import plugin
+from plugin.optim import DistributedOptimizer
+from tests.support import optim_remote
+
+F64 = dict(dtype=torch.float64)
+
+
+def make(owner, name, shape, seed):
+    return rpc.rpc_sync(owner, optim_remote.make_param, args=(name, shape, seed))
+
+
+def value(owner, name):
+    return rpc.rpc_sync(owner, optim_remote.param_value, args=(name,))
+
+
+def squares(owners, names, x):
+    """sum over owners of (x * p)^2, each owner's product computed there."""
+    return sum((rpc.rpc_sync(o, optim_remote.use_param, args=(x, n)) ** 2).sum() for o, n in zip(owners, names))
+
+
+@pytest.mark.parametrize("owners", [["worker1", "worker2"], ["worker1", "worker2", "worker3"]], ids=["two", "three"])
+def test_checked_steps_match_torch(cluster, owners):
+    """4 Adam steps, each after a pass of the plugin's engine: every step is checked (no
+    validation round) and the parameters equal torch.optim.Adam's."""
+    names = [f"chk_{len(owners)}_{i}" for i in range(len(owners))]
+    rrefs = [make(o, n, (5,), 30 + i) for i, (o, n) in enumerate(zip(owners, names))]
+    local = [value(o, n).requires_grad_() for o, n in zip(owners, names)]
+    opt = DistributedOptimizer(torch.optim.Adam, rrefs, lr=0.05)
+    reference = torch.optim.Adam(local, lr=0.05)
+    for step in range(4):
+        x = torch.full((5,), 1.0 + step, **F64)
+        with dist_autograd.context() as ctx:
+            plugin.autograd.backward(ctx, [squares(owners, names, x)])
+            assert opt._protocol(ctx) == "checked"
+            opt.step(ctx)
+        reference.zero_grad()
+        sum(((x * p) ** 2).sum() for p in local).backward()
+        reference.step()
+    for o, n, p in zip(owners, names, local):
+        torch.testing.assert_close(value(o, n), p.detach(), rtol=1e-10, atol=1e-12)
+
+
+def test_the_caller_as_an_owner_reports_its_own_gradients(cluster):
+    """One parameter on the caller itself, one on worker1: the caller's own part of the pass
+    is checked too."""
+    mine = torch.rand(3, generator=torch.Generator().manual_seed(40), **F64).requires_grad_()
+    theirs = make("worker1", "chk_caller_peer", (3,), 41)
+    start = (mine.detach().clone(), value("worker1", "chk_caller_peer"))
+    opt = DistributedOptimizer(torch.optim.SGD, [rpc.RRef(mine), theirs], lr=0.5)
+    x = torch.full((3,), 2.0, **F64)
+    with dist_autograd.context() as ctx:
+        loss = (x * mine).sum() + rpc.rpc_sync("worker1", optim_remote.use_param, args=(x, "chk_caller_peer")).sum()
+        plugin.autograd.backward(ctx, [loss])
+        assert opt._protocol(ctx) == "checked"
+        opt.step(ctx)
+    torch.testing.assert_close(mine.detach(), start[0] - 1.0, rtol=0, atol=1e-12)
+    torch.testing.assert_close(value("worker1", "chk_caller_peer"), start[1] - 1.0, rtol=0, atol=1e-12)
+
+
+def test_torchs_engine_leaves_the_check_to_the_owners(cluster):
+    """After torch's backward pass no worker reported: the step validates on the owners (the
+    chain of two owners; the exchange of verdicts for three)."""
+    owners = ["worker1", "worker2", "worker3"]
+    names = [f"chk_torch_{i}" for i in range(3)]
+    rrefs = [make(o, n, (5,), 50 + i) for i, (o, n) in enumerate(zip(owners, names))]
+    two, three = DistributedOptimizer(torch.optim.SGD, rrefs[:2], lr=0.1), DistributedOptimizer(torch.optim.SGD, rrefs, lr=0.1)
+    with dist_autograd.context() as ctx:
+        dist_autograd.backward(ctx, [squares(owners, names, torch.ones(5, **F64))])
+        assert two._protocol(ctx) == "chain" and three._protocol(ctx) == "exchange"
+
+
+def test_the_check_reaches_the_caller_from_owners_it_never_contacted(cluster):
+    """trainer -> worker1 -> worker2: worker2's part of the pass is answered to worker1, whose
+    answer carries worker2's finding to the caller. Dense: checked, and the step equals the
+    gradients' (SGD). A sparse gradient on worker2: not checked, so worker2's rejection (Adam)
+    changes neither owner. The same step forced through without the validation round applies
+    on worker1 alone: what the check prevents."""
+    a = make("worker1", "chk_nest_a", (4,), 60)
+    b = make("worker2", "chk_nest_b", (4,), 61)
+    table = make("worker2", "chk_nest_t", (6, 3), 62)
+    x = torch.linspace(0.5, 2.0, 4, **F64)
+    a0, b0, t0 = value("worker1", "chk_nest_a"), value("worker2", "chk_nest_b"), value("worker2", "chk_nest_t")
+
+    opt = DistributedOptimizer(torch.optim.SGD, [a, b], lr=0.1)
+    with dist_autograd.context() as ctx:
+        loss = rpc.rpc_sync("worker1", optim_remote.use_param_then, args=(x, "chk_nest_a", "worker2", "chk_nest_b", False))
+        plugin.autograd.backward(ctx, [loss])
+        assert opt._protocol(ctx) == "checked"
+        opt.step(ctx)
+    torch.testing.assert_close(value("worker1", "chk_nest_a"), a0 - 0.1 * x * b0, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(value("worker2", "chk_nest_b"), b0 - 0.1 * x * a0, rtol=1e-12, atol=1e-12)
+
+    a1 = value("worker1", "chk_nest_a")
+    adam = DistributedOptimizer(torch.optim.Adam, [a, table], lr=0.1)
+    with dist_autograd.context() as ctx:
+        loss = rpc.rpc_sync("worker1", optim_remote.use_param_then, args=(x, "chk_nest_a", "worker2", "chk_nest_t", True))
+        plugin.autograd.backward(ctx, [loss])
+        assert adam._protocol(ctx) == "chain"
+        with pytest.raises(RuntimeError, match=r"failed on owner 'worker2'.*sparse gradients.*no owner applied the step"):
+            adam.step(ctx)
+        assert torch.equal(value("worker1", "chk_nest_a"), a1)
+        assert torch.equal(value("worker2", "chk_nest_t"), t0)
+        adam._forced_protocol = "checked"
+        with pytest.raises(RuntimeError, match=r"applied on owners \['worker1'\] and not confirmed on \['worker2'\]"):
+            adam.step(ctx)
+    assert not torch.equal(value("worker1", "chk_nest_a"), a1)
+    assert torch.equal(value("worker2", "chk_nest_t"), t0)
+
+
+def test_a_later_pass_with_a_sparse_gradient_turns_the_check_off(cluster):
+    """Two passes in one context: the first gives dense gradients on both owners (checked);
+    the second adds a sparse one on worker2, which replaces worker2's finding: the step
+    validates first, and Adam's rejection on worker2 changes neither owner."""
+    a = make("worker1", "chk_later_a", (3,), 70)
+    b = make("worker2", "chk_later_b", (3,), 71)
+    table = make("worker2", "chk_later_t", (6, 3), 72)
+    opt = DistributedOptimizer(torch.optim.Adam, [a, b, table], lr=0.1)
+    before = [value("worker1", "chk_later_a"), value("worker2", "chk_later_b"), value("worker2", "chk_later_t")]
+    with dist_autograd.context() as ctx:
+        plugin.autograd.backward(ctx, [squares(["worker1", "worker2"], ["chk_later_a", "chk_later_b"], torch.ones(3, **F64))])
+        assert opt._protocol(ctx) == "checked"
+        rows = rpc.rpc_sync("worker2", optim_remote.use_param_sparse, args=(torch.tensor([0, 2]), "chk_later_t"))
+        plugin.autograd.backward(ctx, [rows.sum()])
+        assert opt._protocol(ctx) == "chain"
+        with pytest.raises(RuntimeError, match=r"failed on owner 'worker2'.*sparse gradients.*no owner applied the step"):
+            opt.step(ctx)
+    after = [value("worker1", "chk_later_a"), value("worker2", "chk_later_b"), value("worker2", "chk_later_t")]
+    assert all(torch.equal(x, y) for x, y in zip(before, after))
+    assert opt.state_dict()["state"] == {}
+
+
+def test_a_failed_pass_turns_the_check_off(cluster):
+    """A second pass in the context fails (the graph was freed by the first): the findings of
+    the first are dropped when the second starts, and the step validates on the owners."""
+    owners, names = ["worker1", "worker2"], ["chk_fail_a", "chk_fail_b"]
+    rrefs = [make(o, n, (3,), 80 + i) for i, (o, n) in enumerate(zip(owners, names))]
+    opt = DistributedOptimizer(torch.optim.SGD, rrefs, lr=0.1)
+    with dist_autograd.context() as ctx:
+        loss = squares(owners, names, torch.ones(3, **F64))
+        plugin.autograd.backward(ctx, [loss])
+        assert opt._protocol(ctx) == "checked"
+        with pytest.raises(RuntimeError):
+            plugin.autograd.backward(ctx, [loss])
+        assert opt._protocol(ctx) == "chain"
+        opt.step(ctx)  # the first pass's gradients, validated on the owners
+
+
+def test_an_owner_the_pass_did_not_reach_is_not_checked(cluster):
+    """The pass reaches worker1 only: worker2 sent no finding, so the step validates on the
+    owners (worker2 then skips its parameter, as torch skips a None .grad)."""
+    a = make("worker1", "chk_reach_a", (3,), 90)
+    b = make("worker2", "chk_reach_b", (3,), 91)
+    opt = DistributedOptimizer(torch.optim.SGD, [a, b], lr=0.1)
+    b0 = value("worker2", "chk_reach_b")
+    with dist_autograd.context() as ctx:
+        plugin.autograd.backward(ctx, [rpc.rpc_sync("worker1", optim_remote.use_param, args=(torch.ones(3, **F64), "chk_reach_a")).sum()])
+        assert opt._protocol(ctx) == "chain"
+        opt.step(ctx)
+    assert torch.equal(value("worker2", "chk_reach_b"), b0)
