@@ -20,17 +20,21 @@ get it back from the spinning thread afterwards, which CPython grants after its 
 interval (5 ms by default): that wait is part of the "python" rows.
 
 Part 3, the cost of the all-or-nothing step (issue 10): the parameters split over
---two-phase-servers servers (default 2), so the plugin's step has two phases (validate on
-every owner, then apply; with two owners chained by the first owner, one round trip from the
-trainer); against it, the same optimizer switched (DistributedOptimizer._forced_protocol, which
-exists for this measurement) to one round trip without the guarantee (every owner steps at
-once), to the owners exchanging their verdicts owner to owner (the step over three owners or
-more: one round trip from the trainer, the owners updating in parallel, two or four more
-messages per pair of owners), and to the phases sent from the trainer to every owner (as
-step_async does: one extra round trip). The four alternate, --repeats rounds (default 3), in
-one process group, for Adam and NAdam and every T; reported: median steps/s of each and the
-cost, 1 - the median ratio of the same round's runs. Target: under 10 %. With one server the step is
-one call whatever the switch, so part 3 needs two or more.
+--two-phase-servers servers (default 2), every trainer stepping after one backward pass of the
+plugin's engine. The plugin's default step: the pass checked every owner's gradients
+(plugin/csrc/gradient_check.h), so the step goes to every owner at once, one round trip.
+Against it, the same optimizer switched (DistributedOptimizer._forced_protocol, which exists
+for this measurement and for the tests) to one round trip without the guarantee (every owner
+steps at once, unchecked), and to the steps that validate on the owners first, used when the
+pass could not check (torch's engine, sparse gradients): the chain of two owners (one round
+trip from the trainer, the owners applying one after the other), the owners exchanging their
+verdicts (what three owners or more use: one round trip from the trainer, the owners updating
+in parallel, two to four more messages per pair of owners), and the phases sent from the
+trainer to every owner (as step_async does: one extra round trip). The five alternate,
+--repeats rounds (default 3), in one process group, for Adam and NAdam and every T; reported:
+median steps/s of each and each one's cost, 1 - the median ratio to the one-round-trip step of
+the same round. Target: under 10 %. With one server the step is one call whatever the switch,
+so part 3 needs two or more.
 
 Writes JSON (default results/bench_gil.json), which docs/benchmarks.md quotes.
 
