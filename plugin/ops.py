@@ -132,14 +132,23 @@ def _holding(lock: torch.ScriptObject):
 # --- the distributed optimizer's bookkeeping (plugin.optim) -------------------------------
 
 
-def _checked_in_backward(context_id: int, workers: List[int]) -> bool:
-    """The op ``dist_engine::_checked_in_backward``, on the worker that called backward:
-    whether the latest backward pass of the plugin's engine in context ``context_id``,
-    started here, ended everywhere, none is running now, and it reached every worker of
-    ``workers`` (RPC worker ids) and found on each that every gradient a step reads there
-    fits its parameter (dense, the parameter's shape, dtype and device). Then a step over
-    those owners needs no validation round before it applies (``plugin/csrc/gradient_check.h``)."""
-    return torch.ops.dist_engine._checked_in_backward(context_id, workers)
+def _checked_versions(context_id: int, workers: List[int]) -> List[int]:
+    """The op ``dist_engine::_checked_versions``, on the worker that called backward: if the
+    latest backward pass of the plugin's engine in context ``context_id``, started here, ended
+    everywhere, none is running now, and it reached every worker of ``workers`` (RPC worker
+    ids) and found on each that every gradient a step reads there fits its parameter (dense,
+    the parameter's shape, dtype and device), each worker's version of the context's
+    gradients then, in the order of ``workers``; else ``[]``. A step over those owners then
+    needs no validation round (``plugin/csrc/gradient_check.h``)."""
+    return torch.ops.dist_engine._checked_versions(context_id, workers)
+
+
+def _checked_gradients_for(context_id: int, params: List[Tensor], version: int) -> List[Optional[Tensor]]:
+    """The op ``dist_engine::_checked_gradients_for``, on an owner: :func:`gradients_for`, from
+    the plugin engine's gradients of the context, if they are still at ``version`` (as the
+    backward pass checked them); raises ``RuntimeError`` otherwise (they changed since: another
+    backward pass of the context, or the context was released)."""
+    return torch.ops.dist_engine._checked_gradients_for(context_id, params, version)
 
 
 def _park_step(gradients: List[Optional[Tensor]], lease_ms: int) -> int:
@@ -231,7 +240,7 @@ def _receive_gradients(
     """The op ``dist_engine::_receive_gradients`` (RPC handler): gradients for this worker's
     send function ``autograd_message_id`` in pass ``pass_id``. The future completes when this
     worker may answer (see ``docs/engine.md``, "first contact"), with the reached workers'
-    findings on their gradients (``[worker_id, fits, ...]``, see :func:`_checked_in_backward`)
+    findings on their gradients (``[worker_id, fits, version, ...]``, see :func:`_checked_versions`)
     for the pass's first message here, else with an empty list."""
     return torch.ops.dist_engine._receive_gradients(
         context_id, pass_id, autograd_message_id, grads, retain_graph, smart, reached

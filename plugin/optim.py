@@ -50,6 +50,7 @@ class LocalOptimizerInterface(torch.nn.Module):
     def prepare_step(self, context_id: int, lease_ms: int) -> int: pass
     def commit_step(self, token: int) -> None: pass
     def step_before(self, context_id: int, deadline_ms: int) -> None: pass
+    def step_checked(self, context_id: int, version: int, deadline_ms: int) -> None: pass
     def chain_step(self, context_id: int, lease_ms: int, deadline_ms: int, timeout_s: float) -> None: pass
     def exchange_step(self, context_id: int, key: int, deadline_ms: int, timeout_s: float) -> None: pass
     def drop_step(self, token: int) -> bool: pass
@@ -257,6 +258,29 @@ class ScriptLocalOptimizer(torch.nn.Module):
         self._apply_before(ops.gradients_for(context_id, self._params), deadline_ms)
 
     @torch.jit.export
+    def step_checked(self, context_id: int, version: int, deadline_ms: int) -> None:
+        """This owner's part of a step over several owners whose gradients the backward pass
+        checked (every owner's fit its parameters): applies them, with no validation round
+        before, if they are still those the pass checked (``version``) and if this worker holds
+        the parameters' locks before ``deadline_ms`` on its system clock. The optimizer's own
+        checks still run before it changes anything.
+
+        Args:
+            context_id (int): a distributed autograd context id.
+            version (int): this worker's version of the context's gradients, as the backward
+                pass reported it (``ops._checked_versions``).
+            deadline_ms (int): milliseconds since the Unix epoch; -1: no deadline.
+
+        Raises:
+            RuntimeError: the gradients changed after the backward pass checked them (another
+                backward pass of the context), or the deadline passed: nothing applied on this
+                worker. ``torch.jit.Error`` once scripted.
+            ValueError: a gradient whose shape, dtype or device differs from its parameter's
+                (a parameter changed after the backward pass): nothing applied on this worker.
+        """
+        self._apply_before(ops._checked_gradients_for(context_id, self._params, version), deadline_ms)
+
+    @torch.jit.export
     def chain_step(self, context_id: int, lease_ms: int, deadline_ms: int, timeout_s: float) -> None:
         """A step over this owner and the next one (set by :class:`DistributedOptimizer`), all
         or nothing, in one round trip from the caller: validates and keeps this owner's
@@ -399,7 +423,8 @@ _COMPILE_LOCK = threading.Lock()
 
 
 # The interface's methods are ScriptLocalOptimizer's: one docstring for both.
-for _name in ("step", "prepare_step", "commit_step", "step_before", "chain_step", "exchange_step", "drop_step"):
+for _name in ("step", "prepare_step", "commit_step", "step_before", "step_checked", "chain_step", "exchange_step",
+              "drop_step"):
     getattr(LocalOptimizerInterface, _name).__doc__ = getattr(ScriptLocalOptimizer, _name).__doc__
 
 
@@ -437,6 +462,11 @@ def _step_before_remote(local_optimizer: RRef[LocalOptimizerInterface], context_
     local_optimizer.local_value().step_before(context_id, deadline_ms)
 
 
+def _local_step_checked(local_optimizer: RRef[LocalOptimizerInterface], context_id: int, version: int,
+                        deadline_ms: int) -> None:
+    local_optimizer.local_value().step_checked(context_id, version, deadline_ms)
+
+
 def _local_chain(local_optimizer: RRef[LocalOptimizerInterface], context_id: int, lease_ms: int, deadline_ms: int,
                  timeout_s: float) -> None:
     local_optimizer.local_value().chain_step(context_id, lease_ms, deadline_ms, timeout_s)
@@ -464,6 +494,7 @@ _local_commit = _jit.script(_local_commit)
 _local_drop = _jit.script(_local_drop)
 _step_before_remote = _jit.script(_step_before_remote)
 _local_chain = _jit.script(_local_chain)
+_local_step_checked = _jit.script(_local_step_checked)
 _local_exchange = _jit.script(_local_exchange)
 # RPC handler between owners (async execution: answered with this owner's verdict)
 _receive_verdict = _jit.script(ops._receive_verdict)
@@ -578,7 +609,9 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
       there is no ordering across owners, and no promise that a trainer's forward, backward
       and step run without other trainers' steps in between.
     * :meth:`step` and :meth:`step_async` apply the context's gradients on every owner or
-      raise; a gradient that one owner rejects changes no owner.
+      raise; a gradient that one owner rejects changes no owner (unless the gradients or
+      parameters change between the backward pass and the step: then the error lists the
+      owners that applied).
     * A step, :meth:`state_dict` or another call that an owner does not answer (dead or
       frozen) raises after the RPC timeout, naming that owner.
 
@@ -755,10 +788,13 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         this worker. If the pass reached every owner and each found its gradients fit, the
         caller sends the step to every owner at once and each applies it (one round trip,
         the owners updating in parallel, each only before a deadline of half the RPC timeout
-        on its system clock). Otherwise (torch's engine ran the backward, a sparse gradient,
-        an owner the pass did not reach, a failed pass), phase 1 runs on the owners. With two
-        owners, the caller sends one RPC: the first owner runs
-        its phase 1, has the second owner validate and apply, then applies its own part or
+        on its system clock, and only if its gradients did not change since the check, else
+        it refuses; :meth:`ScriptLocalOptimizer.step_checked`). An owner lost after the pass
+        then leaves the others applied, named in the error. Otherwise (torch's engine ran the
+        backward, a sparse gradient on an owner, an owner the pass did not reach or where the
+        engine holds no gradient, a failed pass), phase 1 runs on the owners. With two
+        owners, the caller sends one RPC: the first owner runs its phase 1, has the second
+        owner validate and apply, then applies its own part or
         drops it (:meth:`ScriptLocalOptimizer.chain_step`; the second owner applies only
         before a deadline of half the RPC timeout on its system clock). With three or more,
         the caller sends the step to every owner at once; each validates, gives its verdict
@@ -776,7 +812,8 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
             RuntimeError: ``context_id`` is not a live context on this worker; or a step
                 failed or did not answer within the RPC timeout on an owner (every such owner
                 is named in the message, and whether other owners applied the step).
-            ValueError: an owner rejected a gradient's shape, dtype or device (no owner changed).
+            ValueError: an owner rejected a gradient's shape, dtype or device (no owner changed;
+                when some owners applied, a ``RuntimeError`` listing them instead).
         """
         what = f"step({context_id})"
         self._check_context(context_id)
@@ -811,31 +848,54 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
             return self._forced_protocol
         if self._python_step:
             return "parallel"  # the Python owners' own check: the step on copies (phase 1)
-        if ops._checked_in_backward(context_id, self._owner_ids):
+        if ops._checked_versions(context_id, self._owner_ids):
             return "checked"
         return "chain" if len(self._local_optimizers) == 2 else "exchange"
 
     def _checked_step(self, context_id: int, what: str) -> None:
         """A step over several owners whose gradients the backward pass found to fit their
-        parameters on every owner (``ops._checked_in_backward``): every owner applies at
-        once, one round trip, with no validation round first. Each applies only before a
+        parameters on every owner (``ops._checked_versions``): every owner applies at once,
+        one round trip, with no validation round first, each only if its gradients are still
+        those the pass checked (ScriptLocalOptimizer.step_checked). Each applies only before a
         deadline, half the RPC timeout from now on its system clock, so that an owner frozen
         past it and then resumed applies nothing; the caller waits at most the RPC timeout."""
+        versions = ops._checked_versions(context_id, self._owner_ids)
+        if not versions and self._forced_protocol != "checked":
+            # a pass of the context started from another thread in between: validate first
+            if len(self._local_optimizers) == 2:
+                self._chain_step(context_id, what)
+            else:
+                self._exchange_step(context_id, what)
+            return
         timeout = rpc.get_rpc_timeout()
         deadline = ops._wall_clock_ms() + int(500 * timeout) if 0 < timeout < 300 else -1
-        futures = OrderedDict(
-            (owner, _send(owner, _step_before_remote, (rref, context_id, deadline)))
-            for owner, rref in self._local_optimizers.items()
-        )
+        futures = OrderedDict()
+        for i, (owner, rref) in enumerate(self._local_optimizers.items()):
+            if versions:
+                futures[owner] = _send(owner, _local_step_checked, (rref, context_id, versions[i], deadline))
+            else:  # forced, for the tests: the same step without the check
+                futures[owner] = _send(owner, _step_before_remote, (rref, context_id, deadline))
         applied, errors = _gather(futures)
-        if errors:
-            late = any("no answer within the RPC timeout" in remote_error_summary(e) for _, e in errors)
-            _raise_errors(
-                errors, what,
-                f"; the step was applied on owners {list(applied)} and not confirmed on {[o for o, _ in errors]}"
-                + (" (an owner that did not answer in time may have applied it before its deadline, half the RPC "
-                   "timeout after the step was sent)" if late else ""),
-            )
+        if not errors:
+            return
+        lost = [o for o, e in errors if any(
+            s in remote_error_summary(e) for s in ("no answer within the RPC timeout", "connection to it was lost"))]
+        refused = [o for o, _ in errors if o not in lost]
+        if not applied and not lost:
+            _raise_errors(errors, what, "; no owner applied the step")
+        detail = f"; the step was applied on owners {list(applied)}"
+        if refused:
+            detail += f"; {refused} refused it (nothing applied there)"
+        if lost:
+            detail += (f" and not confirmed on {lost} (an owner that did not answer in time may have applied it "
+                       f"before its deadline, half the RPC timeout after the step was sent, or before it died)")
+        if applied:
+            # some owners changed: never the error type of a step that changed none
+            owner, error = errors[0]
+            others = "".join(f"; also failed on owner {o!r}: {remote_error_summary(e)}" for o, e in errors[1:])
+            raise RuntimeError(f"DistributedOptimizer: {what} failed on owner {owner!r}: "
+                               f"{remote_error_summary(error)}{others}{detail}") from error
+        _raise_errors(errors, what, detail)
 
     def _exchange_step(self, context_id: int, what: str) -> None:
         """A step over several owners in one round trip: every owner validates its part,

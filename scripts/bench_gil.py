@@ -190,6 +190,9 @@ def _prepare(engine, param_rrefs, servers, param_size):
         plugin.autograd.backward(context_id, [loss])
     else:
         dist_autograd.backward(context_id, [loss])
+    if engine.startswith("plugin") and opt._forced_protocol is None and len(servers) > 1:
+        # the default step measured is the one the backward pass checked
+        assert opt._protocol(context_id) == "checked", opt._protocol(context_id)
     _TRAINER.update(opt=opt, ctx=ctx, context_id=context_id)
     opt.step(context_id)  # warm up (compiles on the server on first use)
 

@@ -140,7 +140,9 @@ void ContextEntry::commitPass(int64_t passId) {
 }
 
 void ContextEntry::discardPass(int64_t passId) {
-  staged.erase(passId);
+  if (staged.erase(passId) != 0) {
+    ++version;
+  }
 }
 
 GradientDict ContextEntry::snapshot() const {
@@ -177,6 +179,7 @@ void ContextRegistry::accumulate(
     passGrads = entry.staged.emplace(passId, GradientDict()).first;
   }
   addInto(passGrads->second, variable, std::move(owned));
+  ++entry.version;
 }
 
 PassPtr ContextRegistry::findPass(int64_t contextId, int64_t passId) {

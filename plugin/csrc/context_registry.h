@@ -46,10 +46,15 @@ struct ContextEntry {
   bool rootBackwardRunning = false;
   // Passes that failed or were aborted here: late gradient messages are refused.
   std::unordered_set<int64_t> abortedPasses;
+  // Counts the changes to the gradients a step reads here (a gradient staged, a pass's
+  // gradients discarded), so that a step can tell that they are still those the backward
+  // pass checked (gradient_check.h).
+  int64_t version = 0;
   // On the worker that called backward: for each worker that the latest pass started
-  // here reached, whether its gradients fit their leaves when its part ended
-  // (gradient_check.h). Emptied when a pass starts; filled when it ends everywhere.
-  std::unordered_map<int64_t, bool> gradientsFit;
+  // here reached, whether its gradients fit their leaves when its part ended, and its
+  // entry's version then (gradient_check.h). Emptied when a pass starts; filled when it
+  // ends everywhere.
+  std::unordered_map<int64_t, std::pair<bool, int64_t>> gradientsFit;
 
   // Moves the staged gradients of every pass but `current` into `grads`. Called when
   // a pass starts: the worker that calls backward starts a pass only after its

@@ -1,5 +1,7 @@
 #include "gradient_check.h"
 
+#include "worker_error.h"
+
 #include <mutex>
 
 namespace dist_engine {
@@ -33,9 +35,27 @@ GradientDict gradientsForStep(const ContextPtr& ctx, const EntryPtr& entry) {
   return grads.empty() ? ctx->getGradients() : grads;
 }
 
-bool gradientsFitLocked(const ContextPtr& ctx, const ContextEntry& entry) {
-  // The same dicts as gradientsForStep reads, without summing them: a sum of gradients
-  // that each fit their leaf fits it too.
+GradientDict checkedGradientsForStep(int64_t contextId, int64_t version) {
+  EntryPtr entry = ContextRegistry::get().find(contextId);
+  if (entry) {
+    std::lock_guard<std::mutex> lock(entry->mu);
+    if (entry->version == version) {
+      return entry->snapshot();  // not empty: the check found gradients here
+    }
+  }
+  TORCH_CHECK(
+      false,
+      workerError(
+          "in a step of context " + std::to_string(contextId),
+          "the context's gradients on this worker changed after the backward pass checked them (another backward "
+          "pass of the context, started elsewhere or from another thread, or the context was released); nothing "
+          "was applied on this worker"));
+}
+
+bool gradientsFitLocked(const ContextEntry& entry) {
+  // The dicts gradientsForStep sums, without summing them: a sum of gradients that each
+  // fit their leaf fits it too. Without any, a step would read torch's gradients, which
+  // may still change: not vouched for.
   bool engineHasSome = !entry.grads.empty();
   if (!allFit(entry.grads)) {
     return false;
@@ -46,38 +66,43 @@ bool gradientsFitLocked(const ContextPtr& ctx, const ContextEntry& entry) {
       return false;
     }
   }
-  return engineHasSome || allFit(ctx->getGradients());
+  return engineHasSome;
 }
 
-std::vector<int64_t> fitReport(int64_t workerId, bool fits, const std::vector<int64_t>& received) {
-  std::vector<int64_t> report{workerId, fits ? 1 : 0};
+std::vector<int64_t> fitReport(int64_t workerId, const ContextEntry& entry, const std::vector<int64_t>& received) {
+  std::vector<int64_t> report{workerId, gradientsFitLocked(entry) ? 1 : 0, entry.version};
   report.insert(report.end(), received.begin(), received.end());
   return report;
 }
 
 void recordFitReportsLocked(ContextEntry& entry, const std::vector<int64_t>& reports) {
   entry.gradientsFit.clear();
-  for (size_t i = 0; i + 1 < reports.size(); i += 2) {
-    entry.gradientsFit[reports[i]] = reports[i + 1] != 0;
+  for (size_t i = 0; i + 2 < reports.size(); i += 3) {
+    auto [it, inserted] = entry.gradientsFit.try_emplace(reports[i], reports[i + 1] != 0, reports[i + 2]);
+    if (!inserted) {
+      it->second.first = false;  // a worker reported twice: not vouched for
+    }
   }
 }
 
-bool gradientsCheckedInBackward(int64_t contextId, const std::vector<int64_t>& workers) {
+std::vector<int64_t> gradientsCheckedInBackward(int64_t contextId, const std::vector<int64_t>& workers) {
   EntryPtr entry = ContextRegistry::get().find(contextId);
   if (!entry) {
-    return false;
+    return {};
   }
   std::lock_guard<std::mutex> lock(entry->mu);
   if (entry->rootBackwardRunning) {
-    return false;  // the record is about to change
+    return {};  // the record is about to change
   }
+  std::vector<int64_t> versions;
   for (int64_t worker : workers) {
     auto it = entry->gradientsFit.find(worker);
-    if (it == entry->gradientsFit.end() || !it->second) {
-      return false;
+    if (it == entry->gradientsFit.end() || !it->second.first) {
+      return {};
     }
+    versions.push_back(it->second.second);
   }
-  return true;
+  return versions;
 }
 
 }  // namespace dist_engine

@@ -60,11 +60,14 @@ TORCH_LIBRARY(dist_engine, m) {
   // none): the plugin engine's, or torch's distributed autograd's when only torch's
   // engine ran. What a local optimizer step reads.
   def(m, "gradients_for(int context_id, Tensor[] params) -> Tensor?[]");
-  // On the worker that called backward: whether the context's latest pass of the
-  // plugin's engine reached every worker of `workers` and found, on each, that every
-  // gradient fits its parameter (gradient_check.h): then a step over those owners needs
-  // no validation round.
-  def(m, "_checked_in_backward(int context_id, int[] workers) -> bool");
+  // On the worker that called backward: if the context's latest pass of the plugin's
+  // engine reached every worker of `workers` and found, on each, that every gradient fits
+  // its parameter (gradient_check.h), each one's version of the context's gradients, in
+  // order; else an empty list. Then a step over those owners needs no validation round.
+  def(m, "_checked_versions(int context_id, int[] workers) -> int[]");
+  // On an owner: gradients_for, from the engine's gradients of the context if they are
+  // still at `version` (those the backward pass checked); raises otherwise.
+  def(m, "_checked_gradients_for(int context_id, Tensor[] params, int version) -> Tensor?[]");
   // The two phases of a multi-owner optimizer step (prepared_steps.h): park validated
   // gradients for at most lease_ms and get a token; take them back to apply them; or
   // drop them. Taking an unknown or expired token raises.

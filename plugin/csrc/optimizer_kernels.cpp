@@ -47,8 +47,24 @@ std::vector<std::optional<at::Tensor>> gradientsForKernel(int64_t contextId, con
 }
 
 // See gradient_check.h.
-bool checkedInBackwardKernel(int64_t contextId, const std::vector<int64_t>& workers) {
+std::vector<int64_t> checkedVersionsKernel(int64_t contextId, const std::vector<int64_t>& workers) {
   return gradientsCheckedInBackward(contextId, workers);
+}
+
+// As gradients_for, from the engine's gradients as the backward pass checked them.
+std::vector<std::optional<at::Tensor>> checkedGradientsForKernel(
+    int64_t contextId,
+    const std::vector<at::Tensor>& params,
+    int64_t version) {
+  GradientDict grads = checkedGradientsForStep(contextId, version);
+  std::vector<std::optional<at::Tensor>> result(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto it = grads.find(params[i]);
+    if (it != grads.end()) {
+      result[i] = it->value();
+    }
+  }
+  return result;
 }
 
 int64_t parkStepKernel(const c10::List<std::optional<at::Tensor>>& gradients, int64_t leaseMs) {
@@ -144,7 +160,8 @@ int64_t swapCurrentContextKernel(int64_t contextId) {
 
 TORCH_LIBRARY_IMPL(dist_engine, CompositeImplicitAutograd, m) {
   m.impl("gradients_for", TORCH_FN(gradientsForKernel));
-  m.impl("_checked_in_backward", TORCH_FN(checkedInBackwardKernel));
+  m.impl("_checked_versions", TORCH_FN(checkedVersionsKernel));
+  m.impl("_checked_gradients_for", TORCH_FN(checkedGradientsForKernel));
   m.impl("_park_step", TORCH_FN(parkStepKernel));
   m.impl("_take_step", TORCH_FN(takeStepKernel));
   m.impl("_drop_step", TORCH_FN(dropStepKernel));

@@ -105,9 +105,15 @@ def test_two_phase_cost_is_rendered_with_its_verdict():
     assert "| 1 | adam | 95 | 100 | 5.0 % | met | 70 | 30.0 % |" in text
     assert "| 8 | nadam | 80 | 100 | 20.0 % | **missed** | 70 | 30.0 % |" in text
     assert "owners' exchange" not in text
-    # with the owners' exchange of verdicts measured too: two more columns
+    # with the owners' exchange of verdicts measured too: two more columns, before the phases
+    # from the caller
     text = R.render_two_phase({"2": {"adam": dict(row, exchange=90.0, exchange_cost=0.1)}}, meta)
-    assert "| 2 | adam | 95 | 100 | 5.0 % | met | 70 | 30.0 % | 90 | 10.0 % |" in text
+    assert "| 2 | adam | 95 | 100 | 5.0 % | met | 90 | 10.0 % | 70 | 30.0 % |" in text
+    # the default step checked by the backward pass, with the chain measured beside it
+    text = R.render_two_phase({"2": {"adam": dict(row, chain=80.0, chain_cost=0.2, exchange=90.0,
+                                                  exchange_cost=0.1)}}, meta)
+    assert "| 2 | adam | 95 | 100 | 5.0 % | met | 80 | 20.0 % | 90 | 10.0 % | 70 | 30.0 % |" in text
+    assert "the backward pass checked every owner's gradients" in text
     assert "owners exchanging their verdicts" in text
     data = json.loads((R.RESULTS and open(os.path.join(R.RESULTS, "bench_gil.json")).read()))
     data.pop("two_phase", None)

@@ -6,14 +6,17 @@ the parameter's shape, dtype and device) and reports it with the pass's completi
 all owners at once, with no validation round first (``_protocol`` is ``"checked"``); whenever
 the pass cannot vouch for an owner, the step validates on the owners before any applies.
 """
+import warnings
+
 import pytest
 import torch
 import torch.distributed.autograd as dist_autograd
 import torch.distributed.rpc as rpc
 
 import plugin
-from plugin.optim import DistributedOptimizer
-from tests.support import optim_remote
+from plugin.optim import DistributedOptimizer, PythonStepWarning
+from tests.support import graphs, optim_remote
+from tests.support.user_optim import HeavyBall
 
 F64 = dict(dtype=torch.float64)
 
@@ -114,7 +117,7 @@ def test_the_check_reaches_the_caller_from_owners_it_never_contacted(cluster):
         assert torch.equal(value("worker1", "chk_nest_a"), a1)
         assert torch.equal(value("worker2", "chk_nest_t"), t0)
         adam._forced_protocol = "checked"
-        with pytest.raises(RuntimeError, match=r"applied on owners \['worker1'\] and not confirmed on \['worker2'\]"):
+        with pytest.raises(RuntimeError, match=r"applied on owners \['worker1'\]; \['worker2'\] refused it"):
             adam.step(ctx)
     assert not torch.equal(value("worker1", "chk_nest_a"), a1)
     assert torch.equal(value("worker2", "chk_nest_t"), t0)
@@ -122,8 +125,9 @@ def test_the_check_reaches_the_caller_from_owners_it_never_contacted(cluster):
 
 def test_a_later_pass_with_a_sparse_gradient_turns_the_check_off(cluster):
     """Two passes in one context: the first gives dense gradients on both owners (checked);
-    the second adds a sparse one on worker2, which replaces worker2's finding: the step
-    validates first, and Adam's rejection on worker2 changes neither owner."""
+    the second reaches both again, with another dense gradient on worker1 and a sparse one on
+    worker2, whose finding then says no: the step validates first, and Adam's rejection on
+    worker2 changes neither owner."""
     a = make("worker1", "chk_later_a", (3,), 70)
     b = make("worker2", "chk_later_b", (3,), 71)
     table = make("worker2", "chk_later_t", (6, 3), 72)
@@ -133,7 +137,7 @@ def test_a_later_pass_with_a_sparse_gradient_turns_the_check_off(cluster):
         plugin.autograd.backward(ctx, [squares(["worker1", "worker2"], ["chk_later_a", "chk_later_b"], torch.ones(3, **F64))])
         assert opt._protocol(ctx) == "checked"
         rows = rpc.rpc_sync("worker2", optim_remote.use_param_sparse, args=(torch.tensor([0, 2]), "chk_later_t"))
-        plugin.autograd.backward(ctx, [rows.sum()])
+        plugin.autograd.backward(ctx, [rows.sum() + squares(["worker1"], ["chk_later_a"], torch.ones(3, **F64))])
         assert opt._protocol(ctx) == "chain"
         with pytest.raises(RuntimeError, match=r"failed on owner 'worker2'.*sparse gradients.*no owner applied the step"):
             opt.step(ctx)
@@ -170,3 +174,110 @@ def test_an_owner_the_pass_did_not_reach_is_not_checked(cluster):
         assert opt._protocol(ctx) == "chain"
         opt.step(ctx)
     assert torch.equal(value("worker2", "chk_reach_b"), b0)
+
+
+def test_an_earlier_sparse_gradient_keeps_the_check_off(cluster):
+    """A sparse gradient from a first pass stays in the context: a second, dense pass that
+    reaches every owner still finds it, so the step validates first (and Adam refuses)."""
+    a = make("worker1", "chk_early_a", (3,), 100)
+    table = make("worker2", "chk_early_t", (6, 3), 101)
+    opt = DistributedOptimizer(torch.optim.Adam, [a, table], lr=0.1)
+    with dist_autograd.context() as ctx:
+        rows = rpc.rpc_sync("worker2", optim_remote.use_param_sparse, args=(torch.tensor([0, 2]), "chk_early_t"))
+        plugin.autograd.backward(ctx, [rows.sum()])
+        dense = rpc.rpc_sync("worker2", optim_remote.dense_scaled, args=(torch.ones(3, **F64), "chk_early_t"))
+        plugin.autograd.backward(ctx, [dense + squares(["worker1"], ["chk_early_a"], torch.ones(3, **F64))])
+        assert opt._protocol(ctx) == "chain"
+        with pytest.raises(RuntimeError, match=r"failed on owner 'worker2'.*no owner applied the step"):
+            opt.step(ctx)
+
+
+def test_a_sparse_gradient_on_the_caller_keeps_the_check_off(cluster):
+    """The caller owns an embedding table that gets a sparse gradient: its own finding says
+    no."""
+    table = torch.rand(6, 3, generator=torch.Generator().manual_seed(110), **F64).requires_grad_()
+    b = make("worker1", "chk_callsparse_b", (3,), 111)
+    opt = DistributedOptimizer(torch.optim.SGD, [rpc.RRef(table), b], lr=0.1)
+    with dist_autograd.context() as ctx:
+        rows = torch.nn.functional.embedding(torch.tensor([0, 2]), table, sparse=True)
+        plugin.autograd.backward(ctx, [rows.sum() + squares(["worker1"], ["chk_callsparse_b"], torch.ones(3, **F64))])
+        assert opt._protocol(ctx) == "chain"
+        opt.step(ctx)  # SGD takes sparse gradients
+
+
+def test_a_worker_the_pass_reached_without_gradients_is_not_vouched_for(cluster):
+    """worker2 relays the forward pass (a multiplication, no parameter of its own used): the
+    engine holds no gradient there, so its finding says no (a step there would read torch's
+    gradients, which the pass did not check)."""
+    a = make("worker1", "chk_relay_a", (3,), 120)
+    b = make("worker2", "chk_relay_b", (3,), 121)
+    opt = DistributedOptimizer(torch.optim.SGD, [a, b], lr=0.1)
+    with dist_autograd.context() as ctx:
+        y = rpc.rpc_sync("worker1", optim_remote.use_param, args=(torch.ones(3, **F64), "chk_relay_a"))
+        plugin.autograd.backward(ctx, [rpc.rpc_sync("worker2", torch.mul, args=(y, 2.0)).sum()])
+        assert opt._protocol(ctx) == "chain"
+
+
+def test_a_pass_that_fails_on_another_worker_leaves_no_check(cluster):
+    """A first pass is checked; a second fails on worker2 (a backward function raises
+    there), after worker1's part may have reported: no finding is kept."""
+    owners, names = ["worker1", "worker2"], ["chk_rfail_a", "chk_rfail_b"]
+    rrefs = [make(o, n, (3,), 130 + i) for i, (o, n) in enumerate(zip(owners, names))]
+    opt = DistributedOptimizer(torch.optim.SGD, rrefs, lr=0.1)
+    rpc.rpc_sync("worker2", graphs.set_fail_backward, args=(True,))
+    try:
+        with dist_autograd.context() as ctx:
+            plugin.autograd.backward(ctx, [squares(owners, names, torch.ones(3, **F64))])
+            assert opt._protocol(ctx) == "checked"
+            failing = rpc.rpc_sync("worker2", graphs.udf_failing_backward, args=(torch.ones(3, **F64).requires_grad_(),))
+            with pytest.raises(ValueError, match="boom in FailingBackward"):
+                plugin.autograd.backward(ctx, [failing.sum() + squares(owners, names, torch.ones(3, **F64))])
+            assert opt._protocol(ctx) == "chain"
+    finally:
+        rpc.rpc_sync("worker2", graphs.set_fail_backward, args=(False,))
+
+
+def test_fast_mode_is_checked_too(cluster):
+    owners, names = ["worker1", "worker2"], ["chk_fast_a", "chk_fast_b"]
+    rrefs = [make(o, n, (3,), 140 + i) for i, (o, n) in enumerate(zip(owners, names))]
+    start = [value(o, n) for o, n in zip(owners, names)]
+    opt = DistributedOptimizer(torch.optim.SGD, rrefs, lr=0.5)
+    with dist_autograd.context() as ctx:
+        loss = sum(rpc.rpc_sync(o, optim_remote.use_param, args=(torch.ones(3, **F64), n)).sum() for o, n in zip(owners, names))
+        plugin.autograd.backward(ctx, [loss], mode="fast")
+        assert opt._protocol(ctx) == "checked"
+        opt.step(ctx)
+    for o, n, s in zip(owners, names, start):
+        torch.testing.assert_close(value(o, n), s - 0.5, rtol=0, atol=1e-12)
+
+
+def test_a_python_local_optimizer_validates_on_the_owners(cluster):
+    """A class without a functional counterpart steps in Python, whose own checks are not
+    known in advance: its phase 1 always runs."""
+    rrefs = [make(o, f"chk_py_{o}", (3,), 150 + i) for i, o in enumerate(["worker1", "worker2"])]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PythonStepWarning)  # warned once per class per process
+        opt = DistributedOptimizer(HeavyBall, rrefs, lr=0.1)
+    with dist_autograd.context() as ctx:
+        plugin.autograd.backward(ctx, [squares(["worker1", "worker2"], ["chk_py_worker1", "chk_py_worker2"], torch.ones(3, **F64))])
+        assert opt._protocol(ctx) == "parallel"
+
+
+def test_gradients_changed_after_the_check_are_refused(cluster):
+    """After the caller's checked pass, worker1 starts a pass of the same context that adds a
+    gradient on worker2. The caller's findings cannot know it; worker2 sees its gradients'
+    version changed and refuses its part (nothing applied there), and the error lists the
+    owner that applied."""
+    a = make("worker1", "chk_foreign_a", (3,), 160)
+    b = make("worker2", "chk_foreign_b", (3,), 161)
+    opt = DistributedOptimizer(torch.optim.SGD, [a, b], lr=0.1)
+    a0, b0 = value("worker1", "chk_foreign_a"), value("worker2", "chk_foreign_b")
+    with dist_autograd.context() as ctx:
+        plugin.autograd.backward(ctx, [squares(["worker1", "worker2"], ["chk_foreign_a", "chk_foreign_b"], torch.ones(3, **F64))])
+        rpc.rpc_sync("worker1", optim_remote.backward_from_here_in, args=(ctx, "worker2", "chk_foreign_b"))
+        assert opt._protocol(ctx) == "checked"
+        with pytest.raises(RuntimeError, match=r"failed on owner 'worker2'.*changed after the backward pass checked "
+                                               r"them.*applied on owners \['worker1'\]; \['worker2'\] refused it"):
+            opt.step(ctx)
+    assert not torch.equal(value("worker1", "chk_foreign_a"), a0)
+    assert torch.equal(value("worker2", "chk_foreign_b"), b0)

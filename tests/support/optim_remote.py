@@ -58,6 +58,22 @@ def sparse_scaled(y: Tensor, name: str) -> Tensor:
     return rows.sum() * y.sum()
 
 
+def backward_from_here_in(context_id: int, owner: str, name: str) -> None:
+    """On a worker that did not create the context: a backward pass of that context started
+    here, through ``owner``'s parameter ``name`` (its sum: a dense gradient of ones)."""
+    import torch.distributed.rpc as rpc
+
+    import plugin.autograd
+
+    previous = plugin.ops._swap_current_context(context_id)
+    try:
+        x = torch.ones(1, dtype=torch.float64)  # broadcast over the parameter
+        y = rpc.rpc_sync(owner, use_param, args=(x, name))
+        plugin.autograd.backward(context_id, [y.sum()])
+    finally:
+        plugin.ops._swap_current_context(previous)
+
+
 def not_a_tensor() -> RRef:
     return RRef("hello")
 
