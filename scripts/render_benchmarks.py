@@ -331,6 +331,10 @@ def render_two_phase(data: Any, meta: Dict[str, Any]) -> str:
         + " the phases sent from the trainer to every owner (what step_async uses, one extra round trip)"
         + f". They alternate, {meta.get('repeats', '?')} rounds, in one process group. Steps/s are medians; a cost is "
         "1 minus the median of the ratios to the one-round-trip step of the same round."
+        + (" The default step sends the same messages as the one-round-trip step: its validation was done during "
+           "the backward pass, a few comparisons per gradient on each worker, which bench_backward's ratios "
+           "include. What it gives up (an owner lost after the backward pass leaves the others applied, named in "
+           "the error) is in docs/failures.md." if checked else "")
     )
     out.append("")
     others = [("chain", "chain"), ("exchange", "owners' exchange"), ("parallel", "phases from the caller")]
