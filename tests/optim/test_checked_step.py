@@ -281,3 +281,35 @@ def test_gradients_changed_after_the_check_are_refused(cluster):
             opt.step(ctx)
     assert not torch.equal(value("worker1", "chk_foreign_a"), a0)
     assert torch.equal(value("worker2", "chk_foreign_b"), b0)
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_a_worker_reached_from_two_parents_reports_once(cluster, sparse):
+    """trainer -> worker1 -> worker3 and trainer -> worker2 -> worker3: worker3 gets the pass
+    from two workers, answers one of them with its finding (first contact) and the other with
+    none. Dense everywhere: checked. A sparse gradient on worker3: not checked, the owners
+    exchange verdicts (three owners)."""
+    tag = "s" if sparse else "d"
+    a, b = make("worker1", f"chk_dia_a{tag}", (3,), 170), make("worker2", f"chk_dia_b{tag}", (3,), 171)
+    c = make("worker3", f"chk_dia_c{tag}", (6, 3) if sparse else (3,), 172)
+    opt = DistributedOptimizer(torch.optim.SGD, [a, b, c], lr=0.1)
+    x = torch.ones(3, **F64)
+    with dist_autograd.context() as ctx:
+        loss = sum(rpc.rpc_sync(w, optim_remote.use_param_then, args=(x, n, "worker3", f"chk_dia_c{tag}", sparse))
+                   for w, n in (("worker1", f"chk_dia_a{tag}"), ("worker2", f"chk_dia_b{tag}")))
+        plugin.autograd.backward(ctx, [loss])
+        assert opt._protocol(ctx) == ("exchange" if sparse else "checked")
+        opt.step(ctx)
+
+
+def test_the_last_worker_to_end_has_reported_when_backward_returns(cluster):
+    """trainer -> worker1 -> worker2, worker2's backward taking 0.5 s: its finding is in
+    the caller's record as soon as backward returns."""
+    a = make("worker1", "chk_slow_a", (3,), 180)
+    b = make("worker2", "chk_slow_b", (3,), 181)
+    opt = DistributedOptimizer(torch.optim.SGD, [a, b], lr=0.1)
+    with dist_autograd.context() as ctx:
+        loss = rpc.rpc_sync("worker1", optim_remote.use_param_then_slow,
+                            args=(torch.ones(3, **F64), "chk_slow_a", "worker2", "chk_slow_b"))
+        plugin.autograd.backward(ctx, [loss])
+        assert opt._protocol(ctx) == "checked"

@@ -74,6 +74,30 @@ def backward_from_here_in(context_id: int, owner: str, name: str) -> None:
         plugin.ops._swap_current_context(previous)
 
 
+class _SlowBackward(torch.autograd.Function):
+    """Identity whose backward sleeps 0.5 s: the deepest worker's part ends last."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(0.5)
+        return grad
+
+
+def slow_scaled(y: Tensor, name: str) -> Tensor:
+    return (_SlowBackward.apply(y) * PARAMS[name]).sum()
+
+
+def use_param_then_slow(x: Tensor, name: str, next_owner: str, next_name: str) -> Tensor:
+    """As use_param_then, with the next owner's backward taking 0.5 s."""
+    import torch.distributed.rpc as rpc
+
+    return rpc.rpc_sync(next_owner, slow_scaled, args=(x * PARAMS[name], next_name))
+
+
 def not_a_tensor() -> RRef:
     return RRef("hello")
 
