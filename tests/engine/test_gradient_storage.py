@@ -87,11 +87,17 @@ def gradient_by_rpc_shares(engine: str, leaf_worker: str) -> bool:
 def test_gradient_arriving_by_rpc_as_torch(cluster, leaf_worker):
     """The request message that brought the gradient still refers to it while our engine
     stores it (torch's has returned from its handler by then); its reference does not
-    count (compat.h, dropMessageReferences)."""
-    theirs = gradient_by_rpc_shares("torch", leaf_worker)
+    count (compat.h, dropMessageReferences).
+
+    torch's engine runs the leaf's task on another thread than the RPC handler's, so whether
+    the message still holds its reference then is a race: on a loaded machine torch copies now
+    and then (seen once in a full CI run). Its usual behaviour is taken from three tries; ours
+    does not race (the reference is dropped before the gradient is stored), so one try must
+    keep it."""
+    theirs = [gradient_by_rpc_shares("torch", leaf_worker) for _ in range(3)]
     ours = gradient_by_rpc_shares("plugin", leaf_worker)
-    assert theirs is True, "torch's engine changed: it copies a gradient that arrives by RPC"
-    assert ours == theirs, f"torch keeps the received tensor: {theirs}, ours: {ours}"
+    assert any(theirs), f"torch's engine changed: it copies a gradient that arrives by RPC ({theirs})"
+    assert ours is True, f"torch keeps the received tensor ({theirs}), ours: {ours}"
 
 
 def shared_gradient_by_rpc(engine: str):
