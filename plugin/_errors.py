@@ -8,6 +8,7 @@ available as the exception's ``__cause__``.
 """
 import builtins
 import re
+from typing import Optional
 
 _ERROR_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt)\b: ")
 
@@ -40,11 +41,15 @@ def remote_error_summary(error: BaseException) -> str:
     return str(error).strip()
 
 
-def raise_on_worker(worker: str, what: str, error: BaseException, prefix: str, detail: str = ""):
-    """Raises ``error``'s type (RuntimeError if it cannot be rebuilt) with the message
-    ``"{prefix}: {what} failed on owner {worker!r}: {summary}{detail}"``, chained to ``error``."""
+def raise_on_worker(worker: str, what: str, error: BaseException, prefix: str, detail: str = "",
+                    as_type: Optional[type] = None):
+    """Raises ``error``'s type (RuntimeError if it cannot be rebuilt), or ``as_type`` when
+    given, with the message ``"{prefix}: {what} failed on owner {worker!r}: {summary}{detail}"``,
+    chained to ``error``."""
     summary = remote_error_summary(error)
     message = f"{prefix}: {what} failed on owner {worker!r}: {summary}{detail}"
+    if as_type is not None:
+        raise as_type(message) from error
     cls = type(error)
     if cls is RuntimeError:
         # TorchScript hands every error back as a RuntimeError; the summary names the type

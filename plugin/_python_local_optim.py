@@ -222,16 +222,7 @@ class PythonLocalOptimizer:
             self._run(gradients, keep=True)
 
     def drop_step(self, token: int) -> bool:
-        """Forgets a step prepared by :meth:`prepare_step` without applying it.
-
-        Args:
-            token (int): from :meth:`prepare_step`.
-
-        Returns:
-            bool: whether it was still prepared (False: unknown, already taken or expired).
-
-        Raises nothing.
-        """
+        # docstring: ScriptLocalOptimizer.drop_step's (set in plugin/optim.py)
         return ops._drop_step(token)
 
     def _check(self, gradients: List[Optional[Tensor]]) -> None:

@@ -426,6 +426,8 @@ _COMPILE_LOCK = threading.Lock()
 for _name in ("step", "prepare_step", "commit_step", "step_before", "step_checked", "chain_step", "exchange_step",
               "drop_step"):
     getattr(LocalOptimizerInterface, _name).__doc__ = getattr(ScriptLocalOptimizer, _name).__doc__
+# PythonLocalOptimizer's drop_step is the same call (plugin/_python_local_optim.py)
+PythonLocalOptimizer.drop_step.__doc__ = ScriptLocalOptimizer.drop_step.__doc__
 
 
 # --- run on the owners, by RPC ------------------------------------------------------------
@@ -571,12 +573,12 @@ def _gather(futures: "OrderedDict[str, torch.futures.Future]"):
     return results, errors
 
 
-def _raise_errors(errors, what: str, detail: str = ""):
-    """Raises the first owner's error, of its exception type, naming it and every other
-    owner that failed, followed by ``detail``."""
+def _raise_errors(errors, what: str, detail: str = "", as_type: Optional[type] = None):
+    """Raises the first owner's error, of its exception type (or ``as_type``), naming it and
+    every other owner that failed, followed by ``detail``."""
     owner, error = errors[0]
     others = "".join(f"; also failed on owner {o!r}: {remote_error_summary(e)}" for o, e in errors[1:])
-    raise_on_worker(owner, what, error, "DistributedOptimizer", others + detail)
+    raise_on_worker(owner, what, error, "DistributedOptimizer", others + detail, as_type)
 
 
 def _wait_all(futures: "OrderedDict[str, torch.futures.Future]", what: str) -> Dict[str, Any]:
@@ -824,9 +826,9 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
                 timed_out = "no answer within the RPC timeout" in remote_error_summary(errors[0][1])
                 _raise_errors(errors, what, "; it may still apply the step when it answers" if timed_out else "")
             return
-        protocol = self._protocol(context_id)
+        protocol, versions = self._choose_protocol(context_id)
         if protocol == "checked":
-            self._checked_step(context_id, what)
+            self._checked_step(context_id, versions, what)
             return
         if protocol == "exchange":
             self._exchange_step(context_id, what)
@@ -842,31 +844,32 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         self._check_commits(self._commit(self._prepare(context_id, what)), what)
 
     def _protocol(self, context_id: int) -> str:
-        """How a step over several owners makes sure that every owner accepts its gradients
-        before any applies (see :meth:`step`)."""
-        if self._forced_protocol is not None:
-            return self._forced_protocol
-        if self._python_step:
-            return "parallel"  # the Python owners' own check: the step on copies (phase 1)
-        if ops._checked_versions(context_id, self._owner_ids):
-            return "checked"
-        return "chain" if len(self._local_optimizers) == 2 else "exchange"
+        """How a step over several owners of ``context_id`` would make sure now that every
+        owner accepts its gradients before any applies (see :meth:`step`)."""
+        return self._choose_protocol(context_id)[0]
 
-    def _checked_step(self, context_id: int, what: str) -> None:
+    def _choose_protocol(self, context_id: int) -> Tuple[str, List[int]]:
+        """:meth:`_protocol`, and with ``"checked"`` each owner's version of the context's
+        gradients as the backward pass reported them (``[]`` for a forced ``"checked"`` that
+        the pass did not vouch for, and with any other protocol)."""
+        if self._python_step:
+            # the Python owners' own check: the step on copies (phase 1)
+            return self._forced_protocol or "parallel", []
+        if self._forced_protocol not in (None, "checked"):
+            return self._forced_protocol, []
+        versions = ops._checked_versions(context_id, self._owner_ids)
+        if versions or self._forced_protocol == "checked":
+            return "checked", versions
+        return ("chain" if len(self._local_optimizers) == 2 else "exchange"), []
+
+    def _checked_step(self, context_id: int, versions: List[int], what: str) -> None:
         """A step over several owners whose gradients the backward pass found to fit their
         parameters on every owner (``ops._checked_versions``): every owner applies at once,
         one round trip, with no validation round first, each only if its gradients are still
-        those the pass checked (ScriptLocalOptimizer.step_checked). Each applies only before a
-        deadline, half the RPC timeout from now on its system clock, so that an owner frozen
-        past it and then resumed applies nothing; the caller waits at most the RPC timeout."""
-        versions = ops._checked_versions(context_id, self._owner_ids)
-        if not versions and self._forced_protocol != "checked":
-            # a pass of the context started from another thread in between: validate first
-            if len(self._local_optimizers) == 2:
-                self._chain_step(context_id, what)
-            else:
-                self._exchange_step(context_id, what)
-            return
+        those the pass checked (``versions``, in the order of the owners; ScriptLocalOptimizer.
+        step_checked). Each applies only before a deadline, half the RPC timeout from now on its
+        system clock, so that an owner frozen past it and then resumed applies nothing; the
+        caller waits at most the RPC timeout."""
         timeout = rpc.get_rpc_timeout()
         deadline = ops._wall_clock_ms() + int(500 * timeout) if 0 < timeout < 300 else -1
         futures = OrderedDict()
@@ -889,13 +892,8 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         if lost:
             detail += (f" and not confirmed on {lost} (an owner that did not answer in time may have applied it "
                        f"before its deadline, half the RPC timeout after the step was sent, or before it died)")
-        if applied:
-            # some owners changed: never the error type of a step that changed none
-            owner, error = errors[0]
-            others = "".join(f"; also failed on owner {o!r}: {remote_error_summary(e)}" for o, e in errors[1:])
-            raise RuntimeError(f"DistributedOptimizer: {what} failed on owner {owner!r}: "
-                               f"{remote_error_summary(error)}{others}{detail}") from error
-        _raise_errors(errors, what, detail)
+        # when some owners changed: never the error type of a step that changed none
+        _raise_errors(errors, what, detail, RuntimeError if applied else None)
 
     def _exchange_step(self, context_id: int, what: str) -> None:
         """A step over several owners in one round trip: every owner validates its part,

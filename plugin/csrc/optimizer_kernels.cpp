@@ -20,6 +20,18 @@
 namespace dist_engine {
 namespace {
 
+// Each parameter's gradient in `grads`, or None.
+std::vector<std::optional<at::Tensor>> gradientsOf(const GradientDict& grads, const std::vector<at::Tensor>& params) {
+  std::vector<std::optional<at::Tensor>> result(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto it = grads.find(params[i]);
+    if (it != grads.end()) {
+      result[i] = it->value();
+    }
+  }
+  return result;
+}
+
 // The gradient of each parameter in the context, or None. The plugin engine's
 // gradients when its backward reached this worker in the context, otherwise those
 // of torch's distributed autograd (a backward run by torch's engine). A context this
@@ -28,22 +40,14 @@ namespace {
 // while the context is open there, so an owner cannot have released it already.
 // Only retrieves: never creates a context.
 std::vector<std::optional<at::Tensor>> gradientsForKernel(int64_t contextId, const std::vector<at::Tensor>& params) {
-  std::vector<std::optional<at::Tensor>> result(params.size());
   auto& container = torch::distributed::autograd::DistAutogradContainer::getInstance();
   torch::distributed::autograd::ContextPtr ctx;
   try {
     ctx = container.retrieveContext(contextId);
   } catch (const c10::Error&) {
-    return result;  // unknown here: every parameter is skipped
+    return std::vector<std::optional<at::Tensor>>(params.size());  // unknown here: every parameter is skipped
   }
-  GradientDict grads = gradientsForStep(ctx, ContextRegistry::get().find(contextId));
-  for (size_t i = 0; i < params.size(); ++i) {
-    auto it = grads.find(params[i]);
-    if (it != grads.end()) {
-      result[i] = it->value();
-    }
-  }
-  return result;
+  return gradientsOf(gradientsForStep(ctx, ContextRegistry::get().find(contextId)), params);
 }
 
 // See gradient_check.h.
@@ -56,15 +60,7 @@ std::vector<std::optional<at::Tensor>> checkedGradientsForKernel(
     int64_t contextId,
     const std::vector<at::Tensor>& params,
     int64_t version) {
-  GradientDict grads = checkedGradientsForStep(contextId, version);
-  std::vector<std::optional<at::Tensor>> result(params.size());
-  for (size_t i = 0; i < params.size(); ++i) {
-    auto it = grads.find(params[i]);
-    if (it != grads.end()) {
-      result[i] = it->value();
-    }
-  }
-  return result;
+  return gradientsOf(checkedGradientsForStep(contextId, version), params);
 }
 
 int64_t parkStepKernel(const c10::List<std::optional<at::Tensor>>& gradients, int64_t leaseMs) {
