@@ -44,11 +44,29 @@ def unchanged(result):
     return result["before"]["param"] == result["after"]["param"]
 
 
-def applied_once(result, key="after"):
+def applied_once(result):
     """The healthy owner's parameter took exactly one step (SGD, lr=1, momentum's first
     step, a gradient of ones: minus 1)."""
-    before, after = (torch.tensor(result[k]["param"], dtype=torch.float64) for k in ("before", key))
+    before, after = (torch.tensor(result[k]["param"], dtype=torch.float64) for k in ("before", "after"))
     return torch.allclose(after, before - 1.0, rtol=0, atol=1e-12)
+
+
+APPLIED_ON_HEALTHY = "applied on owners ['healthy'] and not confirmed on ['victim']"
+
+
+def lost_as(how):
+    """How the caller's error says the victim was lost: frozen (SIGSTOP) or dead (SIGKILL)."""
+    return "no answer within the RPC timeout" if how == "stop" else "connection to it was lost"
+
+
+def assert_victim_named_in_time(result, *phrases):
+    """The call raised within 1.2 times the RPC timeout, naming the victim and saying each of
+    ``phrases``."""
+    error = result["error"]
+    assert error is not None, result
+    for phrase in ("failed on owner 'victim'",) + phrases:
+        assert phrase in error, (phrase, error)
+    assert result["elapsed"] < 1.2 * result["rpc_timeout"], result["elapsed"]
 
 
 @pytest.mark.parametrize("protocol", ["chain_", "exchange_"])
@@ -57,10 +75,7 @@ def test_owner_lost_before_a_validating_step_changes_no_owner(how, protocol):
     """A step that validates on the owners first (after torch's backward pass, or with a
     sparse gradient): the chain of two owners, and the owners' exchange of verdicts."""
     r = run(f"{protocol}{how}_before_step")
-    assert r["error"] is not None and "step(" in r["error"]
-    assert "failed on owner 'victim'" in r["error"] and "no owner applied the step" in r["error"], r["error"]
-    assert ("no answer within the RPC timeout" if how == "stop" else "connection to it was lost") in r["error"]
-    assert r["elapsed"] < 1.2 * r["rpc_timeout"], r["elapsed"]
+    assert_victim_named_in_time(r, "step(", "no owner applied the step", lost_as(how))
     assert unchanged(r)  # prepared, then dropped
     assert r["after"]["info"]["num_prepared_steps"] == 0
 
@@ -71,11 +86,7 @@ def test_owner_lost_before_a_checked_step_is_named_with_the_owners_that_applied(
     gradients, so the step goes to both at once and the healthy owner applies. The error names
     the victim and says that the healthy owner applied (an owner lost between the phases)."""
     r = run(f"{how}_before_step")
-    assert r["error"] is not None and "step(" in r["error"]
-    assert "failed on owner 'victim'" in r["error"], r["error"]
-    assert "applied on owners ['healthy'] and not confirmed on ['victim']" in r["error"], r["error"]
-    assert ("no answer within the RPC timeout" if how == "stop" else "connection to it was lost") in r["error"]
-    assert r["elapsed"] < 1.2 * r["rpc_timeout"], r["elapsed"]
+    assert_victim_named_in_time(r, "step(", APPLIED_ON_HEALTHY, lost_as(how))
     assert applied_once(r)
 
 
@@ -84,10 +95,7 @@ def test_owner_frozen_past_the_deadline_of_a_checked_step_applies_nothing_when_i
     and resumed after the caller got its error: the healthy owner applied (the error says so);
     the victim finds the step past its deadline and applies nothing."""
     r = run("stop_resume_before_step")
-    assert r["error"] is not None and "failed on owner 'victim'" in r["error"], r["error"]
-    assert "applied on owners ['healthy'] and not confirmed on ['victim']" in r["error"], r["error"]
-    assert "may have applied it before its deadline" in r["error"], r["error"]
-    assert r["elapsed"] < 1.2 * r["rpc_timeout"], r["elapsed"]
+    assert_victim_named_in_time(r, APPLIED_ON_HEALTHY, "may have applied it before its deadline")
     assert applied_once(r)
     assert r["victim_after"] == r["victim_before"]
 
@@ -100,9 +108,7 @@ def test_second_owner_frozen_past_its_deadline_applies_nothing_when_it_resumes(p
     exchange of verdicts (``exchange_``): the resumed owner hears that the healthy one withdrew,
     or finds the step past its deadline."""
     r = run(f"{protocol}stop_resume_before_step")
-    assert r["error"] is not None and "failed on owner 'victim'" in r["error"], r["error"]
-    assert "no owner applied the step" in r["error"], r["error"]
-    assert r["elapsed"] < 1.2 * r["rpc_timeout"], r["elapsed"]
+    assert_victim_named_in_time(r, "no owner applied the step")
     assert unchanged(r)
     assert r["victim_after"] == r["victim_before"]
 
@@ -110,13 +116,9 @@ def test_second_owner_frozen_past_its_deadline_applies_nothing_when_it_resumes(p
 @pytest.mark.parametrize("how", ["kill", "stop"])
 def test_owner_lost_between_the_phases_is_named_with_the_owners_that_applied(how):
     r = run(f"{how}_mid_commit")
-    assert r["error"] is not None, r
-    assert "failed on owner 'victim'" in r["error"], r["error"]
-    assert "applied on owners ['healthy'] and not confirmed on ['victim']" in r["error"], r["error"]
-    assert r["elapsed"] < 1.2 * r["rpc_timeout"], r["elapsed"]
+    assert_victim_named_in_time(r, APPLIED_ON_HEALTHY)
     assert not unchanged(r)  # the healthy owner applied its part
-    before, after = (torch.tensor(r[k]["param"], dtype=torch.float64) for k in ("before", "after"))
-    torch.testing.assert_close(after, before - 1.0, rtol=0, atol=1e-12)
+    assert applied_once(r)
 
 
 @pytest.mark.parametrize("protocol", ["", "exchange_"])
@@ -127,17 +129,11 @@ def test_owner_lost_after_every_owner_accepted_a_step_is_named_with_the_owners_t
     parameter's lock when it died or froze. The error names the victim and says that the
     healthy owner applied."""
     r = run(f"{protocol}{how}_mid_apply")
-    assert r["error"] is not None, r
-    assert "step(" in r["error"] and "failed on owner 'victim'" in r["error"], r["error"]
-    assert "applied on owners ['healthy'] and not confirmed on ['victim']" in r["error"], r["error"]
-    assert ("no answer within the RPC timeout" if how == "stop" else "connection to it was lost") in r["error"]
-    assert r["elapsed"] < 1.2 * r["rpc_timeout"], r["elapsed"]
-    before, after = (torch.tensor(r[k]["param"], dtype=torch.float64) for k in ("before", "after"))
-    torch.testing.assert_close(after, before - 1.0, rtol=0, atol=1e-12)
+    assert_victim_named_in_time(r, "step(", APPLIED_ON_HEALTHY, lost_as(how))
+    assert applied_once(r)
 
 
 @pytest.mark.parametrize("how", ["kill", "stop"])
 def test_state_dict_of_a_lost_owner_names_it(how):
     r = run(f"{how}_state_dict")
-    assert r["error"] is not None and "state_dict() failed on owner 'victim'" in r["error"], r["error"]
-    assert r["elapsed"] < 1.2 * r["rpc_timeout"], r["elapsed"]
+    assert_victim_named_in_time(r, "state_dict() failed on owner 'victim'")
