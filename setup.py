@@ -1,13 +1,15 @@
-"""Builds the op library (plugin/csrc/*.cpp) with torch.utils.cpp_extension.
+"""Builds the two op libraries with torch.utils.cpp_extension: each package owns its C++.
 
-Install with ``pip install --no-build-isolation -e .`` so that the library is compiled
-against the torch that is already installed.
+* ``functional_optim._C`` (functional_optim/csrc): the fused optimizer kernels,
+  ``torch.ops.gilfree_optim``. The kernels (functional_optim/csrc/cpu/*.cpp) are compiled once
+  per instruction set, as ATen compiles its native/cpu/ kernels (cmake/Codegen.cmake): DEFAULT
+  (the compiler's baseline) everywhere, AVX2 and AVX512 on x86-64 when the compiler takes their
+  flags; the library picks the best one the CPU runs at load (functional_optim/csrc/fused_optim.h).
+* ``plugin._C`` (plugin/csrc): the engine, the native local optimizers and the RPC functions,
+  ``torch.ops.dist_engine``; it calls functional_optim's kernels through the dispatcher.
 
-The fused optimizer kernels (plugin/csrc/cpu/*.cpp) are compiled once per instruction set,
-as ATen compiles its native/cpu/ kernels (cmake/Codegen.cmake): DEFAULT (the compiler's
-baseline) everywhere, AVX2 and AVX512 on x86-64 when the compiler takes their flags; the
-library picks the best one the CPU runs at load (plugin/csrc/fused_optim.h). CMakeLists.txt
-does the same.
+Install with ``pip install --no-build-isolation -e .`` so that both are compiled against the
+torch that is already installed. CMakeLists.txt builds the same two libraries.
 """
 import glob
 import os
@@ -20,8 +22,9 @@ from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-sources = sorted(glob.glob(os.path.join("plugin", "csrc", "*.cpp")))
-isa_sources = sorted(glob.glob(os.path.join("plugin", "csrc", "cpu", "*.cpp")))
+plugin_sources = sorted(glob.glob(os.path.join("plugin", "csrc", "*.cpp")))
+optim_sources = sorted(glob.glob(os.path.join("functional_optim", "csrc", "*.cpp")))
+isa_sources = sorted(glob.glob(os.path.join("functional_optim", "csrc", "cpu", "*.cpp")))
 # -g0: no debug information (Python's own flags add -g); it halves the compile time of the
 # template-heavy kernels and shrinks the library, as torch's wheels ship without it.
 cxx_flags = ["-O2", "-g0", "-Wall", "-Wno-unused-parameter"]
@@ -44,7 +47,8 @@ ISA_FLAGS = {
 
 
 class BuildWithIsaKernels(BuildExtension):
-    """BuildExtension that first compiles plugin/csrc/cpu/*.cpp once per instruction set.
+    """BuildExtension that first compiles functional_optim/csrc/cpu/*.cpp once per instruction
+    set, for the extension functional_optim._C.
 
     The objects are linked after the other sources' (DEFAULT first): the linker keeps the
     first copy of an inline function that several objects hold, so those copies are baseline
@@ -76,6 +80,9 @@ class BuildWithIsaKernels(BuildExtension):
         return OPENMP_FLAGS
 
     def build_extension(self, ext):
+        if ext.name != "functional_optim._C":
+            super().build_extension(ext)
+            return
         objects = []
         openmp = self.openmp_flags()
         ext.extra_link_args = list(ext.extra_link_args or []) + openmp
@@ -106,11 +113,17 @@ setup(
     },
     ext_modules=[
         CppExtension(
+            "functional_optim._C",
+            optim_sources,
+            include_dirs=[os.path.join(HERE, "functional_optim", "csrc")],
+            extra_compile_args={"cxx": cxx_flags},
+        ),
+        CppExtension(
             "plugin._C",
-            sources,
+            plugin_sources,
             include_dirs=[os.path.join(HERE, "plugin", "csrc")],
             extra_compile_args={"cxx": cxx_flags},
-        )
+        ),
     ],
     cmdclass={"build_ext": BuildWithIsaKernels},
 )

@@ -1,15 +1,12 @@
 """Loads the fused CPU optimizer kernels: the ops ``torch.ops.gilfree_optim.<name>_``.
 
-The kernels live in the project's op library (built from ``plugin/csrc``: ``fused_optim.h``
-and one ``cpu/fused_<name>.cpp`` per optimizer, compiled once per instruction set; schemas in
-``plugin/csrc/ops.cpp``), in their own
-op namespace, ``gilfree_optim``, apart from the engine's ``dist_engine`` ops.
-``functional_optim`` must not import the ``plugin`` package (``plugin`` imports
-``functional_optim``), so this module finds the library file itself: ``$GILFREE_RPC_LIBRARY``
-when set, else the ``_C*.so`` next to the ``plugin`` package, located with
-``importlib.util.find_spec`` (which reads the package's location without running it).
-Loading is ``torch.ops.load_library``; when ``plugin`` loads the same file too, the second load
-is a no-op (one ``dlopen`` of one path).
+The kernels live in this package's own op library, ``functional_optim/_C*.so``, built from
+``functional_optim/csrc`` (``fused_optim.h`` and one ``cpu/fused_<name>.cpp`` per optimizer,
+compiled once per instruction set; schemas in ``csrc/ops.cpp``), in the op namespace
+``gilfree_optim``; ``$GILFREE_OPTIM_LIBRARY`` names another build of it (the CMake build, say).
+Loading is ``torch.ops.load_library``. The ``plugin`` package's library has none of these
+kernels: its native local optimizers call them through the dispatcher, after importing this
+package.
 
 The ops must be registered before a function that calls them is scripted: this module loads
 the library when it is imported, and every optimizer's functional form has a branch that
@@ -23,8 +20,8 @@ decided in one place, :func:`torch_kernel_on_cpu`.
 """
 import glob
 import importlib.machinery
-import importlib.util
 import os
+import re
 from typing import List, Optional
 
 import torch
@@ -34,8 +31,8 @@ __all__ = [
     "FUSED_DTYPES", "torch_kernel_on_cpu", "fused_devices",
 ]
 
-# Same variable as plugin._library: a library built elsewhere (the CMake build, say).
-LIBRARY_ENV_VAR = "GILFREE_RPC_LIBRARY"
+# A library built elsewhere (the CMake build, say) to load instead of the package's own.
+LIBRARY_ENV_VAR = "GILFREE_OPTIM_LIBRARY"
 
 # The optimizers with a fused CPU kernel here: op torch.ops.gilfree_optim.<name>_.
 OPTIMIZERS: List[str] = [
@@ -85,8 +82,8 @@ def fused_devices(name: str) -> List[str]:
 _state = {"path": None, "error": None}
 
 
-def library_in(folders: List[str]) -> Optional[str]:
-    """The op library file to load: ``$GILFREE_RPC_LIBRARY`` when set, else the first
+def library_in(folders: List[str], env_var: str = LIBRARY_ENV_VAR) -> Optional[str]:
+    """The op library file to load: ``$<env_var>`` when set, else the first
     ``_C<extension suffix>`` file in ``folders``; ``None`` when there is none.
 
     Shared with ``plugin._library`` (``plugin`` may import ``functional_optim``, not the
@@ -94,7 +91,7 @@ def library_in(folders: List[str]) -> Optional[str]:
 
     Raises nothing.
     """
-    override = os.environ.get(LIBRARY_ENV_VAR)
+    override = os.environ.get(env_var)
     if override:
         return override
     for folder in folders:
@@ -105,20 +102,34 @@ def library_in(folders: List[str]) -> Optional[str]:
     return None
 
 
+def built_against(path: str, marker: bytes = b"gilfree-optim") -> str:
+    """The torch version recorded in the library file at ``path`` (the string
+    ``"<marker> built against torch <version>"`` that each library's ``csrc/build_info.cpp``
+    holds), or ``"unknown"``. Read from the file's bytes, so it works for a file the loader
+    rejects. Shared with ``plugin._library``.
+
+    Raises nothing.
+    """
+    try:
+        with open(path, "rb") as f:
+            match = re.search(re.escape(marker) + rb" built against torch ([0-9A-Za-z.+_-]+)", f.read())
+    except OSError:
+        return "unknown"
+    return match.group(1).decode() if match else "unknown"
+
+
 def find_library() -> str:
-    """Path of the op library: ``$GILFREE_RPC_LIBRARY`` or ``<plugin package>/_C*.so``.
+    """Path of the op library: ``$GILFREE_OPTIM_LIBRARY`` or ``functional_optim/_C*.so``.
 
     Raises:
-        ImportError: no library file was found (the plugin was not built).
+        ImportError: no library file was found (the package was not built).
     """
-    spec = importlib.util.find_spec("plugin")
-    folders = list(spec.submodule_search_locations or []) if spec is not None else []
-    path = library_in(folders)
+    folder = os.path.dirname(os.path.abspath(__file__))
+    path = library_in([folder])
     if path is None:
         raise ImportError(
-            f"functional_optim: no op library (_C*.so) found in {folders or 'the plugin package'} and "
-            f"${LIBRARY_ENV_VAR} is not set; the fused CPU kernels need it (build it with "
-            f"`pip install --no-build-isolation -e .`)"
+            f"functional_optim: no op library (_C*.so) found in {folder} and ${LIBRARY_ENV_VAR} is not set; the "
+            f"fused CPU kernels need it (build it with `pip install --no-build-isolation -e .`)"
         )
     return path
 
@@ -143,7 +154,11 @@ def load() -> str:
             torch.ops.load_library(path)
         except (OSError, RuntimeError) as e:
             reason = f"{e}: {e.__cause__}" if e.__cause__ is not None else str(e)
-            raise ImportError(f"functional_optim: failed to load the op library {path}: {reason}") from e
+            raise ImportError(
+                f"functional_optim: failed to load the op library {path} (built against torch "
+                f"{built_against(path)}, running torch {torch.__version__}): {reason}. Rebuild it against this "
+                f"torch with `pip install --no-build-isolation -e .`."
+            ) from e
         if not hasattr(torch.ops.gilfree_optim, "adam_"):
             raise ImportError(
                 f"functional_optim: the op library {path} has no fused optimizer kernels "

@@ -5,29 +5,23 @@ The library is a plain shared object with no Python bindings: loading it with
 visible to eager Python and TorchScript alike.
 """
 import os
-import re
 
 import torch
 
-# LIBRARY_ENV_VAR: set it to the path of a library built elsewhere (the CMake build, say) to
-# load that one. functional_optim finds the same file for its fused kernels.
-from functional_optim._kernels import LIBRARY_ENV_VAR, library_in  # noqa: F401
+from functional_optim import _kernels
+from functional_optim._kernels import library_in
+
+# Set it to the path of a library built elsewhere (the CMake build, say) to load that one.
+# (functional_optim's library, with the fused kernels, has its own: GILFREE_OPTIM_LIBRARY.)
+LIBRARY_ENV_VAR = "GILFREE_RPC_LIBRARY"
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def built_against(path: str) -> str:
-    """The torch version recorded in the library file at ``path``, or ``"unknown"``.
-
-    Read from the file's bytes (plugin/csrc/build_info.cpp), so it works for a file the
-    loader rejects.
-    """
-    try:
-        with open(path, "rb") as f:
-            match = re.search(rb"gilfree-rpc built against torch ([0-9A-Za-z.+_-]+)", f.read())
-    except OSError:
-        return "unknown"
-    return match.group(1).decode() if match else "unknown"
+    """The torch version recorded in the library file at ``path`` (plugin/csrc/build_info.cpp),
+    or ``"unknown"``; read from the file's bytes, so it works for a file the loader rejects."""
+    return _kernels.built_against(path, b"gilfree-rpc")
 
 
 def find_library() -> str:
@@ -36,7 +30,7 @@ def find_library() -> str:
     Raises:
         ImportError: no library was found (the plugin was not built).
     """
-    path = library_in([_HERE])
+    path = library_in([_HERE], LIBRARY_ENV_VAR)
     if path is None:
         raise ImportError(
             f"gilfree-rpc: no op library (_C*.so) in {_HERE}; build it with "

@@ -6,10 +6,10 @@ else in the package: the other modules call these functions. Each function calls
 directly and does nothing more, so it behaves exactly as the op does (same errors, no extra
 checks); the friendlier entry points are :mod:`plugin.autograd` and :mod:`plugin.optim`.
 
-The functions are TorchScript-compatible: a scripted function that calls one compiles it
-too, and the compiled graph calls the op itself (``dist_engine::<name>``), without Python
-and without the GIL. The names ``torch.ops.dist_engine.*`` keep working; calling them or
-these functions is the same.
+The functions are TorchScript-compatible (TorchScript is optional: nothing here needs it):
+a scripted function that calls one compiles it too, and the compiled graph calls the op
+itself (``dist_engine::<name>``), without Python and without the GIL. The names
+``torch.ops.dist_engine.*`` keep working; calling them or these functions is the same.
 
 The library also declares the fused CPU optimizer ops, ``torch.ops.gilfree_optim.<name>_``
 (schemas in the same file, kernels in ``plugin/csrc/cpu/fused_*.cpp``); their Python face is
@@ -18,7 +18,9 @@ this package.
 
 Functions whose names start with an underscore wrap the engine's RPC handlers and
 bookkeeping ops, and the distributed optimizer's; they are for the package's own modules
-(``plugin/_handlers.py``, :mod:`plugin.autograd`, :mod:`plugin.optim`).
+(:mod:`plugin.autograd`, :mod:`plugin.optim`). The handlers are what other workers call by
+RPC: each has a native RPC function (``gilfree_rpc.<op>``, ``plugin/csrc/rpc_functions.h``)
+that the library defines when it loads, called with :func:`plugin._rpc_functions.call`.
 """
 import contextlib
 from typing import Any, Dict, List, Optional
@@ -132,15 +134,16 @@ def _holding(lock: torch.ScriptObject):
 # --- the distributed optimizer's bookkeeping (plugin.optim) -------------------------------
 
 
-def _checked_versions(context_id: int, workers: List[int]) -> List[int]:
+def _checked_versions(context_id: int, workers: List[int], accept_sparse: bool) -> List[int]:
     """The op ``dist_engine::_checked_versions``, on the worker that called backward: if the
     latest backward pass of the plugin's engine in context ``context_id``, started here, ended
     everywhere, none is running now, and it reached every worker of ``workers`` (RPC worker
-    ids) and found on each that every gradient a step reads there fits its parameter (dense,
-    the parameter's shape, dtype and device), each worker's version of the context's
-    gradients then, in the order of ``workers``; else ``[]``. A step over those owners then
-    needs no validation round (``plugin/csrc/gradient_check.h``)."""
-    return torch.ops.dist_engine._checked_versions(context_id, workers)
+    ids) and found on each that every gradient a step reads there fits its parameter (dense or
+    sparse COO, the parameter's shape, dtype and device; none sparse unless ``accept_sparse``),
+    each worker's version of the context's gradients then, in the order of ``workers``; else
+    ``[]``. A step over those owners then needs no validation round
+    (``plugin/csrc/gradient_check.h``)."""
+    return torch.ops.dist_engine._checked_versions(context_id, workers, accept_sparse)
 
 
 def _checked_gradients_for(context_id: int, params: List[Tensor], version: int) -> List[Optional[Tensor]]:
@@ -168,18 +171,12 @@ def _drop_step(token: int) -> bool:
     return torch.ops.dist_engine._drop_step(token)
 
 
-def _error_of(future: torch.futures.Future[Any]) -> torch.futures.Future[Optional[str]]:
-    """The op ``dist_engine::_error_of``: a future that completes when ``future`` does, with
-    its error message, or ``None`` when it succeeded (TorchScript has no ``try``)."""
-    return torch.ops.dist_engine._error_of(future)
-
-
-def _call_script(worker: str, function: str, args: Any, timeout_s: float) -> torch.futures.Future[Any]:
-    """The op ``dist_engine::_call_script``: calls the TorchScript function ``function`` (a
-    qualified name) on ``worker`` with the elements of the tuple ``args``, by the RPC agent's
-    own send (TorchScript's ``rpc_async`` takes the sending process's GIL); ``timeout_s`` <= 0:
-    the agent's timeout. The future completes with the reply's value or the peer's error."""
-    return torch.ops.dist_engine._call_script(worker, function, args, timeout_s)
+def _failure_kind(future: torch.futures.Future[Any]) -> str:
+    """The op ``dist_engine::_failure_kind``: why an RPC's future failed, read from the future
+    (not its message): ``""`` (it succeeded), ``"timeout"`` (no answer within the RPC timeout),
+    ``"unreachable"`` (the connection to the peer was refused, closed or broke), ``"error"``
+    (the peer raised), or ``"pending"`` (not completed yet)."""
+    return torch.ops.dist_engine._failure_kind(future)
 
 
 def _wall_clock_ms() -> int:
@@ -187,36 +184,26 @@ def _wall_clock_ms() -> int:
     return torch.ops.dist_engine._wall_clock_ms()
 
 
-def _exchange_verdicts(key: int, peers: List[str], handler: str, verdict: Optional[str],
-                       timeout_s: float) -> torch.futures.Future[Optional[str]]:
-    """The op ``dist_engine::_exchange_verdicts``: gives this owner's verdict of step ``key``
-    (``None``: accepted) to the owners ``peers`` by calls of the TorchScript function
-    ``handler`` (RPC timeout ``timeout_s``; <= 0: the agent's). The future completes with
-    ``None`` once every peer accepted, else with the first rejection or failure (naming the
-    peer). See ``plugin/csrc/step_exchange.h``."""
-    return torch.ops.dist_engine._exchange_verdicts(key, peers, handler, verdict, timeout_s)
-
-
-def _receive_verdict(key: int, sender: str, verdict: Optional[str]) -> torch.futures.Future[Optional[str]]:
-    """The op ``dist_engine::_receive_verdict`` (RPC handler, async execution): owner
-    ``sender``'s verdict of step ``key``; the future completes with this owner's verdict once
-    it has one."""
-    return torch.ops.dist_engine._receive_verdict(key, sender, verdict)
-
-
-def _reject_on_exit(key: int, peers: List[str], handler: str,
-                    timeout_s: float) -> torch.classes.dist_engine.RejectOnExit:
-    """A new ``torch.classes.dist_engine.RejectOnExit``: for a ``with`` around an owner's
-    validation of step ``key``; unless its ``accept()`` was called, ``__exit__`` (also when
-    the body raises) gives the peers this owner's rejection (as :func:`_exchange_verdicts`)."""
-    return torch.classes.dist_engine.RejectOnExit(key, peers, handler, timeout_s)
-
-
 def _optimizer_debug_info() -> Dict[str, int]:
     """The op ``dist_engine::_optimizer_debug_info``: ``num_param_locks`` (live per-parameter
-    locks in this process), ``num_prepared_steps`` (steps parked between their phases) and
-    ``num_step_exchanges`` (steps whose owners' verdicts are being exchanged)."""
+    locks in this process) and ``num_prepared_steps`` (steps parked between their phases)."""
     return torch.ops.dist_engine._optimizer_debug_info()
+
+
+def _gradient_norms(context_id: int, params: List[Any], norm_type: float):
+    """The op ``dist_engine::_gradient_norms`` (RPC handler, on the owner of ``params``, RRefs
+    to Tensors): the norm of each gradient of ``params`` in the context (a 1-D tensor of
+    0-dim norms in the gradients' dtype, on the CPU; ``torch._foreach_norm`` per device and
+    dtype, as torch's ``clip_grad_norm_``) and the positions in ``params`` of the parameters
+    that have one. Raises ``RuntimeError`` for an RRef this worker does not own."""
+    return torch.ops.dist_engine._gradient_norms(context_id, params, norm_type)
+
+
+def _scale_gradients(context_id: int, params: List[Any], coefficient: Tensor) -> None:
+    """The op ``dist_engine::_scale_gradients`` (RPC handler, on the owner of ``params``):
+    multiplies every gradient of ``params`` in the context by ``coefficient`` (a 0-dim
+    tensor), in place."""
+    torch.ops.dist_engine._scale_gradients(context_id, params, coefficient)
 
 
 def _swap_current_context(context_id: int) -> int:
@@ -258,12 +245,6 @@ def _abort_pass(context_id: int, pass_id: int) -> str:
     returns what this worker's part of it was still waiting for ("" if it was not running
     here). With ids -1 it is the failed-worker watch's ping (docs/failures.md)."""
     return torch.ops.dist_engine._abort_pass(context_id, pass_id)
-
-
-def _register_handlers(receive_gradients: str, reachability: str, abort_pass: str) -> None:
-    """The op ``dist_engine::_register_handlers``: the qualified names of the TorchScript
-    functions that wrap the three handlers above, by which the engine calls them on peers."""
-    torch.ops.dist_engine._register_handlers(receive_gradients, reachability, abort_pass)
 
 
 def _release_context(context_id: int) -> None:

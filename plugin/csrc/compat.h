@@ -39,8 +39,15 @@
 //   scriptCallMessage,        rpc::ScriptCall's wire form and the agent's reply future
 //   replyValue                  (a Message custom class, decoded by deserializeRespToIValue)
 //   isRpcTimeout              rpc::getRPCErrorType (parses the error message)
+//   ownedTensor               an RRef argument of an op is an rpc::OwnerRRef on its owner
+//                             (what TorchScript's RRef.local_value() reads)
 //   swapCurrentContext        that every RPC sent while a context is current carries
 //                             autograd metadata, and makes the receiver create it
+//   addOpFunction             the process-wide TorchScript compilation unit in which torch's
+//                             RPC agent looks up the function a SCRIPT_CALL names
+//                             (torch::jit::get_python_cu, a Python-binding helper), and the
+//                             JIT IR (Graph::insert, CompilationUnit::create_function) that
+//                             builds a function of one op call without compiling TorchScript
 //
 // The Python side relies on a few torch internals too; each sits in one named function
 // (checked on torch 2.11 and 2.13):
@@ -55,6 +62,7 @@
 #pragma once
 
 #include <ATen/CachedTensorUtils.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/LegacyBatchedTensorImpl.h>
 #include <c10/core/AutogradState.h>
 #include <c10/util/Type.h>
@@ -68,8 +76,12 @@
 #include <torch/csrc/distributed/autograd/context/container.h>
 #include <torch/csrc/distributed/autograd/context/context.h>
 #include <torch/csrc/distributed/rpc/message.h>
+#include <torch/csrc/distributed/rpc/rref_impl.h>
 #include <torch/csrc/distributed/rpc/script_call.h>
 #include <torch/csrc/distributed/rpc/utils.h>
+#include <torch/csrc/jit/api/compilation_unit.h>
+#include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/version.h>
 
 #include "python_errors.h"
@@ -352,6 +364,19 @@ inline bool isRpcTimeout(const c10::ivalue::Future& done) {
   return torch::distributed::rpc::getRPCErrorType(done) == torch::distributed::rpc::RPCErrorType::TIMEOUT;
 }
 
+// The tensor that `rref` holds, on the worker that owns it. An RRef that arrives in the
+// arguments of an RPC is resolved by torch's RRef context to the callee's own
+// rpc::OwnerRRef when the callee owns it, whose value is what TorchScript's
+// RRef.local_value() (aten::local_value, a JIT-only operator) returns. Raises, naming
+// `what`, for an RRef owned elsewhere or one that holds no Tensor. Checked on torch 2.11,
+// 2.13 and 2.14.1.
+inline at::Tensor ownedTensor(const c10::intrusive_ptr<c10::RRefInterface>& rref, const std::string& what) {
+  TORCH_CHECK(rref->isOwner(), what, " is an RRef owned by worker ", rref->owner(), ", not by this worker");
+  const auto& value = c10::static_intrusive_pointer_cast<torch::distributed::rpc::OwnerRRef>(rref)->getValue();
+  TORCH_CHECK(value.isTensor(), what, " refers to a ", value.tagKind(), ", not a Tensor");
+  return value.toTensor();
+}
+
 // Whether a failed RPC future failed because the agent could not reach the peer at
 // all (connection refused, closed or broken), not because it timed out, the peer's
 // handler raised, or the faulty test agent injected a failure. The RPC layer has no
@@ -361,6 +386,45 @@ inline bool isRpcTimeout(const c10::ivalue::Future& done) {
 inline bool isPeerUnreachable(const c10::ivalue::Future& done) {
   return done.hasError() && !isRpcTimeout(done) &&
       done.tryRetrieveErrorMessage().find("originated at tensorpipe") != std::string::npos;
+}
+
+// --- functions that RPC calls by name ----------------------------------------------
+
+// Adds to torch's process-wide TorchScript compilation unit a function named `name` whose
+// graph is one call of the registered op `op` (a dispatcher schema of this library): one
+// input per argument of the op, typed as its schema says, and the op's result as the
+// output (a tuple for several results, None for none). Nothing is parsed or compiled from
+// source: the graph is built node by node and Graph::insert matches the op's schema, so this
+// needs no TorchScript frontend (torch.jit's Python entry points may raise). Does nothing
+// when the unit already holds `name`.
+// Internals relied on: torch's RPC agent answers a SCRIPT_CALL by looking its function up in
+// this unit (PythonRpcHandler::jitCompilationUnit(), set from torch::jit::get_python_cu(),
+// an inline helper of the Python bindings that reads torch.jit._state._python_cu) and runs it
+// with the JIT interpreter on the RPC thread, without the GIL; the JIT IR (Graph, Value,
+// Graph::insert) and CompilationUnit::create_function are exported but not an extension API.
+// Takes the GIL to read the unit. Checked on torch 2.11, 2.13 and 2.14.1.
+inline void addOpFunction(const c10::QualifiedName& name, const c10::OperatorName& op) {
+  std::shared_ptr<torch::jit::CompilationUnit> unit;
+  {
+    pybind11::gil_scoped_acquire gil;
+    unit = torch::jit::get_python_cu();
+  }
+  if (unit->find_function(name) != nullptr) {
+    return;
+  }
+  const auto& schema = c10::Dispatcher::singleton().findSchemaOrThrow(op.name.c_str(), op.overload_name.c_str()).schema();
+  auto graph = std::make_shared<torch::jit::Graph>();
+  std::vector<torch::jit::NamedValue> positional, keywords;
+  for (const auto& argument : schema.arguments()) {
+    auto* input = graph->addInput(argument.name())->setType(argument.type());
+    if (argument.kwarg_only()) {
+      keywords.emplace_back(argument.name(), input);
+    } else {
+      positional.emplace_back(input);
+    }
+  }
+  graph->registerOutput(graph->insert(c10::Symbol::fromQualString(op.name), positional, keywords));
+  unit->create_function(name, std::move(graph));
 }
 
 // --- ids ----------------------------------------------------------------------------

@@ -51,10 +51,10 @@ struct ContextEntry {
   // pass checked (gradient_check.h).
   int64_t version = 0;
   // On the worker that called backward: for each worker that the latest pass started
-  // here reached, whether its gradients fit their leaves when its part ended, and its
-  // entry's version then (gradient_check.h). Emptied when a pass starts; filled when it
-  // ends everywhere.
-  std::unordered_map<int64_t, std::pair<bool, int64_t>> gradientsFit;
+  // here reached, its finding on its gradients when its part ended (kGradientsFit,
+  // kSomeSparse), and its entry's version then (gradient_check.h). Emptied when a pass
+  // starts; filled when it ends everywhere.
+  std::unordered_map<int64_t, std::pair<int64_t, int64_t>> gradientsFit;
 
   // Moves the staged gradients of every pass but `current` into `grads`. Called when
   // a pass starts: the worker that calls backward starts a pass only after its

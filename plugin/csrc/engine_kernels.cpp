@@ -57,10 +57,6 @@ std::string abortPassKernel(int64_t contextId, int64_t passId) {
   return Engine::get().abortPass(contextId, passId);
 }
 
-void registerHandlersKernel(std::string receiveGradients, std::string reachability, std::string abortPass) {
-  registerHandlers(receiveGradients, reachability, abortPass);
-}
-
 void releaseContextKernel(int64_t contextId) {
   ContextRegistry::get().release(contextId);
 }
@@ -83,7 +79,6 @@ TORCH_LIBRARY_IMPL(dist_engine, CompositeImplicitAutograd, m) {
   m.impl("_receive_gradients", torch::CppFunction::makeFromBoxedFunction<&receiveGradientsKernel>());
   m.impl("_reachability", TORCH_FN(reachabilityKernel));
   m.impl("_abort_pass", TORCH_FN(abortPassKernel));
-  m.impl("_register_handlers", TORCH_FN(registerHandlersKernel));
   m.impl("_release_context", TORCH_FN(releaseContextKernel));
   m.impl("_debug_info", TORCH_FN(debugInfoKernel));
 }

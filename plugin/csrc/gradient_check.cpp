@@ -2,29 +2,58 @@
 
 #include "worker_error.h"
 
+#include <torch/csrc/distributed/autograd/context/container.h>
+
 #include <mutex>
 
 namespace dist_engine {
 namespace {
 
-// The check functional_optim/_validation.py's check_gradients accepts without a second
-// look, and no more: a gradient it would take only after a closer look (a sparse one)
-// does not fit here.
-bool fits(const at::Tensor& leaf, const at::Tensor& grad) {
-  return grad.defined() && grad.layout() == c10::kStrided && !grad.is_nested() && grad.sizes().equals(leaf.sizes()) &&
-      grad.dtype() == leaf.dtype() && grad.device() == leaf.device();
+// What functional_optim/_validation.py's check_gradients accepts, and no more: a strided
+// (dense) gradient, or a sparse COO one, with the leaf's sizes, dtype and device. Whether
+// a sparse gradient is taken depends on the optimizer: the report says there is one.
+struct Fit {
+  bool fits = true;
+  bool sparse = false;
+};
+
+void addFit(Fit& fit, const at::Tensor& leaf, const at::Tensor& grad) {
+  const bool dense = grad.defined() && grad.layout() == c10::kStrided && !grad.is_nested();
+  const bool sparse = grad.defined() && grad.layout() == c10::kSparse;
+  fit.fits = fit.fits && (dense || sparse) && grad.sizes().equals(leaf.sizes()) && grad.dtype() == leaf.dtype() &&
+      grad.device() == leaf.device();
+  fit.sparse = fit.sparse || sparse;
 }
 
-bool allFit(const GradientDict& grads) {
+void addFits(Fit& fit, const GradientDict& grads) {
   for (const auto& item : grads) {
-    if (!fits(item.key(), item.value())) {
-      return false;
-    }
+    addFit(fit, item.key(), item.value());
   }
-  return true;
 }
 
 }  // namespace
+
+std::vector<std::optional<at::Tensor>> gradientsOf(const GradientDict& grads, const std::vector<at::Tensor>& params) {
+  std::vector<std::optional<at::Tensor>> result(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto it = grads.find(params[i]);
+    if (it != grads.end()) {
+      result[i] = it->value();
+    }
+  }
+  return result;
+}
+
+std::vector<std::optional<at::Tensor>> gradientsFor(int64_t contextId, const std::vector<at::Tensor>& params) {
+  auto& container = torch::distributed::autograd::DistAutogradContainer::getInstance();
+  torch::distributed::autograd::ContextPtr ctx;
+  try {
+    ctx = container.retrieveContext(contextId);
+  } catch (const c10::Error&) {
+    return std::vector<std::optional<at::Tensor>>(params.size());  // unknown here: every parameter is skipped
+  }
+  return gradientsOf(gradientsForStep(ctx, ContextRegistry::get().find(contextId)), params);
+}
 
 GradientDict gradientsForStep(const ContextPtr& ctx, const EntryPtr& entry) {
   GradientDict grads;
@@ -52,25 +81,26 @@ GradientDict checkedGradientsForStep(int64_t contextId, int64_t version) {
           "was applied on this worker"));
 }
 
-bool gradientsFitLocked(const ContextEntry& entry) {
+int64_t gradientsFitLocked(const ContextEntry& entry) {
   // The dicts gradientsForStep sums, without summing them: a sum of gradients that each
-  // fit their leaf fits it too. Without any, a step would read torch's gradients, which
-  // may still change: not vouched for.
+  // fit their leaf fits it too (a sparse and a dense one sum to a dense one, which fits).
+  // Without any, a step would read torch's gradients, which may still change: not
+  // vouched for.
   bool engineHasSome = !entry.grads.empty();
-  if (!allFit(entry.grads)) {
-    return false;
-  }
+  Fit fit;
+  addFits(fit, entry.grads);
   for (const auto& [passId, passGrads] : entry.staged) {
     engineHasSome = engineHasSome || !passGrads.empty();
-    if (!allFit(passGrads)) {
-      return false;
-    }
+    addFits(fit, passGrads);
   }
-  return engineHasSome;
+  if (!engineHasSome || !fit.fits) {
+    return 0;
+  }
+  return kGradientsFit | (fit.sparse ? kSomeSparse : 0);
 }
 
 std::vector<int64_t> fitReport(int64_t workerId, const ContextEntry& entry, const std::vector<int64_t>& received) {
-  std::vector<int64_t> report{workerId, gradientsFitLocked(entry) ? 1 : 0, entry.version};
+  std::vector<int64_t> report{workerId, gradientsFitLocked(entry), entry.version};
   report.insert(report.end(), received.begin(), received.end());
   return report;
 }
@@ -78,14 +108,17 @@ std::vector<int64_t> fitReport(int64_t workerId, const ContextEntry& entry, cons
 void recordFitReportsLocked(ContextEntry& entry, const std::vector<int64_t>& reports) {
   entry.gradientsFit.clear();
   for (size_t i = 0; i + 2 < reports.size(); i += 3) {
-    auto [it, inserted] = entry.gradientsFit.try_emplace(reports[i], reports[i + 1] != 0, reports[i + 2]);
+    auto [it, inserted] = entry.gradientsFit.try_emplace(reports[i], reports[i + 1], reports[i + 2]);
     if (!inserted) {
-      it->second.first = false;  // a worker reported twice: not vouched for
+      it->second.first = 0;  // a worker reported twice: not vouched for
     }
   }
 }
 
-std::vector<int64_t> gradientsCheckedInBackward(int64_t contextId, const std::vector<int64_t>& workers) {
+std::vector<int64_t> gradientsCheckedInBackward(
+    int64_t contextId,
+    const std::vector<int64_t>& workers,
+    bool acceptSparse) {
   EntryPtr entry = ContextRegistry::get().find(contextId);
   if (!entry) {
     return {};
@@ -97,7 +130,11 @@ std::vector<int64_t> gradientsCheckedInBackward(int64_t contextId, const std::ve
   std::vector<int64_t> versions;
   for (int64_t worker : workers) {
     auto it = entry->gradientsFit.find(worker);
-    if (it == entry->gradientsFit.end() || !it->second.first) {
+    if (it == entry->gradientsFit.end()) {
+      return {};
+    }
+    const int64_t finding = it->second.first;
+    if ((finding & kGradientsFit) == 0 || ((finding & kSomeSparse) != 0 && !acceptSparse)) {
       return {};
     }
     versions.push_back(it->second.second);

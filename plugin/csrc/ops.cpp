@@ -1,16 +1,17 @@
 // Every op schema of the library, declared in one place.
 //
 // Kernels are registered next to the code they run (engine_kernels.cpp,
-// optimizer_kernels.cpp); the one custom class is declared here too.
-// Ops whose names start with an underscore are the engine's RPC handlers and
-// bookkeeping; they are public only because TorchScript functions must reach them.
+// optimizer_kernels.cpp); the custom classes are declared here too.
+// Ops whose names start with an underscore are the RPC handlers and bookkeeping of
+// the engine and the distributed optimizer; the handlers are what other workers call
+// by RPC (rpc_functions.h), the rest serve the package's Python modules.
 //
 // All of them act on or read state outside their arguments (the engine, torch's
 // distributed autograd contexts), so they are declared with CONSERVATIVE alias
 // analysis: TorchScript must neither drop a call whose result is unused nor merge
 // or reorder two calls.
+#include "rpc_functions.h"
 #include "step_lock.h"
-#include "step_exchange.h"
 
 #include <torch/library.h>
 
@@ -46,11 +47,6 @@ TORCH_LIBRARY(dist_engine, m) {
   // RPC handler: drop every trace of a failed pass on this worker. Returns what this
   // worker's part of the pass was still waiting for ("" if it was not running here).
   def(m, "_abort_pass(int context_id, int pass_id) -> str");
-  // Tells the engine the qualified names of the TorchScript functions that wrap the
-  // three handlers above (plugin/_handlers.py), so it can address them on peers.
-  def(
-      m,
-      "_register_handlers(str receive_gradients, str reachability, str abort_pass) -> ()");
   // Forgets this worker's engine state for a context (gradients, finished passes).
   def(m, "_release_context(int context_id) -> ()");
   // Counters for tests and monitoring: live contexts, running passes, ...
@@ -62,9 +58,10 @@ TORCH_LIBRARY(dist_engine, m) {
   def(m, "gradients_for(int context_id, Tensor[] params) -> Tensor?[]");
   // On the worker that called backward: if the context's latest pass of the plugin's
   // engine reached every worker of `workers` and found, on each, that every gradient fits
-  // its parameter (gradient_check.h), each one's version of the context's gradients, in
-  // order; else an empty list. Then a step over those owners needs no validation round.
-  def(m, "_checked_versions(int context_id, int[] workers) -> int[]");
+  // its parameter (gradient_check.h; none sparse unless `accept_sparse`), each one's
+  // version of the context's gradients, in order; else an empty list. Then a step over
+  // those owners needs no validation round.
+  def(m, "_checked_versions(int context_id, int[] workers, bool accept_sparse) -> int[]");
   // On an owner: gradients_for, from the engine's gradients of the context if they are
   // still at `version` (those the backward pass checked); raises otherwise.
   def(m, "_checked_gradients_for(int context_id, Tensor[] params, int version) -> Tensor?[]");
@@ -74,28 +71,23 @@ TORCH_LIBRARY(dist_engine, m) {
   def(m, "_park_step(Tensor?[] gradients, int lease_ms) -> int");
   def(m, "_take_step(int token) -> Tensor?[]");
   def(m, "_drop_step(int token) -> bool");
-  // A future that completes, when `future` does, with its error message, or None when it
-  // succeeded: TorchScript has no try/except, and an owner that asked the next owner to
-  // step must drop its own prepared step when that failed.
-  def(m, "_error_of(Future(Any) future) -> Future(str?)");
-  // Milliseconds since the Unix epoch (the system clock): the deadline of the last
-  // owner's part of a step over two owners is a time on the clock every host keeps.
+  // Milliseconds since the Unix epoch (the system clock): the deadline of an owner's
+  // part of a step is a time on the clock every host keeps.
   def(m, "_wall_clock_ms() -> int");
-  // Calls the TorchScript function `function` (a qualified name) on `worker` with the
-  // elements of the tuple `args`, by the agent's own send: the first owner of a chained
-  // step asks the next one. TorchScript's rpc_async takes the GIL of the sending process.
-  def(m, "_call_script(str worker, str function, Any args, float timeout_s) -> Future(Any)");
-  // A step over several owners (step_exchange.h): give this owner's verdict of step `key`
-  // (None: accepted) to the `peers` by calls of the TorchScript function `handler`; the
-  // future completes with None once every peer accepted, else with the first peer's
-  // rejection or failure (naming it).
-  def(m, "_exchange_verdicts(int key, str[] peers, str handler, str? verdict, float timeout_s) -> Future(str?)");
-  // RPC handler (async execution): peer `sender`'s verdict of step `key`; answered with
-  // this owner's verdict once it has one.
-  def(m, "_receive_verdict(int key, str sender, str? verdict) -> Future(str?)");
+  // The kind of an RPC's failure, from its future: "" (it succeeded), "timeout" (no
+  // answer within the RPC timeout), "unreachable" (the agent could not reach the peer:
+  // connection refused, closed or broken), "error" (the peer answered with an error), or
+  // "pending" (not completed yet).
+  // Callers tell failures apart by it, not by their messages.
+  def(m, "_failure_kind(Future(Any) future) -> str");
+  // Gradient clipping's part on an owner (RPC handlers; gradient_clipping.cpp): the norm
+  // of the gradient of each parameter of `params` (RRefs owned here) that has one in the
+  // context (0-dim, its dtype, on the CPU; torch._foreach_norm per device and dtype),
+  // stacked, and their positions in `params`; and multiplying those gradients in place.
+  def(m, "_gradient_norms(int context_id, RRef(Tensor)[] params, float norm_type) -> (Tensor, int[])");
+  def(m, "_scale_gradients(int context_id, RRef(Tensor)[] params, Tensor coefficient) -> ()");
   // Counters of the optimizer's state in this process: num_param_locks (live
-  // per-parameter locks), num_prepared_steps (steps parked between their phases),
-  // num_step_exchanges (steps whose owners' verdicts are being exchanged).
+  // per-parameter locks), num_prepared_steps (steps parked between their phases).
   def(m, "_optimizer_debug_info() -> Dict(str, int)");
   // Sets this thread's current distributed autograd context (-1: none); returns the
   // previous one. The optimizer sends its RPCs outside any context.
@@ -108,67 +100,10 @@ TORCH_LIBRARY(dist_engine, m) {
       .def("size", &dist_engine::StepLock::size)
       .def("__enter__", &dist_engine::StepLock::enter)
       .def("__exit__", &dist_engine::StepLock::exit);
-  // torch.classes.dist_engine.RejectOnExit(key, peers, handler, timeout_s): around an
-  // owner's validation of step `key` in a `with` statement; unless accept() was called,
-  // __exit__ (also when the body raises) gives the peers this owner's rejection.
-  m.class_<dist_engine::RejectOnExit>("RejectOnExit")
-      .def(torch::init<int64_t, std::vector<std::string>, std::string, double>())
-      .def("accept", &dist_engine::RejectOnExit::accept)
-      .def("__enter__", &dist_engine::RejectOnExit::enter)
-      .def("__exit__", &dist_engine::RejectOnExit::exit);
 }
 
-// ---------------------------------------------------------------------------------------
-// Fused CPU optimizer steps (kernels: fused_optim.h and one file per optimizer,
-// fused_<name>.cpp; each also has a meta kernel that only checks its arguments).
-//
-// A separate namespace from dist_engine: functional_optim calls these ops, and it loads
-// this library itself (functional_optim/_kernels.py) without importing the plugin
-// package. Each op performs one whole step of `params` in place: it checks every list
-// before mutating anything, increments the step counters (`state_steps`, float32/float64
-// CPU scalars, one per parameter) and updates parameters and state with torch.optim's
-// single-tensor math. Tensors of one parameter share its dtype (float32, float64,
-// bfloat16, float16: the last two with float32 math), device and shape; optional state
-// lists are empty when their option is off. Schemas mark what each op mutates, so the
-// default alias analysis (from the schema) applies.
-TORCH_LIBRARY(gilfree_optim, m) {
-  m.def(
-      "sgd_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] momentum_buffers, *, float lr, "
-      "float weight_decay, float momentum, float dampening, bool nesterov, bool maximize, "
-      "bool is_first_step) -> ()");
-  m.def(
-      "adam_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
-      "Tensor(d!)[] max_exp_avg_sqs, Tensor(e!)[] state_steps, *, float lr, float beta1, float beta2, "
-      "float weight_decay, float eps, bool amsgrad, bool maximize) -> ()");
-  m.def(
-      "adamw_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
-      "Tensor(d!)[] max_exp_avg_sqs, Tensor(e!)[] state_steps, *, float lr, float beta1, float beta2, "
-      "float weight_decay, float eps, bool amsgrad, bool maximize) -> ()");
-  m.def(
-      "adagrad_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] state_sums, Tensor(c!)[] state_steps, "
-      "*, float lr, float lr_decay, float weight_decay, float eps, bool maximize) -> ()");
-  m.def(
-      "rmsprop_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] square_avgs, Tensor(c!)[] grad_avgs, "
-      "Tensor(d!)[] momentum_buffers, Tensor(e!)[] state_steps, *, float lr, float alpha, float eps, "
-      "float weight_decay, float momentum, bool centered, bool maximize) -> ()");
-  m.def(
-      "adamax_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_infs, "
-      "Tensor(d!)[] state_steps, *, float lr, float beta1, float beta2, float eps, float weight_decay, "
-      "bool maximize) -> ()");
-  m.def(
-      "adadelta_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] square_avgs, Tensor(c!)[] acc_deltas, "
-      "Tensor(d!)[] state_steps, *, float lr, float rho, float eps, float weight_decay, bool maximize) -> ()");
-  m.def(
-      "rprop_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] prevs, Tensor(c!)[] step_sizes, "
-      "Tensor(d!)[] state_steps, *, float step_size_min, float step_size_max, float etaminus, "
-      "float etaplus, bool maximize) -> ()");
-  m.def(
-      "nadam_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
-      "Tensor(d!)[] mu_products, Tensor(e!)[] state_steps, *, float lr, float beta1, float beta2, "
-      "float weight_decay, float momentum_decay, float eps, bool decoupled_weight_decay, "
-      "bool maximize) -> ()");
-  m.def(
-      "radam_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
-      "Tensor(d!)[] state_steps, *, float lr, float beta1, float beta2, float weight_decay, float eps, "
-      "bool decoupled_weight_decay, bool maximize) -> ()");
-}
+// The RPC functions call the ops declared above: define them once those exist (static
+// objects of one file are constructed in order; this runs when the library loads).
+namespace {
+const bool rpcFunctionsDefined = (dist_engine::defineRpcFunctions(), true);
+}  // namespace

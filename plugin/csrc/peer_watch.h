@@ -6,7 +6,7 @@
 // release them. A watch thread notices such a death and releases them.
 //
 // Detection: while torch holds any distributed autograd context here, the thread
-// pings every other worker every half RPC timeout (an RPC answered from TorchScript,
+// pings every other worker every half RPC timeout (an RPC answered natively,
 // without the GIL; at most one in flight per worker). A worker is failed when the
 // agent reports that it could not reach it at all (a transport error: connection
 // refused or closed). A ping that times out says nothing: a busy or stopped worker
@@ -24,7 +24,7 @@
 namespace dist_engine {
 
 // Starts the watch thread, once per process; cheap after the first call. The thread
-// waits for an RPC agent (registerHandlers starts it when `plugin` is imported).
+// waits for an RPC agent (defineRpcFunctions starts it when the library loads).
 void startPeerWatch();
 
 // Number of workers this worker has found failed.

@@ -1,9 +1,8 @@
 #include "python_errors.h"
 
-// The library is built two ways: as a Python extension by setup.py (Python's headers
-// on the include path: the functions below read Python exceptions) and as a plain
-// libtorch library by CMake (no Python headers: they do nothing, and a hook's error
-// reads "an exception of type python_error without a message").
+// Both builds (setup.py, CMake) compile with Python's headers: the functions below read
+// Python exceptions. Without them (a build for a process with no Python) they do nothing,
+// and a hook's error reads "an exception of type python_error without a message".
 #if __has_include(<Python.h>)
 
 // python_error (global namespace) is declared in torch's Python bindings header (an internal

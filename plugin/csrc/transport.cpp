@@ -1,13 +1,10 @@
 #include "transport.h"
 
 #include "compat.h"
-#include "peer_watch.h"
+#include "rpc_functions.h"
 
 #include <torch/csrc/distributed/autograd/context/container.h>
 #include <torch/csrc/distributed/rpc/rpc_agent.h>
-
-#include <mutex>
-#include <optional>
 
 namespace dist_engine {
 
@@ -16,25 +13,6 @@ using c10::ivalue::Future;
 
 namespace {
 
-struct Handlers {
-  std::optional<c10::QualifiedName> receiveGradients;
-  std::optional<c10::QualifiedName> reachability;
-  std::optional<c10::QualifiedName> abortPass;
-};
-
-std::mutex handlersMutex;
-Handlers handlers;
-
-c10::QualifiedName handlerName(std::optional<c10::QualifiedName> Handlers::*which) {
-  std::lock_guard<std::mutex> lock(handlersMutex);
-  const auto& name = handlers.*which;
-  TORCH_CHECK(
-      name.has_value(),
-      "dist_engine: the RPC handlers are not registered; `import plugin` on every worker "
-      "before running a distributed backward pass");
-  return *name;
-}
-
 std::shared_ptr<rpc::RpcAgent> agent() {
   TORCH_CHECK(
       rpc::RpcAgent::isCurrentRpcAgentSet(),
@@ -42,26 +20,17 @@ std::shared_ptr<rpc::RpcAgent> agent() {
   return rpc::RpcAgent::getCurrentRpcAgent();
 }
 
-// A call of a handler that answers when it returns (not an async_execution one).
-c10::intrusive_ptr<Future> callSyncHandler(
-    int64_t workerId,
-    std::optional<c10::QualifiedName> Handlers::*handler,
-    std::vector<c10::IValue>&& args,
-    const c10::TypePtr& returnType,
-    float timeoutSeconds) {
-  return callScript(
-      workerId, handlerName(handler), std::move(args), /*asyncExecution=*/false, returnType, timeoutSeconds);
-}
-
 }  // namespace
 
-c10::intrusive_ptr<Future> callScript(
+c10::intrusive_ptr<Future> callFunction(
     int64_t workerId,
-    const c10::QualifiedName& name,
+    const std::string& op,
     std::vector<c10::IValue>&& args,
-    bool asyncExecution,
     const c10::TypePtr& returnType,
     float timeoutSeconds) {
+  TORCH_CHECK(isRpcFunctionOp(op), "dist_engine: the op ", op, " has no RPC function (rpc_functions.cpp)");
+  const auto name = rpcFunctionName(op);
+  const bool asyncExecution = isAsyncRpcFunctionOp(op);
   auto rpcAgent = agent();
   const auto& dst = rpcAgent->getWorkerInfo(static_cast<rpc::worker_id_t>(workerId));
   // The agent's own send, not rpcTorchscript: rpcTorchscript attaches send/recv
@@ -82,20 +51,6 @@ c10::intrusive_ptr<Future> callScript(
     }
   });
   return result;
-}
-
-void registerHandlers(
-    const std::string& receiveGradients,
-    const std::string& reachability,
-    const std::string& abortPass) {
-  {
-    std::lock_guard<std::mutex> lock(handlersMutex);
-    handlers.receiveGradients = c10::QualifiedName(receiveGradients);
-    handlers.reachability = c10::QualifiedName(reachability);
-    handlers.abortPass = c10::QualifiedName(abortPass);
-  }
-  // From now on this worker can answer pings: watch the others (peer_watch.h).
-  startPeerWatch();
 }
 
 int64_t selfWorkerId() {
@@ -123,17 +78,15 @@ c10::intrusive_ptr<Future> sendGradients(
   }
   std::vector<c10::IValue> args{
       contextId, passId, messageId, c10::List<at::Tensor>(grads), retainGraph, smart, c10::List<int64_t>(reached)};
-  return callScript(
-      dst, handlerName(&Handlers::receiveGradients), std::move(args), /*asyncExecution=*/true,
-      c10::ListType::ofInts());
+  return callFunction(dst, "_receive_gradients", std::move(args), c10::ListType::ofInts());
 }
 
 c10::intrusive_ptr<Future> requestReachability(int64_t workerId, int64_t contextId, float timeoutSeconds) {
-  return callSyncHandler(workerId, &Handlers::reachability, {contextId}, c10::ListType::ofInts(), timeoutSeconds);
+  return callFunction(workerId, "_reachability", {contextId}, c10::ListType::ofInts(), timeoutSeconds);
 }
 
 c10::intrusive_ptr<Future> requestAbort(int64_t workerId, int64_t contextId, int64_t passId, float timeoutSeconds) {
-  return callSyncHandler(workerId, &Handlers::abortPass, {contextId, passId}, c10::StringType::get(), timeoutSeconds);
+  return callFunction(workerId, "_abort_pass", {contextId, passId}, c10::StringType::get(), timeoutSeconds);
 }
 
 c10::intrusive_ptr<Future> ping(int64_t workerId, float timeoutSeconds) {

@@ -1,10 +1,10 @@
-// The engine's messages between workers.
+// The library's messages between workers.
 //
-// Each message is a TorchScript function call (rpc::ScriptCall) to one of the
-// handler functions defined in plugin/_handlers.py, which every worker compiles when
-// it imports `plugin`. The peer runs the handler as TorchScript, without the GIL;
-// the gradient handler is called with async execution, so the RPC is answered when
-// the future it returns completes and no server thread waits for it meanwhile.
+// Each message is a call (rpc::ScriptCall) of one of the RPC functions of
+// rpc_functions.h, each of which calls one op of this library on the peer, natively,
+// without the GIL. The gradient handler is called with async execution, so the RPC is
+// answered when the future it returns completes and no server thread waits for it
+// meanwhile.
 #pragma once
 
 #include <ATen/core/ivalue.h>
@@ -14,11 +14,6 @@
 #include <vector>
 
 namespace dist_engine {
-
-void registerHandlers(
-    const std::string& receiveGradients,
-    const std::string& reachability,
-    const std::string& abortPass);
 
 int64_t selfWorkerId();
 
@@ -37,14 +32,14 @@ c10::intrusive_ptr<c10::ivalue::Future> sendGradients(
 // Timeouts are in seconds; kAgentTimeout stands for the agent's default RPC timeout.
 constexpr float kAgentTimeout = -1;
 
-// Sends a call of the TorchScript function `name` to `workerId` through the agent's own
-// send. The returned future completes with the deserialized return value (of
-// `returnType`), or with the peer's error.
-c10::intrusive_ptr<c10::ivalue::Future> callScript(
+// Calls the op dist_engine::<op> on `workerId` with `args`, by its RPC function
+// (rpc_functions.h), through the agent's own send (never with autograd metadata). The
+// returned future completes with the op's result there (of `returnType`), or with the
+// peer's error. Raises for an op that has no RPC function.
+c10::intrusive_ptr<c10::ivalue::Future> callFunction(
     int64_t workerId,
-    const c10::QualifiedName& name,
+    const std::string& op,
     std::vector<c10::IValue>&& args,
-    bool asyncExecution,
     const c10::TypePtr& returnType,
     float timeoutSeconds = kAgentTimeout);
 
@@ -59,7 +54,7 @@ c10::intrusive_ptr<c10::ivalue::Future> requestAbort(
     int64_t workerId, int64_t contextId, int64_t passId, float timeoutSeconds = kAgentTimeout);
 
 // Whether `workerId` answers: an abort of a pass that cannot exist (context and pass
-// id -1), the one message every worker answers from TorchScript, without the GIL.
+// id -1), the one message every worker answers, natively, without the GIL.
 c10::intrusive_ptr<c10::ivalue::Future> ping(int64_t workerId, float timeoutSeconds);
 
 // Ids of every worker in the RPC group.

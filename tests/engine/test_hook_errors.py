@@ -74,6 +74,7 @@ def test_remote_hook_error_keeps_type_and_message(cluster, udf, mode):
     assert all(rpc.rpc_sync(f"worker{i}", graphs.engine_debug_info)["num_running_passes"] == 0 for i in range(4))
 
 
+@pytest.mark.torchscript
 @pytest.mark.timeout(60)
 def test_hook_error_under_torchscript_is_a_runtime_error_with_the_message(cluster):
     with dist_autograd.context() as ctx:
@@ -81,4 +82,4 @@ def test_hook_error_under_torchscript_is_a_runtime_error_with_the_message(cluste
         y = a * 2
         y.register_hook(graphs.raising_hook("value", "scripted caller"))
         with pytest.raises(RuntimeError, match=r"a Python hook or function raised ValueError: scripted caller"):
-            graphs.scripted_plugin_backward(ctx, [y.sum()], "smart")
+            graphs.to_torchscript("scripted_plugin_backward")(ctx, [y.sum()], "smart")

@@ -6,7 +6,7 @@ worker-local ``LEAVES`` dict, so that a graph built twice (once for torch's engi
 for ours) has equal leaves, and the gradients of each worker can be collected by name.
 """
 import threading
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import torch
 import torch.distributed.autograd as dist_autograd
@@ -51,9 +51,33 @@ def udf_mul_add(a: Tensor, b: Tensor) -> Tensor:
     return a * b + b
 
 
-@torch.jit.script
 def script_fn(a: Tensor, b: Tensor) -> Tensor:
     return torch.tanh(a) * b
+
+
+def scripted_plugin_backward(context_id: int, roots: List[Tensor], mode: str) -> None:
+    plugin.autograd.backward(context_id, roots, False, mode)
+
+
+def scripted_torch_backward(context_id: int, roots: List[Tensor]) -> None:
+    dist_autograd.backward(context_id, roots)
+
+
+# TorchScript is optional: the functions above are scripted when a test first asks (the tests
+# that do are marked `torchscript`), on the caller and, for an RPC target, on the callee.
+_SCRIPTED: Dict[str, Any] = {}
+
+
+def to_torchscript(name: str):
+    """The TorchScript function of this module's function ``name`` (compiled on first use)."""
+    if name not in _SCRIPTED:
+        _SCRIPTED[name] = torch.jit.script(globals()[name])
+    return _SCRIPTED[name]
+
+
+def compile_scripted(name: str) -> None:
+    """Run by RPC on a worker that a scripted function is sent to: compiles it there."""
+    to_torchscript(name)
 
 
 def remote_leaf(name: str, shape, seed: int) -> Tensor:
@@ -157,7 +181,8 @@ def case_python_udf(ctx: int) -> List[Tensor]:
 
 def case_torchscript_function(ctx: int) -> List[Tensor]:
     a, b = leaves_a_b((6,))
-    return [rpc.rpc_sync("worker2", script_fn, args=(a, b)).sum()]
+    rpc.rpc_sync("worker2", compile_scripted, args=("script_fn",))
+    return [rpc.rpc_sync("worker2", to_torchscript("script_fn"), args=(a, b)).sum()]
 
 
 def case_remote_to_here(ctx: int) -> List[Tensor]:
@@ -260,16 +285,6 @@ CASES = {
 }
 
 
-@torch.jit.script
-def scripted_plugin_backward(context_id: int, roots: List[Tensor], mode: str) -> None:
-    plugin.autograd.backward(context_id, roots, False, mode)
-
-
-@torch.jit.script
-def scripted_torch_backward(context_id: int, roots: List[Tensor]) -> None:
-    dist_autograd.backward(context_id, roots)
-
-
 def run_case(name: str, engine: str, mode: str = "fast", scripted: bool = False):
     """Builds case ``name`` and runs backward with ``engine``; returns {worker: {leaf: grad}}."""
     workers = [info.name for info in rpc._get_current_rpc_agent().get_worker_infos()]
@@ -278,9 +293,9 @@ def run_case(name: str, engine: str, mode: str = "fast", scripted: bool = False)
     with dist_autograd.context() as ctx:
         roots = CASES[name](ctx)
         if engine == "torch":
-            (scripted_torch_backward if scripted else dist_autograd.backward)(ctx, roots)
+            (to_torchscript("scripted_torch_backward") if scripted else dist_autograd.backward)(ctx, roots)
         elif scripted:
-            scripted_plugin_backward(ctx, roots, mode)
+            to_torchscript("scripted_plugin_backward")(ctx, roots, mode)
         else:
             plugin.autograd.backward(ctx, roots, mode=mode)
         return {w: rpc.rpc_sync(w, collect_gradients, args=(ctx, engine)) for w in sorted(workers)}

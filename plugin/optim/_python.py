@@ -1,25 +1,25 @@
 """The Python local optimizer: the owner's side of a :class:`plugin.optim.DistributedOptimizer`
-whose optimizer class is a ``torch.optim.Optimizer`` subclass with no functional counterpart.
+that steps in Python: a ``torch.optim.Optimizer`` subclass with no functional counterpart, or a
+built-in optimizer in a configuration the native local optimizer does not cover.
 
 Such a class (a user's own optimizer, ``torch.optim.LBFGS``, a subclass of ``torch.optim.Adam``
-that overrides ``step``...) cannot run as TorchScript. As torch's DistributedOptimizer does
-(``torch/distributed/optim/optimizer.py``, ``_LocalOptimizer``), each owner then builds the
-optimizer itself, in Python, and a step calls its ``step()`` with the context's gradients in
-``.grad``. Those steps hold the owner's GIL; the caller is warned once per class
-(:class:`PythonStepWarning`). Everything else the scripted path promises holds:
+that overrides ``step``..., or ``torch.optim.Adam(foreach=True)``) cannot step natively. As
+torch's DistributedOptimizer does (``torch/distributed/optim/optimizer.py``,
+``_LocalOptimizer``), each owner then builds the optimizer itself, in Python, and a step calls
+its ``step()`` with the context's gradients in ``.grad``. Those steps hold the owner's GIL; the
+caller is warned once per class, with the reason (:class:`PythonStepWarning`). Everything else
+the native path promises holds:
 
-* the same per-parameter locks (``ops.new_step_lock``) as :class:`plugin.optim.ScriptLocalOptimizer`,
-  so scripted and Python optimizers that share a parameter never interleave on it;
-* the gradients come from ``ops.gradients_for``, as in the scripted step;
+* the same per-parameter locks (``ops.new_step_lock``) as :class:`plugin.optim.LocalOptimizer`,
+  so native and Python optimizers that share a parameter never interleave on it;
+* the gradients come from ``ops.gradients_for``, as in the native step;
 * a step that raises changes nothing on its owner (parameters, state and ``param_groups`` are
   restored), and phase 1 of a step over several owners runs the step once, then undoes it, so
   a gradient the optimizer rejects is rejected before any owner applies anything;
 * ``state_dict`` / ``load_state_dict`` / ``param_groups`` / ``set_hyperparameter`` work as on
-  the scripted path.
+  the native path.
 
-On the caller, :class:`plugin.optim.DistributedOptimizer` keeps each Python owner's RRef in a
-:class:`PythonOwner`; its ``_send`` swaps the scripted function it would call for the Python
-function of the same name here (:func:`counterpart`).
+The caller reaches it by the Python functions of ``plugin/optim/_local.py``.
 """
 import copy
 import threading
@@ -33,20 +33,22 @@ import functional_optim
 from functional_optim import _validation
 from functional_optim._state import TUPLE_HYPERPARAMETERS
 
-from . import ops
+from .. import ops
 
-__all__ = ["PythonLocalOptimizer", "PythonStepWarning"]
+__all__ = ["PythonLocalOptimizer", "PythonStepWarning", "uses_python_step", "warn_once"]
 
 
 class PythonStepWarning(UserWarning):
     """Warned once per optimizer class (``warnings.warn``, on the caller, when the first
-    :class:`~plugin.optim.DistributedOptimizer` or local optimizer of the class is built):
-    the class has no functional counterpart, so its steps run in Python on the owners and
-    hold their GIL. Filter it with ``warnings.filterwarnings("ignore", category=PythonStepWarning)``.
+    :class:`~plugin.optim.DistributedOptimizer` of the class is built) whose steps run in
+    Python on the owners and hold their GIL: the class has no functional counterpart, or the
+    native local optimizers do not cover its configuration (``foreach=True``, RMSprop on
+    CUDA, ...), or TorchScript did not compile a registered class. Filter it with
+    ``warnings.filterwarnings("ignore", category=PythonStepWarning)``.
 
     Args:
-        message (str): names the class, says that its steps hold the owners' GIL and how to
-            register a functional counterpart.
+        message (str): names the class and why it steps in Python, says that its steps hold
+            the owners' GIL, and what would step it without.
 
     Raises nothing: it is a warning category.
     """
@@ -60,9 +62,10 @@ _WARNED_LOCK = threading.Lock()
 
 
 def uses_python_step(optimizer_class: Any) -> bool:
-    """Whether ``optimizer_class`` steps in Python: True for a ``torch.optim.Optimizer``
-    subclass that has no functional counterpart, False for a registered class (TorchScript);
-    raises the registry's ``KeyError`` (extended) for anything else."""
+    """Whether ``optimizer_class`` steps in Python whatever its configuration: True for a
+    ``torch.optim.Optimizer`` subclass that has no functional counterpart, False for a
+    registered class (native or TorchScript, as its owners decide); raises the registry's
+    ``KeyError`` (extended) for anything else."""
     try:
         functional_optim.functional_optimizer_for(optimizer_class)
         return False
@@ -72,36 +75,45 @@ def uses_python_step(optimizer_class: Any) -> bool:
         raise KeyError(f"{e.args[0]}; and it is not a torch.optim.Optimizer subclass, which would step in Python")
 
 
-def warn_once(optimizer_class: type, stacklevel: int) -> None:
-    """The :class:`PythonStepWarning` for ``optimizer_class``, the first time only."""
+def warn_once(optimizer_class: type, reason: str, stacklevel: int) -> None:
+    """The :class:`PythonStepWarning` for ``optimizer_class``, the first time only; ``reason``
+    says why it steps in Python."""
     with _WARNED_LOCK:
         if optimizer_class in _WARNED:
             return
         _WARNED.add(optimizer_class)
     module = optimizer_class.__module__
     name = optimizer_class.__qualname__ if module in ("__main__", "__mp_main__") else f"{module}.{optimizer_class.__qualname__}"
+    if reason == "it has no functional counterpart":
+        advice = (f"To step it without the GIL, use one of the ten built-in optimizers, or write a "
+                  f"functional_optim-style class for it (see the 'Functional optimizers' page) and register it on "
+                  f"every worker before building the optimizer (it then steps as TorchScript, where torch still "
+                  f"compiles it): functional_optim.register_functional_optimizer({optimizer_class.__qualname__}, "
+                  f"YourFunctionalClass)")
+    else:
+        advice = ("The native local optimizers step the fused kernels: the default foreach=None, fused=None (or "
+                  "fused=True) with dense floating-point parameters on the CPU, or on CUDA for SGD, Adam, AdamW "
+                  "and Adagrad")
     warnings.warn(
-        f"{name} has no functional counterpart: each owner steps it in Python, as a torch.optim optimizer, and "
-        f"its steps hold the owner's GIL (they wait for, and block, every other Python thread of the owner). "
-        f"To step it as TorchScript without the GIL, write a functional_optim-style class for it (see the "
-        f"'Functional optimizers' page) and register it on every worker before building the optimizer: "
-        f"functional_optim.register_functional_optimizer({optimizer_class.__qualname__}, YourFunctionalClass)",
+        f"{name} steps in Python on its owners because {reason}: each owner steps it as a torch.optim optimizer, "
+        f"and its steps hold the owner's GIL (they wait for, and block, every other Python thread of the owner). "
+        f"{advice}.",
         PythonStepWarning,
         stacklevel=stacklevel + 1,
     )
 
 
 class PythonLocalOptimizer:
-    """One worker's share of a distributed optimizer whose class runs in Python: a
-    ``torch.optim.Optimizer`` subclass with no functional counterpart, built and stepped on
-    this worker (torch's ``_LocalOptimizer``). :meth:`plugin.optim.ScriptLocalOptimizer.create`
-    returns one for such a class; :class:`plugin.optim.DistributedOptimizer` builds one on each
-    owner. Its steps hold the GIL (see :class:`PythonStepWarning`).
+    """One worker's share of a distributed optimizer that steps in Python: a
+    ``torch.optim.Optimizer`` subclass, built and stepped on this worker (torch's
+    ``_LocalOptimizer``). :class:`plugin.optim.DistributedOptimizer` builds one on each owner
+    for a class with no functional counterpart, or a configuration the native local optimizer
+    does not cover. Its steps hold the GIL (see :class:`PythonStepWarning`).
 
     A step reads the context's gradients (``plugin.ops.gradients_for``: the plugin engine's,
     or torch's), checks them (count, shape, dtype, device: ``ValueError``), then, holding the
-    parameters' locks (the same per-parameter locks as :class:`~plugin.optim.ScriptLocalOptimizer`,
-    taken in the same global order, so a scripted and a Python optimizer that share a parameter
+    parameters' locks (the same per-parameter locks as :class:`~plugin.optim.LocalOptimizer`,
+    taken in the same global order, so a native and a Python optimizer that share a parameter
     never interleave on it), sets each parameter's ``.grad`` to its gradient (``None`` where it
     has none: the optimizer skips it, as ``torch.optim`` does), calls the optimizer's
     ``step()``, and puts back the ``.grad`` each parameter had before, also when the step
@@ -127,7 +139,7 @@ class PythonLocalOptimizer:
             rate: -1")``), unchanged.
 
     Algorithm: torch's ``_LocalOptimizer`` (``torch/distributed/optim/optimizer.py``), with
-    the per-parameter locks of the scripted path instead of one lock per process, rollback of
+    the per-parameter locks of the native path instead of one lock per process, rollback of
     a step that raises, and a two-phase step (:meth:`prepare_step`, :meth:`commit_step`)
     whose first phase runs the step and undoes it.
     """
@@ -186,7 +198,7 @@ class PythonLocalOptimizer:
         undoes it (parameters, ``state`` and ``param_groups`` restored), so that a gradient
         the optimizer rejects is rejected here, before any owner applies the step. Keeps the
         gradients (references) for :meth:`commit_step`, for at most ``lease_ms``. (The
-        scripted local optimizer's phase 1 only checks, without a lock; here the optimizer's
+        native local optimizer's phase 1 only checks, without a lock; here the optimizer's
         own checks are not known, so its step runs twice.)
 
         Args:
@@ -222,11 +234,11 @@ class PythonLocalOptimizer:
             self._run(gradients, keep=True)
 
     def drop_step(self, token: int) -> bool:
-        # docstring: ScriptLocalOptimizer.drop_step's (set in plugin/optim.py)
+        # docstring: ScriptLocalOptimizer.drop_step's (set in plugin/optim/__init__.py)
         return ops._drop_step(token)
 
     def _check(self, gradients: List[Optional[Tensor]]) -> None:
-        # count, shape, dtype, device, with the scripted path's messages; sparse gradients pass
+        # count, shape, dtype, device, with the native path's messages; sparse gradients pass
         # (the optimizer's step decides; prepare_step's trial runs it)
         _validation.check_gradients(self._params, gradients, *self._check_args)
 
@@ -283,7 +295,7 @@ class PythonLocalOptimizer:
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Loads a ``torch.optim``-format state dict of one group, under the parameters' locks.
-        As on the scripted path, the saved group's keys that this optimizer's group does not
+        As on the native path, the saved group's keys that this optimizer's group does not
         have (a scheduler's ``'initial_lr'``) are ignored, and a key it lacks keeps its value.
 
         Args:
@@ -400,82 +412,3 @@ def _like(current: Any, value: float) -> Any:
     if isinstance(current, int) and not isinstance(current, bool) and float(value).is_integer():
         return int(value)
     return value
-
-
-# --- run on the owners, by RPC (the Python counterparts of plugin.optim's functions) -----------
-
-
-def _new_python_local_optimizer(optimizer_class, params_rref, args, kwargs):
-    params = []
-    for i, rref in enumerate(params_rref):
-        value = rref.local_value()
-        if not isinstance(value, Tensor):
-            raise TypeError(f"params_rref[{i}] refers to a {type(value).__name__}, not a Tensor")
-        params.append(value)
-    return torch.distributed.rpc.RRef(PythonLocalOptimizer(optimizer_class, params, *args, **kwargs))
-
-
-def _local_step(rref, context_id):
-    rref.local_value().step(context_id)
-
-
-def _local_prepare(rref, context_id, lease_ms):
-    return rref.local_value().prepare_step(context_id, lease_ms)
-
-
-def _local_commit(rref, token):
-    rref.local_value().commit_step(token)
-
-
-def _local_drop(rref, token):
-    return rref.local_value().drop_step(token)
-
-
-def _local_state_dict(rref):
-    return rref.local_value().state_dict()
-
-
-def _local_load_state_dict(rref, state_dict):
-    rref.local_value().load_state_dict(state_dict)
-
-
-def _local_set_hyperparameter(rref, name, value):
-    rref.local_value().set_hyperparameter(name, value)
-
-
-def _local_group(rref):
-    return rref.local_value().torch_group()
-
-
-def _local_set_group(rref, hparams, options):
-    rref.local_value().set_group(hparams, options)
-
-
-_COUNTERPARTS = {
-    f.__name__: f
-    for f in (_local_step, _local_prepare, _local_commit, _local_drop, _local_state_dict, _local_load_state_dict,
-              _local_set_hyperparameter, _local_group, _local_set_group)
-}
-
-
-# --- on the caller ---------------------------------------------------------------------------
-
-
-class PythonOwner:
-    """On the caller: the RRef of an owner's :class:`PythonLocalOptimizer`, marked so that
-    ``plugin.optim._send`` calls the Python counterpart of each function (:func:`counterpart`)."""
-
-    __slots__ = ("rref",)
-
-    def __init__(self, rref) -> None:
-        self.rref = rref
-
-
-def counterpart(fn: Any, args: tuple) -> Tuple[Any, tuple]:
-    """The function to send instead of ``fn`` (a function of ``plugin.optim`` or
-    ``plugin._param_groups`` that takes a local optimizer's RRef first) when ``args[0]`` is a
-    :class:`PythonOwner`, and the arguments with its RRef."""
-    name = fn.name if isinstance(fn, torch.jit.ScriptFunction) else fn.__name__
-    if name not in _COUNTERPARTS:
-        raise RuntimeError(f"internal error: {name} has no counterpart for a Python local optimizer")
-    return _COUNTERPARTS[name], (args[0].rref,) + tuple(args[1:])

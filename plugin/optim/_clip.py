@@ -7,8 +7,8 @@ by ``min(max_norm / (total_norm + 1e-6), 1)``. Here the gradients stay where the
 distributed autograd context on their owners:
 
 1. every owner computes the norms of its parameters' gradients in the context (one RPC each,
-   in parallel, run as TorchScript: no owner takes the GIL), and sends back those norms, one
-   scalar per parameter;
+   in parallel, answered natively: no owner takes the GIL; ``plugin/csrc/gradient_clipping.cpp``),
+   and sends back those norms, one scalar per parameter;
 2. the caller stacks them in the order of the parameters and takes their norm, as torch does;
 3. unless the coefficient is 1 (nothing to clip: no RPC), every owner multiplies its gradients
    in the context by it, in place, so that the next ``DistributedOptimizer.step(context_id)``
@@ -24,77 +24,17 @@ import torch.distributed.rpc as rpc
 from torch import Tensor
 from torch.distributed.rpc import RRef
 
-from functional_optim import _jit
-
-from . import ops
-from ._errors import raise_on_worker
+from .. import _rpc_functions
+from ._distributed import DistributedOptimizer
+from ._owners import wait_all
 
 __all__ = ["clip_grad_norm_"]
-
-
-# --- run on the owners, by RPC, as TorchScript ----------------------------------------------
-
-
-def _owner_grads(context_id: int, params: List[RRef[Tensor]]) -> Tuple[List[Tensor], List[int]]:
-    tensors: List[Tensor] = []
-    for p in params:
-        tensors.append(p.local_value())
-    grads = ops.gradients_for(context_id, tensors)
-    present: List[Tensor] = []
-    positions: List[int] = []
-    for i, g in enumerate(grads):
-        if g is not None:
-            present.append(g)
-            positions.append(i)
-    return present, positions
-
-
-def _owner_norms(context_id: int, params: List[RRef[Tensor]], norm_type: float) -> Tuple[Tensor, List[int]]:
-    """The norm of each gradient of ``params`` in the context (0-dim, the gradient's dtype,
-    moved to the CPU; one per parameter that has a gradient) and the positions in ``params`` of
-    those parameters. Computed as torch computes them: ``torch._foreach_norm`` per device and
-    dtype."""
-    grads, positions = _owner_grads(context_id, params)
-    cpu = torch.device("cpu")
-    norms: List[Tensor] = []
-    for i in range(len(grads)):
-        norms.append(torch.zeros([], dtype=grads[i].dtype))
-    done: List[bool] = [False] * len(grads)
-    for i in range(len(grads)):
-        if done[i]:
-            continue
-        group: List[Tensor] = []
-        where: List[int] = []
-        for j in range(i, len(grads)):
-            if not done[j] and grads[j].device == grads[i].device and grads[j].dtype == grads[i].dtype:
-                group.append(grads[j])
-                where.append(j)
-                done[j] = True
-        group_norms = torch._foreach_norm(group, norm_type)
-        for k in range(len(where)):
-            norms[where[k]] = group_norms[k].to(cpu)
-    if len(norms) == 0:
-        return torch.zeros([0], dtype=torch.float64), positions
-    return torch.stack(norms), positions
-
-
-def _owner_scale(context_id: int, params: List[RRef[Tensor]], coefficient: Tensor) -> None:
-    """Multiplies the gradients of ``params`` in the context by ``coefficient``, in place."""
-    grads, _ = _owner_grads(context_id, params)
-    for g in grads:
-        g.mul_(coefficient.to(g.device))
-
-
-_owner_norms = _jit.script(_owner_norms)
-_owner_scale = _jit.script(_owner_scale)
 
 
 # --- on the caller --------------------------------------------------------------------------
 
 
 def _params_by_owner(parameters: Any) -> Tuple["OrderedDict[str, List[int]]", List[RRef]]:
-    from .optim import DistributedOptimizer
-
     if isinstance(parameters, DistributedOptimizer):
         params = list(parameters._params_rref)
     elif isinstance(parameters, (list, tuple)):
@@ -111,19 +51,6 @@ def _params_by_owner(parameters: Any) -> Tuple["OrderedDict[str, List[int]]", Li
     for i, rref in enumerate(params):
         by_owner.setdefault(rref.owner().name, []).append(i)
     return by_owner, params
-
-
-def _wait_all(futures: "OrderedDict[str, torch.futures.Future]", what: str) -> Dict[str, Any]:
-    """Waits for every owner, then raises the first error, naming its owner."""
-    results, errors = {}, []
-    for owner, fut in futures.items():
-        try:
-            results[owner] = fut.wait()
-        except Exception as e:  # noqa: BLE001 (re-raised below with the owner's name)
-            errors.append((owner, e))
-    if errors:
-        raise_on_worker(errors[0][0], what, errors[0][1], "clip_grad_norm_")
-    return results
 
 
 def _check_context(context_id: int) -> None:
@@ -189,16 +116,13 @@ def clip_grad_norm_(
     norm_type = float(norm_type)
     max_norm = float(max_norm)
     _check_context(context_id)
-    from .optim import _OutsideAutogradContext
-
-    # Sent with no current context, as the optimizer's step: an RPC sent from inside a context
-    # would create it on an owner the backward pass never reached (and leave it there).
-    with _OutsideAutogradContext():
-        futures = OrderedDict(
-            (owner, rpc.rpc_async(owner, _owner_norms, args=(context_id, [params[i] for i in indices], norm_type)))
-            for owner, indices in by_owner.items()
-        )
-    answers = _wait_all(futures, "computing the gradient norms")
+    # (sent with no current context, as the optimizer's step: an RPC sent from inside a context
+    # would create it on an owner the backward pass never reached, and leave it there)
+    futures = OrderedDict(
+        (owner, _rpc_functions.call(owner, "_gradient_norms", (context_id, [params[i] for i in indices], norm_type)))
+        for owner, indices in by_owner.items()
+    )
+    answers = wait_all(futures, "computing the gradient norms", prefix="clip_grad_norm_")
     norms: Dict[int, Tensor] = {}
     for owner, (owner_norms, positions) in answers.items():
         for k, position in enumerate(positions):
@@ -219,10 +143,9 @@ def clip_grad_norm_(
     owners_with_grads = OrderedDict(
         (owner, indices) for owner, indices in by_owner.items() if answers[owner][1]
     )
-    with _OutsideAutogradContext():
-        futures = OrderedDict(
-            (owner, rpc.rpc_async(owner, _owner_scale, args=(context_id, [params[i] for i in indices], coefficient)))
-            for owner, indices in owners_with_grads.items()
-        )
-    _wait_all(futures, "scaling the gradients")
+    futures = OrderedDict(
+        (owner, _rpc_functions.call(owner, "_scale_gradients", (context_id, [params[i] for i in indices], coefficient)))
+        for owner, indices in owners_with_grads.items()
+    )
+    wait_all(futures, "scaling the gradients", prefix="clip_grad_norm_")
     return total_norm

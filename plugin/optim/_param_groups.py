@@ -4,8 +4,8 @@
 torch's schedulers check ``isinstance(optimizer, torch.optim.Optimizer)``, then read and write
 ``optimizer.param_groups[i][key]`` (``'lr'``; ``'momentum'`` or ``'betas'`` for the cyclic
 schedulers, which also read ``optimizer.defaults``) and wrap ``optimizer.step``. The
-distributed optimizer's hyperparameters live on the owners, in each owner's TorchScript local
-optimizer; here they get a local face:
+distributed optimizer's hyperparameters live on the owners, in each owner's local optimizer;
+here they get a local face:
 
 * :class:`DistributedParamGroup` is the one group's dict. Assigning a hyperparameter or flag
   the optimizer has (torch's names: ``'lr'``, ``'betas'``, ``'momentum'``, ``'maximize'``...)
@@ -25,42 +25,10 @@ from functional_optim._param_groups import WriteThroughDict, split_values
 from functional_optim._state import TUPLE_HYPERPARAMETERS
 from functional_optim.state_protocol import _torch_group
 
-from . import ops
-from ._errors import remote_error_summary
+from . import _local
+from ._owners import wait_all
 
 __all__ = ["DistributedParamGroup"]
-
-
-# --- run on the owners, by RPC ------------------------------------------------------------
-
-
-def _local_group(local_optimizer) -> Dict[str, Any]:
-    """The owner's hyperparameters and flags under torch's names (pairs as tuples), and the
-    functional names of its numeric hyperparameters and flags. (Python on the owner, with the
-    GIL: this is read once, not on the step's path.)"""
-    module = local_optimizer.local_value()
-    with ops._holding(module._lock):
-        hparams = module.optimizer.hyperparameters()[0]
-        options = module.optimizer.options()[0]
-    return {"group": _torch_group(hparams, options), "hparam_names": list(hparams), "option_names": list(options)}
-
-
-def _local_set_group(local_optimizer, hparams: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
-    module = local_optimizer.local_value()
-    with ops._holding(module._lock):
-        try:
-            for group in range(len(module.optimizer.param_group_indices())):
-                module.optimizer.set_group(group, hparams, options)
-        except torch.jit.Error as e:
-            # TorchScript raises every error as torch.jit.Error; give back the ValueError that
-            # the optimizer raised (its validation runs before it changes anything)
-            summary = remote_error_summary(e)
-            if summary.startswith(_SCRIPTED_VALUE_ERROR):
-                raise ValueError(summary[len(_SCRIPTED_VALUE_ERROR):]) from None
-            raise
-
-
-_SCRIPTED_VALUE_ERROR = "builtins.ValueError: "
 
 
 # --- on the caller ------------------------------------------------------------------------
@@ -138,13 +106,11 @@ class DistributedParamGroup(WriteThroughDict):
 
 def fetch_group(optimizer: Any) -> Dict[str, Any]:
     """Reads the group from every owner (in parallel) and checks that they agree."""
-    from .optim import _send, _wait_all
-
-    futures = OrderedDict(
-        (owner, _send(owner, _local_group, (rref,)))
-        for owner, rref in optimizer._local_optimizers.items()
-    )
-    fetched = _wait_all(futures, "reading the hyperparameters")
+    futures = OrderedDict((name, owner.hyperparameters()) for name, owner in optimizer._owners.items())
+    fetched = wait_all(futures, "reading the hyperparameters")
+    for name, owner in optimizer._owners.items():
+        if owner.kind == "native":
+            fetched[name] = _local.group_of(*fetched[name])
     first_owner, first = next(iter(fetched.items()))
     for owner, other in fetched.items():
         if other["group"] != first["group"]:
@@ -155,11 +121,6 @@ def fetch_group(optimizer: Any) -> Dict[str, Any]:
 
 
 def send_group(optimizer: Any, hparams: Dict[str, float], options: Dict[str, Optional[bool]], what: str) -> None:
-    """Sets hyperparameters and flags on every owner; returns when all have them."""
-    from .optim import _send, _wait_all
-
-    futures = OrderedDict(
-        (owner, _send(owner, _local_set_group, (rref, hparams, options)))
-        for owner, rref in optimizer._local_optimizers.items()
-    )
-    _wait_all(futures, f"setting {what!r}")
+    """Sets hyperparameters and flags on every owner; returns when all have them (checked
+    before anything is sent when an owner is native)."""
+    optimizer._set_group(hparams, options, f"setting {what!r}")

@@ -21,7 +21,7 @@
 #pragma once
 
 #if !defined(CPU_CAPABILITY)
-#error "plugin/csrc/cpu/*.cpp are compiled once per instruction set, with -DCPU_CAPABILITY=<DEFAULT|AVX2|AVX512> (see setup.py)"
+#error "functional_optim/csrc/cpu/*.cpp are compiled once per instruction set, with -DCPU_CAPABILITY=<DEFAULT|AVX2|AVX512> (see setup.py)"
 #endif
 
 #include "fused_optim.h"

@@ -1,0 +1,9 @@
+// A marker with the torch version this library was compiled against, which
+// functional_optim/_kernels.py reads from the file itself when the library fails to load
+// (as plugin/csrc/build_info.cpp does for the plugin's library).
+#include <torch/version.h>
+
+extern "C" {
+__attribute__((used, visibility("default"))) const char gilfree_optim_build_info[] =
+    "gilfree-optim built against torch " TORCH_VERSION;
+}

@@ -1,0 +1,55 @@
+// The schemas of functional_optim's ops, declared in one place: the fused CPU optimizer
+// steps (kernels: fused_optim.h and one file per optimizer, cpu/fused_<name>.cpp, compiled
+// once per instruction set; each also has a meta kernel that only checks its arguments).
+//
+// functional_optim loads this library itself (functional_optim/_kernels.py); the plugin's
+// native local optimizers call these ops through the dispatcher. Each op performs one
+// whole step of `params` in place: it checks every list before mutating anything,
+// increments the step counters (`state_steps`, float32/float64 CPU scalars, one per
+// parameter) and updates parameters and state with torch.optim's single-tensor math. Tensors of one parameter share its dtype (float32, float64,
+// bfloat16, float16: the last two with float32 math), device and shape; optional state
+// lists are empty when their option is off. Schemas mark what each op mutates, so the
+// default alias analysis (from the schema) applies.
+#include <torch/library.h>
+
+TORCH_LIBRARY(gilfree_optim, m) {
+  m.def(
+      "sgd_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] momentum_buffers, *, float lr, "
+      "float weight_decay, float momentum, float dampening, bool nesterov, bool maximize, "
+      "bool is_first_step) -> ()");
+  m.def(
+      "adam_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
+      "Tensor(d!)[] max_exp_avg_sqs, Tensor(e!)[] state_steps, *, float lr, float beta1, float beta2, "
+      "float weight_decay, float eps, bool amsgrad, bool maximize) -> ()");
+  m.def(
+      "adamw_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
+      "Tensor(d!)[] max_exp_avg_sqs, Tensor(e!)[] state_steps, *, float lr, float beta1, float beta2, "
+      "float weight_decay, float eps, bool amsgrad, bool maximize) -> ()");
+  m.def(
+      "adagrad_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] state_sums, Tensor(c!)[] state_steps, "
+      "*, float lr, float lr_decay, float weight_decay, float eps, bool maximize) -> ()");
+  m.def(
+      "rmsprop_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] square_avgs, Tensor(c!)[] grad_avgs, "
+      "Tensor(d!)[] momentum_buffers, Tensor(e!)[] state_steps, *, float lr, float alpha, float eps, "
+      "float weight_decay, float momentum, bool centered, bool maximize) -> ()");
+  m.def(
+      "adamax_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_infs, "
+      "Tensor(d!)[] state_steps, *, float lr, float beta1, float beta2, float eps, float weight_decay, "
+      "bool maximize) -> ()");
+  m.def(
+      "adadelta_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] square_avgs, Tensor(c!)[] acc_deltas, "
+      "Tensor(d!)[] state_steps, *, float lr, float rho, float eps, float weight_decay, bool maximize) -> ()");
+  m.def(
+      "rprop_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] prevs, Tensor(c!)[] step_sizes, "
+      "Tensor(d!)[] state_steps, *, float step_size_min, float step_size_max, float etaminus, "
+      "float etaplus, bool maximize) -> ()");
+  m.def(
+      "nadam_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
+      "Tensor(d!)[] mu_products, Tensor(e!)[] state_steps, *, float lr, float beta1, float beta2, "
+      "float weight_decay, float momentum_decay, float eps, bool decoupled_weight_decay, "
+      "bool maximize) -> ()");
+  m.def(
+      "radam_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
+      "Tensor(d!)[] state_steps, *, float lr, float beta1, float beta2, float weight_decay, float eps, "
+      "bool decoupled_weight_decay, bool maximize) -> ()");
+}

@@ -1,0 +1,60 @@
+#include "rpc_functions.h"
+
+#include "compat.h"
+#include "peer_watch.h"
+
+#include <algorithm>
+#include <iterator>
+#include <mutex>
+
+namespace dist_engine {
+namespace {
+
+struct RpcOp {
+  const char* name;  // an op of the dist_engine namespace (schema in ops.cpp)
+  bool async;        // it returns a Future: called with async execution
+};
+
+// Every op another worker calls by RPC.
+constexpr RpcOp kRpcOps[] = {
+    // the engine (engine.h)
+    {"_receive_gradients", true},
+    {"_reachability", false},
+    {"_abort_pass", false},
+    // gradient clipping (gradient_clipping.cpp)
+    {"_gradient_norms", false},
+    {"_scale_gradients", false},
+};
+
+const RpcOp* find(const std::string& op) {
+  auto it = std::find_if(std::begin(kRpcOps), std::end(kRpcOps), [&](const RpcOp& known) { return op == known.name; });
+  return it == std::end(kRpcOps) ? nullptr : it;
+}
+
+}  // namespace
+
+c10::QualifiedName rpcFunctionName(const std::string& op) {
+  return c10::QualifiedName("gilfree_rpc." + op);
+}
+
+bool isRpcFunctionOp(const std::string& op) {
+  return find(op) != nullptr;
+}
+
+bool isAsyncRpcFunctionOp(const std::string& op) {
+  const RpcOp* known = find(op);
+  return known != nullptr && known->async;
+}
+
+void defineRpcFunctions() {
+  static std::once_flag defined;
+  std::call_once(defined, [] {
+    for (const auto& op : kRpcOps) {
+      addOpFunction(rpcFunctionName(op.name), c10::OperatorName(std::string("dist_engine::") + op.name, ""));
+    }
+    // From now on this worker answers pings (the abort function): watch the others.
+    startPeerWatch();
+  });
+}
+
+}  // namespace dist_engine

@@ -1,0 +1,279 @@
+"""The TorchScript local optimizer: an owner's share of a distributed optimizer as a
+ScriptModule, for functional optimizer classes that users register themselves
+(:func:`functional_optim.register_functional_optimizer`).
+
+TorchScript is optional here: nothing in this module is scripted until such a class is used
+(``ScriptLocalOptimizer.create``), and a distributed optimizer over the ten built-in optimizers
+never uses it (their owners step natively, :class:`plugin.optim.LocalOptimizer`). torch is
+retiring TorchScript (torch 2.14 warns on every ``torch.jit.script`` call; later releases
+raise): where it no longer compiles, :class:`plugin.optim.DistributedOptimizer` steps such a
+class in Python instead (:class:`plugin.optim.PythonLocalOptimizer`), saying why.
+"""
+import threading
+import warnings
+from typing import Any, List, Optional
+
+import torch
+from torch import Tensor
+from torch.distributed.rpc import RRef
+
+import functional_optim
+from functional_optim import _jit, _validation
+from functional_optim.scripting import OptimizerModule, script_class
+
+from .. import ops
+
+__all__ = ["ScriptLocalOptimizer", "scripted_functions", "interface_type"]
+
+
+class ScriptLocalOptimizer(torch.nn.Module):
+    """One worker's share of a distributed optimizer, as a ScriptModule (TorchScript, optional).
+
+    Holds the worker's parameters and a ``functional_optim``-style optimizer over them (in the
+    submodule ``optimizer``, a :class:`functional_optim.OptimizerModule`). Build it with
+    :meth:`create`, which scripts it; then ``step(context_id)`` runs as TorchScript, without
+    the GIL. :class:`plugin.optim.DistributedOptimizer` builds one on each owner only for a
+    functional class registered by the user; the ten built-in optimizers step natively
+    (:class:`plugin.optim.LocalOptimizer`), with the same results and locks and no TorchScript.
+
+    Concurrency: every parameter has one lock in its process, held in C++
+    (``torch.classes.dist_engine.StepLock``), shared with the native and Python local
+    optimizers: steps of local optimizers that share a parameter never interleave on it and
+    never deadlock; waiting does not hold the GIL; an error in a step releases the locks.
+
+    Args:
+        optimizer_class (type): a ``functional_optim`` class or a class the registry maps to
+            one (:func:`functional_optim.functional_optimizer_for`).
+        params (List[Tensor]): the parameters, on this worker: leaf tensors of any shape, and
+            any dtype and device the optimizer supports.
+        *args: the optimizer's positional hyperparameters, as for ``torch.optim``.
+        **kwargs: its keyword hyperparameters (``lr=...``, ``betas=...``).
+
+    Raises:
+        KeyError: ``optimizer_class`` has no functional counterpart.
+        ValueError: empty ``params`` or invalid hyperparameters (the optimizer's messages).
+
+    Algorithm: torch's ``_ScriptLocalOptimizer`` (``torch/distributed/optim/optimizer.py``),
+    with the gradients read on the C++ side (``torch.ops.dist_engine.gradients_for``), steps
+    serialized by per-parameter locks, and a two-phase step (:meth:`prepare_step`,
+    :meth:`commit_step`) for steps over several owners.
+    """
+
+    def __init__(self, optimizer_class: type, params: List[Tensor], *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+        functional_class = functional_optim.functional_optimizer_for(optimizer_class)
+        self._params = list(params)
+        self.optimizer = OptimizerModule(functional_class(self._params, *args, **kwargs))
+        self._lock = ops.new_step_lock(self._params)
+        # what prepare_step checks (the checks the optimizer's step makes first) for a class
+        # registered from elsewhere (no GroupedState): sparse gradients pass prepare_step, and
+        # its own step still rejects them, on that owner only
+        self._sparse_errors: List[Optional[str]] = [None]
+        self._offsets = [0, len(self._params)]
+        self._groups = [self._params]
+        self._group_indices = [list(range(len(self._params)))]
+
+    @classmethod
+    def create(cls, optimizer_class: type, params: List[Tensor], *args: Any, **kwargs: Any) -> torch.jit.ScriptModule:
+        """Builds and scripts a local optimizer; returns the ScriptModule.
+
+        Args:
+            optimizer_class (type): as for the constructor.
+            params (List[Tensor]): as for the constructor: this worker's parameters, leaf tensors
+                of any shape, dtype and device the optimizer supports.
+            *args: the optimizer's positional hyperparameters.
+            **kwargs: its keyword hyperparameters.
+
+        Returns:
+            torch.jit.ScriptModule: the scripted :class:`ScriptLocalOptimizer`; call its
+            ``step(context_id)`` from Python or TorchScript.
+
+        Raises:
+            KeyError: ``optimizer_class`` has no functional counterpart.
+            ValueError: empty ``params`` or invalid hyperparameters.
+            RuntimeError: TorchScript cannot compile the optimizer class, or torch no longer
+                compiles TorchScript (``torch.jit.script`` raises).
+        """
+        module = cls(optimizer_class, params, *args, **kwargs)
+        with _COMPILE_LOCK:  # TorchScript does not compile from several threads at once
+            script_class(type(module.optimizer.optim))
+            return _jit.script(module)
+
+    @torch.jit.export
+    def step(self, context_id: int) -> None:
+        """Applies the gradients of distributed autograd context ``context_id`` on this worker.
+
+        A parameter without a gradient in the context is skipped, as torch skips a ``None``
+        ``.grad``; so is every parameter when the context is not known on this worker. The
+        optimizer validates the gradients first and raises before changing anything. Holds the
+        locks of the parameters while it applies them.
+
+        Args:
+            context_id (int): a distributed autograd context id, whose backward pass (the
+                plugin's or torch's) has ended.
+
+        Raises:
+            RuntimeError: the optimizer rejects a gradient (``torch.jit.Error`` once scripted).
+        """
+        gradients = ops.gradients_for(context_id, self._params)
+        with self._lock:
+            self.optimizer.step(gradients)
+
+    @torch.jit.export
+    def prepare_step(self, context_id: int, lease_ms: int) -> int:
+        """Phase 1 of a step over several owners: reads the context's gradients of this
+        worker's parameters, validates them as the optimizer's step would, and keeps them
+        (references, not copies) for :meth:`commit_step`. Changes nothing and takes no lock. A
+        prepared step that is neither committed nor dropped within ``lease_ms`` is forgotten.
+
+        Args:
+            context_id (int): a distributed autograd context id.
+            lease_ms (int): milliseconds, > 0, that the prepared step waits for its commit.
+
+        Returns:
+            int: a token for :meth:`commit_step` or :meth:`drop_step`.
+
+        Raises:
+            ValueError: a gradient whose shape, dtype or device differs from its parameter's
+                (``torch.jit.Error`` once scripted).
+            RuntimeError: a sparse gradient for an optimizer that does not take them.
+        """
+        gradients = ops.gradients_for(context_id, self._params)
+        self._check_gradients(gradients)
+        return ops._park_step(gradients, lease_ms)
+
+    def _check_gradients(self, gradients: List[Optional[Tensor]]) -> None:
+        """Raises what the optimizer's step would raise first for ``gradients``, changing nothing."""
+        if hasattr(self.optimizer.optim, "_s"):
+            self.optimizer.optim._s.check_gradients(gradients)
+        else:
+            _validation.check_gradients(
+                self._params, gradients, self._offsets, self._sparse_errors, self._groups, self._group_indices
+            )
+
+    @torch.jit.export
+    def commit_step(self, token: int) -> None:
+        """Phase 2: applies the gradients kept by :meth:`prepare_step`, under the parameters'
+        locks (as :meth:`step`).
+
+        Args:
+            token (int): from :meth:`prepare_step` on this module.
+
+        Raises:
+            RuntimeError: the token is unknown or its lease expired (nothing is applied), or
+                the optimizer rejects a gradient (hyperparameters changed in between).
+        """
+        gradients = ops._take_step(token)
+        with self._lock:
+            self.optimizer.step(gradients)
+
+    @torch.jit.export
+    def drop_step(self, token: int) -> bool:
+        """Forgets a step prepared by :meth:`prepare_step` without applying it.
+
+        Args:
+            token (int): from :meth:`prepare_step`.
+
+        Returns:
+            bool: whether it was still prepared (False: unknown, already taken or expired).
+
+        Raises nothing.
+        """
+        return ops._drop_step(token)
+
+    @torch.jit.export
+    def step_gradients(self, gradients: List[Optional[Tensor]]) -> None:
+        """Applies ``gradients`` under the same locks as :meth:`step`.
+
+        Args:
+            gradients (List[Optional[Tensor]]): one per parameter, in the order given at
+                construction: a tensor of the parameter's shape, dtype and device, or ``None`` to
+                skip that parameter.
+
+        Raises:
+            ValueError: wrong number of gradients, or one whose shape, dtype or device differs
+                from its parameter's (``torch.jit.Error`` once scripted). Nothing changes then.
+            RuntimeError: a gradient the optimizer does not take (sparse, ...).
+        """
+        with self._lock:
+            self.optimizer.step(gradients)
+
+    def forward(self, context_id: int) -> None:
+        """The same as :meth:`step`: calling the module steps it.
+
+        Args:
+            context_id (int): a distributed autograd context id.
+
+        Raises:
+            RuntimeError: as :meth:`step`.
+        """
+        self.step(context_id)
+
+
+_COMPILE_LOCK = threading.Lock()
+_FUNCTIONS: dict = {}
+
+
+def scripted_functions() -> dict:
+    """The TorchScript functions by which a caller steps an owner's :class:`ScriptLocalOptimizer`
+    (by the native op names they stand for: ``_optimizer_step``, ``_optimizer_prepare``,
+    ``_optimizer_commit``, ``_optimizer_drop``), compiled on first use, on the caller and on
+    every owner that builds one (an RPC names a TorchScript function by its qualified name,
+    which the callee must have compiled). They run on the owner without the GIL.
+
+    Raises:
+        RuntimeError: torch no longer compiles TorchScript.
+    """
+    with _COMPILE_LOCK:
+        if not _FUNCTIONS:
+            _FUNCTIONS.update(_compile())
+        return _FUNCTIONS
+
+
+def _compile() -> dict:
+    global _Interface
+    with warnings.catch_warnings():
+        # torch 2.13 deprecates torch.jit.interface along with torch.jit.script (_jit.py)
+        warnings.filterwarnings("ignore", message=r".*torch\.jit\.interface`? is deprecated")
+        _Interface = torch.jit.interface(_LocalOptimizerInterface)
+    return {
+        "_optimizer_step": _jit.script(_step),
+        "_optimizer_prepare": _jit.script(_prepare),
+        "_optimizer_commit": _jit.script(_commit),
+        "_optimizer_drop": _jit.script(_drop),
+    }
+
+
+class _LocalOptimizerInterface(torch.nn.Module):
+    """The TorchScript type of a scripted :class:`ScriptLocalOptimizer` (for ``RRef[...]``)."""
+
+    def step(self, context_id: int) -> None: pass
+    def prepare_step(self, context_id: int, lease_ms: int) -> int: pass
+    def commit_step(self, token: int) -> None: pass
+    def drop_step(self, token: int) -> bool: pass
+
+
+# The interface type, made by _compile (torch.jit.interface); the functions below name it.
+_Interface: Any = None
+
+
+def _step(local_optimizer: RRef[_Interface], context_id: int) -> None:
+    local_optimizer.local_value().step(context_id)
+
+
+def _prepare(local_optimizer: RRef[_Interface], context_id: int, lease_ms: int) -> int:
+    return local_optimizer.local_value().prepare_step(context_id, lease_ms)
+
+
+def _commit(local_optimizer: RRef[_Interface], token: int) -> None:
+    local_optimizer.local_value().commit_step(token)
+
+
+def _drop(local_optimizer: RRef[_Interface], token: int) -> bool:
+    return local_optimizer.local_value().drop_step(token)
+
+
+def interface_type() -> Any:
+    """The TorchScript interface type of a scripted ScriptLocalOptimizer (compiles on first use)."""
+    scripted_functions()
+    return _Interface
