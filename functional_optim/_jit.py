@@ -1,26 +1,22 @@
 """The one place where this package calls ``torch.jit.script``.
 
-torch 2.13 marks ``torch.jit.script`` as deprecated and warns on every call. The optimizers of
-this package are written to be scripted (the distributed optimizer runs their steps as
-TorchScript, without the GIL), so scripting them is intended use, and the warning would only
-confuse our users. :func:`script` silences exactly that warning, around exactly that call; every
-other warning, including other deprecation warnings raised while compiling, passes through.
+Nothing is scripted unless a user asks (:func:`functional_optim.script_optimizer`,
+:meth:`plugin.optim.ScriptLocalOptimizer.create`, a registered functional class stepped by a
+DistributedOptimizer): TorchScript is optional here. torch deprecates it (torch 2.13 warns with
+a ``DeprecationWarning`` on every ``torch.jit.script``, torch 2.14 with a visible
+``FutureWarning``, and pytorch/pytorch#189705 makes the call raise), so its warning is not
+silenced: a user who asks for TorchScript hears torch's own word on it.
 """
 import inspect
-import warnings
 from typing import Any
 
 import torch
 
 __all__ = ["script"]
 
-# torch 2.13 says "`torch.jit.script` is deprecated. Please switch to ...". Match loosely so a
-# rewording (or the back-quotes going away) still matches, but only for torch.jit.script.
-_SCRIPT_DEPRECATION = r".*torch\.jit\.script`? is deprecated"
-
 
 def script(obj: Any) -> Any:
-    """Return ``torch.jit.script(obj)`` without its deprecation warning.
+    """Return ``torch.jit.script(obj)``, resolving a class's names in its own module.
 
     Args:
         obj: a function, a TorchScript-compatible class, or an ``nn.Module`` instance.
@@ -31,7 +27,8 @@ def script(obj: Any) -> Any:
 
     Raises:
         Whatever ``torch.jit.script`` raises (``RuntimeError`` / ``torch.jit.frontend.NotSupportedError``
-        for code TorchScript cannot compile).
+        for code TorchScript cannot compile; a ``RuntimeError`` where torch no longer compiles
+        TorchScript).
     """
     rcb = None
     if inspect.isclass(obj):
@@ -39,6 +36,4 @@ def script(obj: Any) -> Any:
         # the class's module; resolve them in the module of the class's methods instead, as
         # TorchScript does when it compiles a class it meets as a module attribute.
         rcb = torch._jit_internal.createResolutionCallbackForClassMethods(obj)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=_SCRIPT_DEPRECATION, category=DeprecationWarning)
-        return torch.jit.script(obj, _rcb=rcb)
+    return torch.jit.script(obj, _rcb=rcb)

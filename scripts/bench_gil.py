@@ -1,47 +1,50 @@
 """Optimizer steps while Python threads compete for the GIL: the plugin against torch.
 
 Part 1, parameter server: one server worker holds the parameters (or --servers N share
-them, each holding an equal part; default 1); T in {1, 2, 4, 8}
-trainer processes step them concurrently through their own DistributedOptimizer, with
-and without a pure-Python thread spinning on the server. Compared, in the same process
-group: the plugin's DistributedOptimizer (Adam and NAdam) against torch's DistributedOptimizer
-with Adam (its TorchScript path) and with NAdam (its Python path: NAdam has no TorchScript
-functional optimizer in torch). Each trainer runs one backward pass, then steps the same
-context over and over for a fixed time; reported: total steps/s on the server.
-Targets (issue 4): >= 1.0x torch's TorchScript path, >= 2x its Python path at T=8 with the
-spinner.
+them, each holding an equal part; default 1); T in {1, 2, 4, 8} trainer processes step them
+concurrently through their own DistributedOptimizer, with and without a pure-Python thread
+spinning on the server. Compared, in the same process group: the plugin's DistributedOptimizer
+(Adam and NAdam; native local optimizers, C++) against torch's DistributedOptimizer with Adam
+(its TorchScript path on torch <= 2.13, its Python path from torch 2.14 on) and with NAdam (its
+Python path: NAdam has no functional optimizer in torch). Each trainer runs one backward pass,
+then steps the same context over and over for a fixed time; reported: total steps/s on the
+server. Targets (issue 4): >= 1.0x torch's Adam, >= 2x torch's NAdam at T=8 with the spinner.
 
-Part 2, one process: ScriptLocalOptimizer.step(context_id) for 400 parameters of 4,096
-elements (Adam), with and without a spinning thread, against torch's scripted local
-optimizer (torch.distributed.optim's _ScriptLocalOptimizer); each called from Python once
-per step, and from a TorchScript loop (50 steps per call, as in a scripted training loop).
-Target: slowdown at most 1.2x. A call from Python gives the GIL up for the step and must
-get it back from the spinning thread afterwards, which CPython grants after its switch
-interval (5 ms by default): that wait is part of the "python" rows.
+Part 2, one process: a native local optimizer's step(context_id) (plugin.optim.LocalOptimizer)
+for 400 parameters of 4,096 elements (Adam), with and without a spinning thread, against torch's
+scripted local optimizer (torch.distributed.optim's _ScriptLocalOptimizer); each called from
+Python once per step, and, where torch still compiles TorchScript, from a TorchScript loop (50
+steps per call; ours through its op, torch.ops.dist_engine._optimizer_step). A call from Python
+gives the GIL up for the step and must get it back from the spinning thread afterwards, which
+CPython grants after its switch interval (5 ms by default): that wait is part of the "python"
+rows.
 
-Part 3, the cost of the all-or-nothing step (issue 10): the parameters split over
---two-phase-servers servers (default 2), every trainer stepping after one backward pass of the
-plugin's engine. The plugin's default step: the pass checked every owner's gradients
-(plugin/csrc/gradient_check.h), so the step goes to every owner at once, one round trip.
-Against it, the same optimizer switched (DistributedOptimizer._forced_protocol, which exists
-for this measurement and for the tests) to one round trip without the guarantee (every owner
-steps at once, unchecked), and to the steps that validate on the owners first, used when the
-pass could not check (torch's engine, sparse gradients): the chain of two owners (one round
-trip from the trainer, the owners applying one after the other), the owners exchanging their
-verdicts (what three owners or more use: one round trip from the trainer, the owners updating
-in parallel, two to four more messages per pair of owners), and the phases sent from the
-trainer to every owner (as step_async does: one extra round trip). The five alternate,
---repeats rounds (default 3), in one process group, for Adam and NAdam and every T; reported:
-median steps/s of each and each one's cost, 1 - the median ratio to the one-round-trip step of
-the same round. Target: under 10 %. With one server the step is one call whatever the switch,
-so part 3 needs two or more.
+Part 3, the cost of the all-or-nothing step without the backward pass's check: the parameters
+split over --two-phase-servers servers (default 2), every trainer stepping after one backward
+pass of the plugin's engine. The default step (checked: the pass checked every owner's
+gradients, so the step goes to every owner at once, one round trip) against the same optimizer
+made to take its two phases (prepare on every owner, then commit: what a step takes after
+torch's backward pass, with a Python local optimizer, or in step_async). They alternate,
+--repeats rounds (default 3), for Adam and NAdam and every T; reported: median steps/s of each
+and the two phases' cost, 1 - the median ratio to the checked step of the same round.
 
-Writes JSON (default results/bench_gil.json), which docs/benchmarks.md quotes.
+Part 4, a thread on the owner holding its GIL (issue 19): one trainer, one server holding a
+2048 x 2048 Linear layer (weight and bias), Adam; steps/s with the server idle and with a thread
+there that holds the GIL nearly all the time (``ctypes.PyDLL(None).usleep`` in a loop: a PyDLL
+call keeps the GIL). The plugin's DistributedOptimizer against torch's, in one process group.
+Target: ours with the GIL held >= 0.95 of ours idle. Run it with a torch 2.13 and a torch 2.14
+interpreter (each writes its own entry, keyed by torch version), and with
+``--torchscript-removed`` (torch.jit's entry points raise in every process, as
+pytorch/pytorch#189705 makes them; torch's own DistributedOptimizer is skipped then).
 
-    python scripts/bench_gil.py [--seconds S] [--trainers 1,2,4,8] [--parts 1,2,3] [--repeats N]
-                                [--quick] [--out PATH]
+Writes JSON (default results/bench_gil.json), which docs/benchmarks.md quotes; a run of some
+parts keeps the other parts' earlier results.
+
+    python scripts/bench_gil.py [--seconds S] [--trainers 1,2,4,8] [--parts 1,2,3,4] [--repeats N]
+                                [--torchscript-removed] [--quick] [--out PATH]
 """
 import argparse
+import ctypes
 import json
 import os
 import platform
@@ -72,16 +75,26 @@ warnings.filterwarnings("ignore")
 TRANSPORTS = ["uv"]
 NUM_PARAMS = 400
 PARAM_SIZE = 4096
-ENGINES = ["plugin-adam", "torch-adam-torchscript", "plugin-nadam", "torch-nadam-python"]
-# part 3: the plugin's default step (after the plugin's backward pass, which checked every
-# owner's gradients: sent to every owner at once), the steps that validate on the owners
-# first (the chain of two owners; the owners exchanging their verdicts, as with three owners
-# or more; the phases sent from the caller to all owners, as step_async does), and the same
-# step sent to every owner at once without the guarantee; values:
-# DistributedOptimizer._forced_protocol
-PROTOCOLS = {"two_phase": None, "chain": "chain", "exchange": "exchange", "parallel": "parallel",
-             "one_phase": "one-phase"}
+ENGINES = ["plugin-adam", "torch-adam", "plugin-nadam", "torch-nadam"]
+# part 3: the plugin's default step after its backward pass (checked), and the same step made
+# to take its two phases (engine suffix "-two-phase")
+PROTOCOLS = {"checked": "", "two_phase": "-two-phase"}
 TWO_PHASE_ENGINES = {"adam": "plugin-adam", "nadam": "plugin-nadam"}
+# the environment variable of tests/support/no_torchscript/sitecustomize.py, which makes
+# torch.jit's entry points raise in every process started with it on PYTHONPATH
+NO_TORCHSCRIPT_ENV = "GILFREE_TORCHSCRIPT_REMOVED"
+NO_TORCHSCRIPT_SITE = os.path.join(REPO, "tests", "support", "no_torchscript")
+
+
+def torch_adam_path() -> str:
+    """Which path torch's DistributedOptimizer takes for Adam with this torch: TorchScript
+    (its _ScriptLocalOptimizer) up to torch 2.13, Python from 2.14 on."""
+    major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+    return "python" if (major, minor) >= (2, 14) else "torchscript"
+
+
+def torchscript_removed() -> bool:
+    return os.environ.get(NO_TORCHSCRIPT_ENV) == "1"
 
 # --- the spinning thread --------------------------------------------------------------------
 
@@ -106,6 +119,22 @@ def stop_spinner():
     if "stop" in _SPIN:
         _SPIN.pop("stop").set()
         _SPIN.pop("thread").join()
+
+
+def start_gil_holder(hold_us=20_000):
+    """A thread that holds the GIL nearly all the time: ``usleep(hold_us)`` through
+    ``ctypes.PyDLL``, which does not release the GIL during the call, in a loop (between two
+    calls the interpreter may hand the GIL over once)."""
+    libc = ctypes.PyDLL(None)
+    stop = threading.Event()
+
+    def hold():
+        while not stop.is_set():
+            libc.usleep(hold_us)
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    _SPIN["stop"], _SPIN["thread"] = stop, thread
 
 
 # --- part 1: the parameter server -------------------------------------------------------------
@@ -164,37 +193,41 @@ def _on_trainer_thread(fn, *args):
     return _TRAINER["thread"].run(fn, *args)
 
 
-def trainer_prepare(engine, param_rrefs, servers, param_size):
+def trainer_prepare(engine, param_rrefs, servers, param_size, linear=False):
     """Runs on a trainer: its optimizer, and one backward pass whose context it keeps open
     to step again and again."""
-    return _on_trainer_thread(_prepare, engine, param_rrefs, servers, param_size)
+    return _on_trainer_thread(_prepare, engine, param_rrefs, servers, param_size, linear)
 
 
-def _prepare(engine, param_rrefs, servers, param_size):
+def _prepare(engine, param_rrefs, servers, param_size, linear):
     import plugin
     import plugin.optim
-    from torch.distributed.optim import DistributedOptimizer as TorchDistributedOptimizer
 
     _release()
     cls = torch.optim.NAdam if "nadam" in engine else torch.optim.Adam
     if engine.startswith("plugin"):
         opt = plugin.optim.DistributedOptimizer(cls, param_rrefs, lr=1e-4)
-        # the switch that exists for this benchmark (see PROTOCOLS)
-        opt._forced_protocol = next((p for p in PROTOCOLS.values() if p and engine.endswith("-" + p)), None)
+        assert set(opt.local_optimizer_kinds.values()) == {"native"}, opt.local_optimizer_kinds
+        if engine.endswith("-two-phase"):
+            opt._checked_versions = lambda context_id: []  # every step takes its two phases
     else:
+        from torch.distributed.optim import DistributedOptimizer as TorchDistributedOptimizer
+
         opt = TorchDistributedOptimizer(cls, param_rrefs, lr=1e-4)
     ctx = dist_autograd.context()
     context_id = ctx.__enter__()
-    loss = sum(rpc.rpc_sync(server, server_loss, args=(torch.ones(param_size),)) for server in servers)
+    if linear:
+        loss = rpc.rpc_sync(servers[0], linear_loss, args=(torch.ones(2048),))
+    else:
+        loss = sum(rpc.rpc_sync(server, server_loss, args=(torch.ones(param_size),)) for server in servers)
     if engine.startswith("plugin"):
         plugin.autograd.backward(context_id, [loss])
+        if len(servers) > 1 and not engine.endswith("-two-phase"):
+            assert opt._checked_versions(context_id), "the default step measured is the checked one"
     else:
         dist_autograd.backward(context_id, [loss])
-    if engine.startswith("plugin") and opt._forced_protocol is None and len(servers) > 1:
-        # the default step measured is the one the backward pass checked
-        assert opt._protocol(context_id) == "checked", opt._protocol(context_id)
     _TRAINER.update(opt=opt, ctx=ctx, context_id=context_id)
-    opt.step(context_id)  # warm up (compiles on the server on first use)
+    opt.step(context_id)  # warm up
 
 
 def trainer_run(seconds):
@@ -234,45 +267,77 @@ def coordinate_server(trainers, args):
 
 
 def coordinate_two_phase(trainers, args):
-    """Rank 0, part 3: for each optimizer, the two-phase step and the one-phase step in
+    """Rank 0, part 3: for each optimizer, the checked step and the two-phase step in
     alternation, ``args.repeats`` times each, without the spinner."""
     servers, names, param_rrefs = _setup_server(trainers, args)
     results = {}
     for name, engine in TWO_PHASE_ENGINES.items():
         runs = {key: [] for key in PROTOCOLS}
         for _ in range(args.repeats):
-            for key, protocol in PROTOCOLS.items():
-                suffix = "-" + protocol if protocol else ""
+            for key, suffix in PROTOCOLS.items():
                 runs[key].append(_steps_per_s(engine + suffix, False, servers, names, param_rrefs, args))
         # the runs of one round follow each other, so their ratios see the same machine load
-        ratios = [two / one for two, one in zip(runs["two_phase"], runs["one_phase"])]
-        results[name] = dict(
-            {key: statistics.median(v) for key, v in runs.items()},
-            ratio=statistics.median(ratios), cost=1.0 - statistics.median(ratios), ratios=ratios,
-        )
-        for key in ("chain", "exchange", "parallel"):
-            theirs = [x / one for x, one in zip(runs[key], runs["one_phase"])]
-            results[name].update({key + "_cost": 1.0 - statistics.median(theirs), key + "_ratios": theirs})
+        ratios = [two / checked for two, checked in zip(runs["two_phase"], runs["checked"])]
+        results[name] = dict({key: statistics.median(v) for key, v in runs.items()},
+                             cost=1.0 - statistics.median(ratios), ratios=ratios)
     return results
+
+
+def coordinate_owner_gil(trainers, args):
+    """Rank 0, part 4: steps/s of the plugin's DistributedOptimizer and torch's (unless
+    TorchScript is removed: torch 2.13's imports TorchScript), idle and with a thread on the
+    server holding its GIL; ``args.repeats`` alternating rounds, medians."""
+    servers, names, param_rrefs = _setup_server(trainers, args)
+    engines = ["plugin-adam"] + ([] if torchscript_removed() else ["torch-adam"])
+    runs = {f"{e}{s}": [] for e in engines for s in ("", "+gil")}
+    for _ in range(args.repeats):
+        for engine in engines:
+            for suffix in ("", "+gil"):
+                runs[engine + suffix].append(_steps_per_s(engine, suffix == "+gil", servers, names, param_rrefs, args,
+                                                          holder=start_gil_holder))
+    out = {key: statistics.median(v) for key, v in runs.items()}
+    for engine in engines:
+        out[engine + ": gil/idle"] = statistics.median(
+            [g / i for g, i in zip(runs[engine + "+gil"], runs[engine])])
+    return out
+
+
+def linear_params():
+    """Runs on the server (part 4): a 2048 x 2048 Linear layer's weight and bias (once);
+    returns RRefs to them."""
+    if "params" not in _SERVER:
+        torch.manual_seed(0)
+        layer = torch.nn.Linear(2048, 2048)
+        _SERVER["params"] = [layer.weight, layer.bias]
+        _SERVER["layer"] = layer
+    return [rpc.RRef(p) for p in _SERVER["params"]]
+
+
+def linear_loss(x):
+    """The forward pass on the server (part 4): the layer's output, summed."""
+    return _SERVER["layer"](x).sum()
 
 
 def _setup_server(trainers, args):
     servers = server_names(args.servers)
     names = [f"trainer{i}" for i in range(trainers)]
     param_rrefs = []
+    if args.linear:
+        return servers, names, rpc.rpc_sync(servers[0], linear_params)
     for server in servers:  # the parameters split evenly over the servers
         param_rrefs += rpc.rpc_sync(server, server_params, args=(args.num_params // len(servers), args.param_size))
     return servers, names, param_rrefs
 
 
-def _steps_per_s(engine, spinner, servers, names, param_rrefs, args):
+def _steps_per_s(engine, spinner, servers, names, param_rrefs, args, holder=None):
     """Every trainer steps its own optimizer of ``engine`` for ``args.seconds``; returns the
-    steps per second of all of them together."""
+    steps per second of all of them together. With ``spinner``, a thread on every server
+    competes for its GIL (``holder``, default :func:`start_spinner`)."""
     for name in names:
-        rpc.rpc_sync(name, trainer_prepare, args=(engine, param_rrefs, servers, args.param_size))
+        rpc.rpc_sync(name, trainer_prepare, args=(engine, param_rrefs, servers, args.param_size, args.linear))
     if spinner:
         for server in servers:
-            rpc.rpc_sync(server, start_spinner)
+            rpc.rpc_sync(server, holder or start_spinner)
     futs = [rpc.rpc_async(name, trainer_run, args=(args.seconds,)) for name in names]
     runs = [f.wait() for f in futs]
     if spinner:
@@ -353,15 +418,15 @@ def time_calls(fn, iters):
 
 
 def local_step_benchmark(args):
-    """ScriptLocalOptimizer.step(context_id) and torch's scripted local optimizer, with and
-    without a spinning thread, in a one-worker RPC group."""
+    """A native local optimizer's step(context_id) and torch's scripted local optimizer, with
+    and without a spinning thread, in a one-worker RPC group. The TorchScript rows (and torch's
+    local optimizer, which is TorchScript) only where torch still compiles TorchScript."""
     from socket import socket
 
+    import functional_optim
     import plugin
     import plugin.rpc
-    from functional_optim import _jit
-    from plugin.optim import ScriptLocalOptimizer
-    from torch.distributed.optim.optimizer import _ScriptLocalOptimizer
+    from plugin.optim import LocalOptimizer
 
     with socket() as s:
         s.bind(("localhost", 0))
@@ -370,23 +435,26 @@ def local_step_benchmark(args):
     plugin.rpc.init_rpc(rank=0, world_size=1, master_port=port, transports=TRANSPORTS)
     torch.manual_seed(0)
     params = [torch.rand(PARAM_SIZE, requires_grad=True) for _ in range(NUM_PARAMS)]
-    ours = ScriptLocalOptimizer.create(torch.optim.Adam, params, lr=1e-4)
-    theirs = torch.jit.script(_ScriptLocalOptimizer(_FunctionalAdamClass(), [rpc.RRef(p) for p in params], lr=1e-4))
-    loops = {name: _jit.script(_StepLoop(module)) for name, module in (("plugin", ours), ("torch", theirs))}
+    ours = LocalOptimizer(functional_optim.Adam, params, lr=1e-4)
+    callers = {"plugin": {"python": lambda c: ours.step(c)}}
+    if not torchscript_removed():
+        from torch.distributed.optim.optimizer import _ScriptLocalOptimizer
+
+        theirs = torch.jit.script(_ScriptLocalOptimizer(_FunctionalAdamClass(), [rpc.RRef(p) for p in params], lr=1e-4))
+        our_loop = torch.jit.script(_native_step_loop)
+        their_loop = torch.jit.script(_StepLoop(theirs))
+        callers["plugin"]["torchscript"] = lambda c: our_loop(ours.handle, c, LOOP_STEPS)
+        callers["torch"] = {"python": lambda c: theirs.step(c), "torchscript": lambda c: their_loop(c, LOOP_STEPS)}
     results = {}
     with dist_autograd.context() as ctx:
         loss = sum((p * p).sum() for p in params)
         plugin.autograd.backward(ctx, [loss], retain_graph=True)
         dist_autograd.backward(ctx, [loss])
-        for name, module in (("plugin", ours), ("torch", theirs)):
-            cases = {
-                # one call from Python per step
-                "python": (lambda m=module: m.step(ctx), 1),
-                # a TorchScript loop of LOOP_STEPS steps per call (a scripted training step)
-                "torchscript": (lambda l=loops[name]: l(ctx, LOOP_STEPS), LOOP_STEPS),
-            }
+        for name, cases in callers.items():
             results[name] = {}
-            for case, (call, steps_per_call) in cases.items():
+            for case, step in cases.items():
+                steps_per_call = LOOP_STEPS if case == "torchscript" else 1
+                call = lambda step=step: step(ctx)  # noqa: E731
                 call()  # warm up
                 alone = time_calls(call, max(args.local_iters // steps_per_call, 5)) / steps_per_call
                 start_spinner()
@@ -402,8 +470,14 @@ def local_step_benchmark(args):
 LOOP_STEPS = 50
 
 
+def _native_step_loop(handle: int, context_id: int, n: int) -> None:
+    """Steps a native local optimizer n times from TorchScript, through its op."""
+    for _ in range(n):
+        torch.ops.dist_engine._optimizer_step(handle, context_id)
+
+
 class _StepLoop(torch.nn.Module):
-    """Calls a local optimizer's step(context_id) n times from TorchScript."""
+    """Calls a scripted local optimizer's step(context_id) n times from TorchScript."""
 
     def __init__(self, local_optimizer):
         super().__init__()
@@ -427,31 +501,36 @@ def local_worker(args, queue):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, default=2.0, help="stepping time per configuration (parts 1, 3)")
+    parser.add_argument("--seconds", type=float, default=2.0, help="stepping time per configuration (parts 1, 3, 4)")
     parser.add_argument("--trainers", default="1,2,4,8", help="trainer counts (parts 1, 3)")
     parser.add_argument("--num-params", type=int, default=100, help="parameters on the server(s) (parts 1, 3)")
-    parser.add_argument("--servers", type=int, default=1,
-                        help="servers that share the parameters (part 1); with more than one, the "
-                             "plugin's step has two phases (validate everywhere, then apply)")
+    parser.add_argument("--servers", type=int, default=1, help="servers that share the parameters (part 1)")
     parser.add_argument("--param-size", type=int, default=4096, help="elements per parameter (parts 1, 3)")
     parser.add_argument("--local-iters", type=int, default=200, help="timed steps per case (part 2)")
     parser.add_argument("--two-phase-servers", type=int, default=2, help="servers in part 3 (at least 2)")
     parser.add_argument("--repeats", type=int, default=3,
-                        help="part 3: runs of each of the two steps, in alternation (median reported)")
-    parser.add_argument("--parts", default="1,2,3",
+                        help="parts 3, 4: rounds of the compared runs, in alternation (median reported)")
+    parser.add_argument("--parts", default="1,2,3,4",
                         help="which parts to run; the other parts' results already in --out are kept")
+    parser.add_argument("--torchscript-removed", action="store_true",
+                        help="torch.jit's entry points raise in every process (tests/support/no_torchscript)")
     parser.add_argument("--quick", action="store_true", help="tiny settings, to check the script runs")
     parser.add_argument("--out", default=os.path.join("results", "bench_gil.json"))
     args = parser.parse_args()
+    args.linear = False
     if args.quick:
         args.seconds, args.trainers, args.local_iters, args.repeats = 0.3, "1,2", 10, 1
     if args.two_phase_servers < 2:
         parser.error("--two-phase-servers must be at least 2 (one owner steps in one call)")
+    if args.torchscript_removed:  # inherited by every process this one spawns
+        os.environ[NO_TORCHSCRIPT_ENV] = "1"
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [NO_TORCHSCRIPT_SITE, os.environ.get("PYTHONPATH")]))
     parts = {int(p) for p in args.parts.split(",")}
     trainers = [int(t) for t in args.trainers.split(",")]
     results = {}
 
-    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {platform.machine()}")
+    mode = "TorchScript removed" if torchscript_removed() else "TorchScript available"
+    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {platform.machine()}, {mode}")
     if 2 in parts:
         ctx = mp.get_context("spawn")
         queue = ctx.Queue()
@@ -460,24 +539,25 @@ def main():
         local = _get(queue, [p], 600)
         p.join()
         results["local_step"] = local
-        print(f"\nScriptLocalOptimizer.step(context_id), {NUM_PARAMS} x {PARAM_SIZE} Adam, one process, ms per step:")
+        print(f"\nLocal step(context_id), {NUM_PARAMS} x {PARAM_SIZE} Adam, one process, ms per step:")
         for name, cases in local.items():
             for case, r in cases.items():
                 print(f"  {name:<8} called from {case:<12} alone {r['alone_ms']:7.3f}   with spinner {r['spinner_ms']:7.3f}"
                       f"   slowdown {r['slowdown']:.2f}x")
     if 1 in parts:
         server = {t: run_server_benchmark(t, args) for t in trainers}
-        print(f"\nParameter server, {args.num_params} x {args.param_size} on {args.servers} server(s): steps/s")
-        header = "".join(f"{e + s:>34}" for s in ("", "+spinner") for e in ENGINES)
+        print(f"\nParameter server, {args.num_params} x {args.param_size} on {args.servers} server(s): steps/s "
+              f"(torch's Adam: its {torch_adam_path()} path)")
+        header = "".join(f"{e + s:>22}" for s in ("", "+spinner") for e in ENGINES)
         print(f"{'T':>3}{header}")
         for t, r in server.items():
-            print(f"{t:>3}" + "".join(f"{r[e + s]:>34.1f}" for s in ("", "+spinner") for e in ENGINES))
+            print(f"{t:>3}" + "".join(f"{r[e + s]:>22.1f}" for s in ("", "+spinner") for e in ENGINES))
         ratios = {}
         for t, r in server.items():
             ratios[t] = {}
             for s in ("", "+spinner"):
-                ratios[t]["adam: plugin/torch-torchscript" + s] = r["plugin-adam" + s] / r["torch-adam-torchscript" + s]
-                ratios[t]["nadam: plugin/torch-python" + s] = r["plugin-nadam" + s] / r["torch-nadam-python" + s]
+                ratios[t]["adam: plugin/torch" + s] = r["plugin-adam" + s] / r["torch-adam" + s]
+                ratios[t]["nadam: plugin/torch" + s] = r["plugin-nadam" + s] / r["torch-nadam" + s]
         print("\nRatios (plugin / torch, steps/s):")
         for t, r in ratios.items():
             print(f"{t:>3}  " + "   ".join(f"{k} {v:.2f}" for k, v in r.items()))
@@ -486,30 +566,43 @@ def main():
     if 3 in parts:
         part3 = argparse.Namespace(**dict(vars(args), servers=args.two_phase_servers))
         two_phase = {t: run_server_benchmark(t, part3, coordinate_two_phase) for t in trainers}
-        print(f"\nAll-or-nothing step: {args.num_params} x {args.param_size} on {args.two_phase_servers} servers, "
-              f"steps/s, medians of {args.repeats} alternating runs:")
-        print(f"{'T':>3} {'optimizer':>9} {'default':>9} {'chain':>9} {'exchange':>9} {'parallel':>9} {'one-phase':>10} "
-              f"{'cost':>7} {'chain cost':>11} {'exch. cost':>11} {'par. cost':>10}   ratios (default / one-phase)")
+        print(f"\nWithout the backward pass's check: {args.num_params} x {args.param_size} on {args.two_phase_servers} "
+              f"servers, steps/s, medians of {args.repeats} alternating runs:")
+        print(f"{'T':>3} {'optimizer':>9} {'checked':>9} {'two-phase':>10} {'cost':>7}   ratios (two-phase / checked)")
         for t, r in two_phase.items():
             for name, c in r.items():
-                print(f"{t:>3} {name:>9} {c['two_phase']:>9.1f} {c['chain']:>9.1f} {c['exchange']:>9.1f} "
-                      f"{c['parallel']:>9.1f} {c['one_phase']:>10.1f} {100 * c['cost']:>6.1f}% "
-                      f"{100 * c['chain_cost']:>10.1f}% {100 * c['exchange_cost']:>10.1f}% "
-                      f"{100 * c['parallel_cost']:>9.1f}%   " + " ".join(f"{x:.3f}" for x in c["ratios"]))
+                print(f"{t:>3} {name:>9} {c['checked']:>9.1f} {c['two_phase']:>10.1f} {100 * c['cost']:>6.1f}%   "
+                      + " ".join(f"{x:.3f}" for x in c["ratios"]))
         results["two_phase"] = {str(t): r for t, r in two_phase.items()}
+    if 4 in parts:
+        part4 = argparse.Namespace(**dict(vars(args), servers=1, linear=True))
+        owner_gil = run_server_benchmark(1, part4, coordinate_owner_gil)
+        key = f"torch {torch.__version__}, {mode}"
+        print(f"\nA thread holding the server's GIL, Adam over a 2048 x 2048 Linear, one trainer, steps/s ({key}; "
+              f"torch's DistributedOptimizer takes its {torch_adam_path()} path):")
+        for name, value in owner_gil.items():
+            print(f"  {name:<24} {value:9.2f}")
+        results["owner_gil"] = {key: dict(owner_gil, torch_path=torch_adam_path())}
     meta = {}
-    if parts != {1, 2, 3} and os.path.exists(args.out):
+    if parts != {1, 2, 3, 4} and os.path.exists(args.out):
         # a run of some parts keeps the other parts' earlier results (and their meta)
         with open(args.out) as f:
             earlier = json.load(f)
         meta = earlier.pop("meta", {})
+        if "owner_gil" in results:  # one entry per torch version and mode
+            results["owner_gil"] = dict(earlier.get("owner_gil", {}), **results["owner_gil"])
         results = dict(earlier, **results)
     if 1 in parts:
         meta.update(seconds=args.seconds, servers=args.servers)
     if 3 in parts:
         meta.update(two_phase_seconds=args.seconds, two_phase_servers=args.two_phase_servers, repeats=args.repeats)
-    results["meta"] = dict(meta, **run_meta(num_params=args.num_params, param_size=args.param_size,
-                                            quick=args.quick or meta.get("quick", False)))
+    if 4 in parts:
+        meta.update(owner_gil_seconds=args.seconds, owner_gil_repeats=args.repeats)
+    this_run = run_meta(num_params=args.num_params, param_size=args.param_size,
+                        quick=args.quick or meta.get("quick", False))
+    if not parts & {1, 2, 3}:  # the torch and Python of parts 1 to 3 stay those they ran with (part 4 names its own)
+        this_run.update({k: meta[k] for k in ("torch", "python", "cpus") if k in meta})
+    results["meta"] = dict(meta, **this_run)
     write_results(args.out, results)
 
 

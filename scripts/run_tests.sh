@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
-# Sets the machine up (scripts/setup_env.sh), runs the test suite, then builds the docs
-# with warnings treated as errors. Extra arguments go to pytest.
+# Sets the machine up (scripts/setup_env.sh), runs the test suite, runs the engine, optimizer,
+# RPC, docs-example and main-job tests again with torch.jit's entry points raising (as torch's
+# removal of TorchScript will make them: tests/support/no_torchscript), then builds the docs
+# with warnings treated as errors. Extra arguments go to both pytest runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 bash scripts/setup_env.sh
 "$PYTHON" -m pytest -q "$@"
+"$PYTHON" -m pytest -q --torchscript-removed \
+  tests/engine tests/rpc tests/build/test_build.py \
+  tests/optim/test_native_local_optimizer.py tests/optim/test_distributed_optimizer.py \
+  tests/optim/test_checked_step.py tests/optim/test_optimizer_faults.py \
+  tests/optim/test_python_local_optimizer.py tests/optim/test_lr_schedulers.py \
+  tests/optim/test_clip_grad_norm.py tests/docs/test_docs_examples.py \
+  --deselect tests/build/test_build.py::test_cmake_builds_the_same_library "$@"
 "$PYTHON" -m sphinx -W --keep-going -b html docs docs/_build/html

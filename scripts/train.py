@@ -5,7 +5,7 @@ holds consecutive layers, behind an RRef); many trainers train it at the same ti
 its share of the training set, as in torch's RPC parameter-server tutorials: forward through
 the servers by RPC, a distributed backward pass, and a step of the shared parameters on the
 servers. With ``--stack plugin`` (the default) the backward pass is the plugin's engine and
-the step the plugin's DistributedOptimizer (TorchScript on the servers, without the GIL, with
+the step the plugin's DistributedOptimizer (natively on the servers, without the GIL, with
 torch's fused Adam kernel; ``step_async``, so that the update overlaps the trainer's next
 batch, unless ``--sync-step``); with ``--stack torch`` the same job runs on torch's distributed
 autograd and DistributedOptimizer. Trainer 0 also coordinates: after every epoch it measures

@@ -47,6 +47,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(params=["checked", "two_phase"])
+def step_protocol(request, monkeypatch):
+    """Runs a test twice: with ``DistributedOptimizer.step`` choosing its protocol as it does
+    by default (the checked step after a pass of the plugin's engine over native owners), and
+    with every step forced to take its two phases (prepare, then commit)."""
+    if request.param == "two_phase":
+        from plugin.optim import DistributedOptimizer
+
+        monkeypatch.setattr(DistributedOptimizer, "_checked_versions", lambda self, context_id: [])
+    return request.param
+
+
 @pytest.fixture(scope="session")
 def cluster():
     """A 4-worker RPC group for the whole session (this process is worker0)."""

@@ -220,11 +220,11 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         if not failures and not refused:
             return
         lost = [f.owner for f in failures if f.kind in ("timeout", "unreachable")]
-        parts = [f"the step was applied on owners {applied}" if applied else "no owner applied the step"]
-        parts += [f"owner {name!r} refused it: {_REFUSALS[status]}" for name, status in refused.items()]
+        outcome = f"the step was applied on owners {applied}" if applied else "no owner applied the step"
         if lost:
-            parts.append(f"not confirmed on {lost} (an owner that did not answer in time may have applied it before "
-                         f"its deadline, half the RPC timeout after the step was sent, or before it died)")
+            outcome += (f" and not confirmed on {lost} (an owner that did not answer in time may have applied it "
+                        f"before its deadline, half the RPC timeout after the step was sent, or before it died)")
+        parts = [outcome] + [f"owner {name!r} refused it: {_REFUSALS[status]}" for name, status in refused.items()]
         detail = "; " + "; ".join(parts)
         if failures:
             # when some owners changed: never the error type of a step that changed none

@@ -1,4 +1,5 @@
-"""The op library builds two ways (setup.py, CMake) and fails to load with a clear error."""
+"""The two op libraries (plugin's and functional_optim's) build two ways (setup.py, CMake) and
+fail to load with a clear error."""
 import os
 import shutil
 import subprocess
@@ -10,15 +11,22 @@ import torch
 from tests.support import REPO
 
 
-# Loads the library named by GILFREE_RPC_LIBRARY through `import plugin` and runs one
-# local backward pass through the engine (a one-worker RPC group).
+# Loads the libraries named by GILFREE_RPC_LIBRARY and GILFREE_OPTIM_LIBRARY (or the
+# package's own) through `import plugin`, steps a fused kernel, prints the two paths, and runs
+# one local backward pass through the engine (a one-worker RPC group).
 SMOKE = textwrap.dedent(
     """
     import os, socket, torch
     import torch.distributed.rpc as rpc
     import torch.distributed.autograd as dist_autograd
-    import plugin
-    print(sorted(str(torch.ops.dist_engine.backward.default._schema).split("(")[:1]))
+    import functional_optim, plugin
+    from functional_optim import _kernels
+    from plugin import _library
+    p = torch.zeros(3, requires_grad=True)
+    functional_optim.RAdam([p], fused=True).step([torch.ones(3)])  # gilfree_optim.radam_
+    assert torch.allclose(p.detach(), torch.full((3,), -1e-3)), p  # RAdam's first step: -lr * m_hat
+    print(_kernels.load())
+    print(_library.load_library())
     with socket.socket() as s:
         s.bind(("localhost", 0)); port = s.getsockname()[1]
     os.environ.update(MASTER_ADDR="localhost", MASTER_PORT=str(port))
@@ -40,7 +48,10 @@ def run_python(code, env_extra=None):
 def test_setup_py_library_runs_the_engine():
     out = run_python(SMOKE)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines()[-1] == "[2.0, 4.0]"
+    optim, ops, grads = out.stdout.splitlines()
+    assert os.path.dirname(optim) == os.path.join(REPO, "functional_optim")
+    assert os.path.dirname(ops) == os.path.join(REPO, "plugin")
+    assert grads == "[2.0, 4.0]"
 
 
 @pytest.mark.slow
@@ -53,7 +64,7 @@ def test_cmake_builds_the_same_library(tmp_path):
         # The portable fused kernels only: the AVX2/AVX512 builds of the kernels would triple
         # the compile time, and tests/optim/test_fused_isa.py checks them (setup.py's build).
         [cmake, "-S", REPO, "-B", str(build), "-DCMAKE_BUILD_TYPE=Release", "-DGILFREE_DEFAULT_ISA_ONLY=ON",
-         f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}"],
+         f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}", f"-DPython3_EXECUTABLE={sys.executable}"],
         capture_output=True, text=True, timeout=300,
     )
     assert configure.returncode == 0, configure.stdout + configure.stderr
@@ -61,11 +72,11 @@ def test_cmake_builds_the_same_library(tmp_path):
         [cmake, "--build", str(build), "-j", str(os.cpu_count() or 2)], capture_output=True, text=True, timeout=900
     )
     assert build_run.returncode == 0, build_run.stdout[-4000:] + build_run.stderr[-4000:]
-    library = build / "libgilfree_ops.so"
-    assert library.exists()
-    out = run_python(SMOKE, {"GILFREE_RPC_LIBRARY": str(library)})
+    ops, optim = build / "libgilfree_ops.so", build / "libgilfree_optim.so"
+    assert ops.exists() and optim.exists()
+    out = run_python(SMOKE, {"GILFREE_RPC_LIBRARY": str(ops), "GILFREE_OPTIM_LIBRARY": str(optim)})
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines()[-1] == "[2.0, 4.0]"
+    assert out.stdout.splitlines() == [str(optim), str(ops), "[2.0, 4.0]"]
 
 
 def test_failed_load_names_file_and_torch_versions(tmp_path):
@@ -91,20 +102,49 @@ def test_failed_load_reports_the_torch_the_file_was_built_for(tmp_path):
     assert f"built against torch {version}, running torch {torch.__version__}" in out.stderr
 
 
-def test_importing_and_scripting_emit_no_deprecation_warning():
-    """The plugin scripts its own functions and local optimizers; torch's TorchScript
-    deprecation warnings are filtered around those calls, so users see none."""
+def test_failed_load_of_the_kernels_names_the_file(tmp_path):
+    """functional_optim imports without its kernels (the default implementation falls back to
+    torch's choice); fused=True then raises, naming the file it tried."""
+    broken = tmp_path / "_C.so"
+    broken.write_bytes(b"not a shared library")
     code = textwrap.dedent(
         """
-        import torch, plugin, plugin.autograd, plugin.optim, plugin.rpc, functional_optim
-        from plugin.optim import ScriptLocalOptimizer
-        module = ScriptLocalOptimizer.create(torch.optim.NAdam, [torch.zeros(2, requires_grad=True)])
-        module.step_gradients([torch.ones(2)])
-        print("ok")
+        import torch, functional_optim
+        try:
+            functional_optim.RAdam([torch.zeros(2, requires_grad=True)], fused=True).step([torch.ones(2)])
+        except ImportError as e:
+            print(e)
         """
     )
+    out = run_python(code, {"GILFREE_OPTIM_LIBRARY": str(broken)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("functional_optim: failed to load the op library " + str(broken)), out.stdout
+    assert f"running torch {torch.__version__}" in out.stdout
+
+
+@pytest.mark.parametrize("torchscript", ["available", "removed"])
+def test_importing_and_stepping_call_no_torchscript(torchscript):
+    """Importing every package and stepping a native local optimizer and a functional
+    optimizer compiles no TorchScript: no torch.jit deprecation warning (torch 2.13 warns with
+    DeprecationWarning, 2.14 with FutureWarning; both are errors here), and with torch.jit's
+    entry points raising (the TorchScript-removed mode) the same code runs."""
+    code = textwrap.dedent(
+        """
+        import torch, functional_optim, plugin, plugin.autograd, plugin.optim, plugin.rpc
+        p = torch.zeros(2, requires_grad=True)
+        local = plugin.optim.LocalOptimizer(functional_optim.NAdam, [p])
+        local.step_gradients([torch.ones(2)])
+        functional_optim.Adam([torch.zeros(2, requires_grad=True)]).step([torch.ones(2)])
+        print("ok", bool(p.detach().ne(0).all()))
+        """
+    )
+    env = dict(os.environ)
+    if torchscript == "removed":
+        site = os.path.join(REPO, "tests", "support", "no_torchscript")
+        env.update(GILFREE_TORCHSCRIPT_REMOVED="1", PYTHONPATH=os.pathsep.join(filter(None, [site, env.get("PYTHONPATH")])))
     out = subprocess.run(
-        [sys.executable, "-W", "error::DeprecationWarning", "-c", code], capture_output=True, text=True, timeout=300
+        [sys.executable, "-W", "error::DeprecationWarning", "-W", "error::FutureWarning", "-c", code],
+        capture_output=True, text=True, timeout=300, env=env,
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok"
+    assert out.stdout.strip() == "ok True"

@@ -68,18 +68,23 @@ def test_missing_file_is_reported_and_then_quoted_as_soon_as_it_exists(results_c
     gil = {
         "local_step": {"plugin": {"torchscript": {"alone_ms": 2.0, "spinner_ms": 2.1, "slowdown": 1.05},
                                   "python": {"alone_ms": 2.0, "spinner_ms": 7.0, "slowdown": 3.5}}},
-        "server": {"8": {e + s: 100.0 for e in ("plugin-adam", "torch-adam-torchscript", "plugin-nadam",
-                                                "torch-nadam-python") for s in ("", "+spinner")}},
-        "server_ratios": {"8": {"adam: plugin/torch-torchscript": 1.0, "adam: plugin/torch-torchscript+spinner": 0.9,
-                                "nadam: plugin/torch-python": 1.0, "nadam: plugin/torch-python+spinner": 2.5}},
-        "meta": {"torch": "x", "cpus": 2, "seconds": 1.0, "num_params": 1, "param_size": 4096},
+        "server": {"8": {e + s: 100.0 for e in ("plugin-adam", "torch-adam", "plugin-nadam", "torch-nadam")
+                         for s in ("", "+spinner")}},
+        "server_ratios": {"8": {"adam: plugin/torch": 1.0, "adam: plugin/torch+spinner": 0.9,
+                                "nadam: plugin/torch": 1.0, "nadam: plugin/torch+spinner": 2.5}},
+        "owner_gil": {"torch 2.14.1, TorchScript removed": {"plugin-adam": 300.0, "plugin-adam+gil": 270.0,
+                                                            "plugin-adam: gil/idle": 0.9}},
+        "meta": {"torch": "2.13.0", "cpus": 2, "seconds": 1.0, "num_params": 1, "param_size": 4096},
     }
     (results_copy / "bench_gil.json").write_text(json.dumps(gil))
     text = R.render_page(page(), str(results_copy))
     assert "*Source: `results/bench_gil.json`" in text
-    assert "| Adam, T = 8, spinner: plugin / torch TorchScript path | >= 1.0x | 0.90x | **missed** |" in text
+    assert "| Adam, T = 8, spinner: plugin / torch (TorchScript path) | >= 1.0x | 0.90x | **missed** |" in text
     assert "| NAdam, T = 8, spinner: plugin / torch Python path | >= 2x | 2.50x | met |" in text
     assert "called from TorchScript | <= 1.2x | 1.05x | met |" in text
+    assert ("| owner's GIL held: plugin held / idle (torch 2.14.1, TorchScript removed) | >= 0.95 | 0.90 | **missed** |"
+            in text)
+    assert "| torch 2.14.1, TorchScript removed | 300 | 270 | 0.90 | - | - | - | not run |" in text
 
 
 def test_verdicts_follow_the_numbers(results_copy):
@@ -95,26 +100,14 @@ def test_verdicts_follow_the_numbers(results_copy):
     assert "0.500x, met" in row and "1.500x, **missed**" in row
 
 
-def test_two_phase_cost_is_rendered_with_its_verdict():
-    """bench_gil's part 3: a cost under 10 % is met, one at or above it missed; a file
-    without part 3 renders without the table."""
-    row = {"two_phase": 95.0, "parallel": 70.0, "one_phase": 100.0, "ratio": 0.95, "cost": 0.05,
-           "ratios": [0.95], "parallel_cost": 0.3, "parallel_ratios": [0.7]}
+def test_two_phase_cost_is_rendered():
+    """bench_gil's part 3: the checked step against the two phases; a file without part 3
+    renders without the table."""
+    row = {"checked": 100.0, "two_phase": 80.0, "cost": 0.2, "ratios": [0.8]}
     meta = {"num_params": 100, "param_size": 4096, "two_phase_servers": 2, "repeats": 1, "two_phase_seconds": 1.0}
-    text = R.render_two_phase({"1": {"adam": row}, "8": {"nadam": dict(row, two_phase=80.0, cost=0.2)}}, meta)
-    assert "| 1 | adam | 95 | 100 | 5.0 % | met | 70 | 30.0 % |" in text
-    assert "| 8 | nadam | 80 | 100 | 20.0 % | **missed** | 70 | 30.0 % |" in text
-    assert "owners' exchange" not in text
-    # with the owners' exchange of verdicts measured too: two more columns, before the phases
-    # from the caller
-    text = R.render_two_phase({"2": {"adam": dict(row, exchange=90.0, exchange_cost=0.1)}}, meta)
-    assert "| 2 | adam | 95 | 100 | 5.0 % | met | 90 | 10.0 % | 70 | 30.0 % |" in text
-    # the default step checked by the backward pass, with the chain measured beside it
-    text = R.render_two_phase({"2": {"adam": dict(row, chain=80.0, chain_cost=0.2, exchange=90.0,
-                                                  exchange_cost=0.1)}}, meta)
-    assert "| 2 | adam | 95 | 100 | 5.0 % | met | 80 | 20.0 % | 90 | 10.0 % | 70 | 30.0 % |" in text
-    assert "the backward pass checked every owner's gradients" in text
-    assert "owners exchanging their verdicts" in text
-    data = json.loads((R.RESULTS and open(os.path.join(R.RESULTS, "bench_gil.json")).read()))
+    text = R.render_two_phase({"1": {"adam": row}, "8": {"nadam": dict(row, two_phase=95.0, cost=0.05)}}, meta)
+    assert "| 1 | adam | 100 | 80 | 20.0 % |" in text
+    assert "| 8 | nadam | 100 | 95 | 5.0 % |" in text
+    data = json.loads(open(os.path.join(R.RESULTS, "bench_gil.json")).read())
     data.pop("two_phase", None)
-    assert "Target (issue 10)" not in R.render_bench_gil(data)
+    assert "Target (issues 10 and 19)" not in R.render_bench_gil(data)

@@ -3,8 +3,11 @@
 Each worker's part of the pass checks that every gradient it holds fits its parameter (dense,
 the parameter's shape, dtype and device) and reports it with the pass's completion
 (plugin/csrc/gradient_check.h). When every owner reported gradients that fit, the step goes to
-all owners at once, with no validation round first (``_protocol`` is ``"checked"``); whenever
-the pass cannot vouch for an owner, the step validates on the owners before any applies.
+all owners at once, with no validation round first (:func:`checked`); whenever the pass cannot
+vouch for an owner, or an owner's local optimizer is not native, the step takes two phases
+(prepare on every owner, then commit), and nothing is applied unless every owner prepared.
+A sparse gradient is vouched for when every owner's optimizer takes sparse gradients (SGD,
+Adagrad); otherwise the step takes two phases and the owner's rejection changes no owner.
 """
 import warnings
 
@@ -19,6 +22,12 @@ from tests.support import graphs, optim_remote
 from tests.support.user_optim import HeavyBall
 
 F64 = dict(dtype=torch.float64)
+
+
+def checked(opt, ctx):
+    """Whether ``opt.step(ctx)`` would take the checked step (one round trip) rather than two
+    phases."""
+    return bool(opt._checked_versions(ctx))
 
 
 def make(owner, name, shape, seed):
@@ -47,7 +56,7 @@ def test_checked_steps_match_torch(cluster, owners):
         x = torch.full((5,), 1.0 + step, **F64)
         with dist_autograd.context() as ctx:
             plugin.autograd.backward(ctx, [squares(owners, names, x)])
-            assert opt._protocol(ctx) == "checked"
+            assert checked(opt, ctx)
             opt.step(ctx)
         reference.zero_grad()
         sum(((x * p) ** 2).sum() for p in local).backward()
@@ -67,7 +76,7 @@ def test_the_caller_as_an_owner_reports_its_own_gradients(cluster):
     with dist_autograd.context() as ctx:
         loss = (x * mine).sum() + rpc.rpc_sync("worker1", optim_remote.use_param, args=(x, "chk_caller_peer")).sum()
         plugin.autograd.backward(ctx, [loss])
-        assert opt._protocol(ctx) == "checked"
+        assert checked(opt, ctx)
         opt.step(ctx)
     torch.testing.assert_close(mine.detach(), start[0] - 1.0, rtol=0, atol=1e-12)
     torch.testing.assert_close(value("worker1", "chk_caller_peer"), start[1] - 1.0, rtol=0, atol=1e-12)
@@ -75,14 +84,14 @@ def test_the_caller_as_an_owner_reports_its_own_gradients(cluster):
 
 def test_torchs_engine_leaves_the_check_to_the_owners(cluster):
     """After torch's backward pass no worker reported: the step validates on the owners (the
-    chain of two owners; the exchange of verdicts for three)."""
+    two phases, for two owners and for three)."""
     owners = ["worker1", "worker2", "worker3"]
     names = [f"chk_torch_{i}" for i in range(3)]
     rrefs = [make(o, n, (5,), 50 + i) for i, (o, n) in enumerate(zip(owners, names))]
     two, three = DistributedOptimizer(torch.optim.SGD, rrefs[:2], lr=0.1), DistributedOptimizer(torch.optim.SGD, rrefs, lr=0.1)
     with dist_autograd.context() as ctx:
         dist_autograd.backward(ctx, [squares(owners, names, torch.ones(5, **F64))])
-        assert two._protocol(ctx) == "chain" and three._protocol(ctx) == "exchange"
+        assert not checked(two, ctx) and not checked(three, ctx)
 
 
 def test_the_check_reaches_the_caller_from_owners_it_never_contacted(cluster):
@@ -101,7 +110,7 @@ def test_the_check_reaches_the_caller_from_owners_it_never_contacted(cluster):
     with dist_autograd.context() as ctx:
         loss = rpc.rpc_sync("worker1", optim_remote.use_param_then, args=(x, "chk_nest_a", "worker2", "chk_nest_b", False))
         plugin.autograd.backward(ctx, [loss])
-        assert opt._protocol(ctx) == "checked"
+        assert checked(opt, ctx)
         opt.step(ctx)
     torch.testing.assert_close(value("worker1", "chk_nest_a"), a0 - 0.1 * x * b0, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(value("worker2", "chk_nest_b"), b0 - 0.1 * x * a0, rtol=1e-12, atol=1e-12)
@@ -111,14 +120,16 @@ def test_the_check_reaches_the_caller_from_owners_it_never_contacted(cluster):
     with dist_autograd.context() as ctx:
         loss = rpc.rpc_sync("worker1", optim_remote.use_param_then, args=(x, "chk_nest_a", "worker2", "chk_nest_t", True))
         plugin.autograd.backward(ctx, [loss])
-        assert adam._protocol(ctx) == "chain"
+        assert not checked(adam, ctx)
         with pytest.raises(RuntimeError, match=r"failed on owner 'worker2'.*sparse gradients.*no owner applied the step"):
             adam.step(ctx)
         assert torch.equal(value("worker1", "chk_nest_a"), a1)
         assert torch.equal(value("worker2", "chk_nest_t"), t0)
-        adam._forced_protocol = "checked"
-        with pytest.raises(RuntimeError, match=r"applied on owners \['worker1'\]; \['worker2'\] refused it"):
-            adam.step(ctx)
+        # the checked step, forced although the pass found a sparse gradient Adam does not take
+        versions = plugin.ops._checked_versions(ctx, adam._owner_ids, True)
+        assert versions
+        with pytest.raises(RuntimeError, match=r"failed on owner 'worker2'.*sparse gradients.*applied on owners \['worker1'\]"):
+            adam._checked_step(ctx, versions, f"step({ctx})")
     assert not torch.equal(value("worker1", "chk_nest_a"), a1)
     assert torch.equal(value("worker2", "chk_nest_t"), t0)
 
@@ -135,10 +146,10 @@ def test_a_later_pass_with_a_sparse_gradient_turns_the_check_off(cluster):
     before = [value("worker1", "chk_later_a"), value("worker2", "chk_later_b"), value("worker2", "chk_later_t")]
     with dist_autograd.context() as ctx:
         plugin.autograd.backward(ctx, [squares(["worker1", "worker2"], ["chk_later_a", "chk_later_b"], torch.ones(3, **F64))])
-        assert opt._protocol(ctx) == "checked"
+        assert checked(opt, ctx)
         rows = rpc.rpc_sync("worker2", optim_remote.use_param_sparse, args=(torch.tensor([0, 2]), "chk_later_t"))
         plugin.autograd.backward(ctx, [rows.sum() + squares(["worker1"], ["chk_later_a"], torch.ones(3, **F64))])
-        assert opt._protocol(ctx) == "chain"
+        assert not checked(opt, ctx)
         with pytest.raises(RuntimeError, match=r"failed on owner 'worker2'.*sparse gradients.*no owner applied the step"):
             opt.step(ctx)
     after = [value("worker1", "chk_later_a"), value("worker2", "chk_later_b"), value("worker2", "chk_later_t")]
@@ -155,10 +166,10 @@ def test_a_failed_pass_turns_the_check_off(cluster):
     with dist_autograd.context() as ctx:
         loss = squares(owners, names, torch.ones(3, **F64))
         plugin.autograd.backward(ctx, [loss])
-        assert opt._protocol(ctx) == "checked"
+        assert checked(opt, ctx)
         with pytest.raises(RuntimeError):
             plugin.autograd.backward(ctx, [loss])
-        assert opt._protocol(ctx) == "chain"
+        assert not checked(opt, ctx)
         opt.step(ctx)  # the first pass's gradients, validated on the owners
 
 
@@ -171,7 +182,7 @@ def test_an_owner_the_pass_did_not_reach_is_not_checked(cluster):
     b0 = value("worker2", "chk_reach_b")
     with dist_autograd.context() as ctx:
         plugin.autograd.backward(ctx, [rpc.rpc_sync("worker1", optim_remote.use_param, args=(torch.ones(3, **F64), "chk_reach_a")).sum()])
-        assert opt._protocol(ctx) == "chain"
+        assert not checked(opt, ctx)
         opt.step(ctx)
     assert torch.equal(value("worker2", "chk_reach_b"), b0)
 
@@ -187,22 +198,36 @@ def test_an_earlier_sparse_gradient_keeps_the_check_off(cluster):
         plugin.autograd.backward(ctx, [rows.sum()])
         dense = rpc.rpc_sync("worker2", optim_remote.dense_scaled, args=(torch.ones(3, **F64), "chk_early_t"))
         plugin.autograd.backward(ctx, [dense + squares(["worker1"], ["chk_early_a"], torch.ones(3, **F64))])
-        assert opt._protocol(ctx) == "chain"
+        assert not checked(opt, ctx)
         with pytest.raises(RuntimeError, match=r"failed on owner 'worker2'.*no owner applied the step"):
             opt.step(ctx)
 
 
-def test_a_sparse_gradient_on_the_caller_keeps_the_check_off(cluster):
+@pytest.mark.parametrize("optimizer", [torch.optim.SGD, torch.optim.Adam], ids=["sgd", "adam"])
+def test_a_sparse_gradient_on_the_caller(cluster, optimizer):
     """The caller owns an embedding table that gets a sparse gradient: its own finding says
-    no."""
+    so. SGD takes sparse gradients: the step is checked and equals the gradient's. Adam does
+    not: two phases, the caller's own phase 1 refuses, and worker1 is left unchanged."""
     table = torch.rand(6, 3, generator=torch.Generator().manual_seed(110), **F64).requires_grad_()
-    b = make("worker1", "chk_callsparse_b", (3,), 111)
-    opt = DistributedOptimizer(torch.optim.SGD, [rpc.RRef(table), b], lr=0.1)
+    name = f"chk_callsparse_{optimizer.__name__}"
+    b = make("worker1", name, (3,), 111)
+    t0, b0 = table.detach().clone(), value("worker1", name)
+    opt = DistributedOptimizer(optimizer, [rpc.RRef(table), b], lr=0.1)
     with dist_autograd.context() as ctx:
         rows = torch.nn.functional.embedding(torch.tensor([0, 2]), table, sparse=True)
-        plugin.autograd.backward(ctx, [rows.sum() + squares(["worker1"], ["chk_callsparse_b"], torch.ones(3, **F64))])
-        assert opt._protocol(ctx) == "chain"
-        opt.step(ctx)  # SGD takes sparse gradients
+        plugin.autograd.backward(ctx, [rows.sum() + squares(["worker1"], [name], torch.ones(3, **F64))])
+        if optimizer is torch.optim.SGD:
+            assert checked(opt, ctx)
+            opt.step(ctx)
+            expected = t0.clone()
+            expected[[0, 2]] -= 0.1
+            torch.testing.assert_close(table.detach(), expected, rtol=0, atol=1e-12)
+            torch.testing.assert_close(value("worker1", name), b0 - 0.1 * 2 * b0, rtol=1e-12, atol=1e-12)
+        else:
+            assert not checked(opt, ctx)
+            with pytest.raises(RuntimeError, match=r"sparse gradients.*no owner applied the step"):
+                opt.step(ctx)
+            assert torch.equal(table.detach(), t0) and torch.equal(value("worker1", name), b0)
 
 
 def test_a_worker_the_pass_reached_without_gradients_is_not_vouched_for(cluster):
@@ -215,7 +240,7 @@ def test_a_worker_the_pass_reached_without_gradients_is_not_vouched_for(cluster)
     with dist_autograd.context() as ctx:
         y = rpc.rpc_sync("worker1", optim_remote.use_param, args=(torch.ones(3, **F64), "chk_relay_a"))
         plugin.autograd.backward(ctx, [rpc.rpc_sync("worker2", torch.mul, args=(y, 2.0)).sum()])
-        assert opt._protocol(ctx) == "chain"
+        assert not checked(opt, ctx)
 
 
 def test_a_pass_that_fails_on_another_worker_leaves_no_check(cluster):
@@ -228,11 +253,11 @@ def test_a_pass_that_fails_on_another_worker_leaves_no_check(cluster):
     try:
         with dist_autograd.context() as ctx:
             plugin.autograd.backward(ctx, [squares(owners, names, torch.ones(3, **F64))])
-            assert opt._protocol(ctx) == "checked"
+            assert checked(opt, ctx)
             failing = rpc.rpc_sync("worker2", graphs.udf_failing_backward, args=(torch.ones(3, **F64).requires_grad_(),))
             with pytest.raises(ValueError, match="boom in FailingBackward"):
                 plugin.autograd.backward(ctx, [failing.sum() + squares(owners, names, torch.ones(3, **F64))])
-            assert opt._protocol(ctx) == "chain"
+            assert not checked(opt, ctx)
     finally:
         rpc.rpc_sync("worker2", graphs.set_fail_backward, args=(False,))
 
@@ -245,7 +270,7 @@ def test_fast_mode_is_checked_too(cluster):
     with dist_autograd.context() as ctx:
         loss = sum(rpc.rpc_sync(o, optim_remote.use_param, args=(torch.ones(3, **F64), n)).sum() for o, n in zip(owners, names))
         plugin.autograd.backward(ctx, [loss], mode="fast")
-        assert opt._protocol(ctx) == "checked"
+        assert checked(opt, ctx)
         opt.step(ctx)
     for o, n, s in zip(owners, names, start):
         torch.testing.assert_close(value(o, n), s - 0.5, rtol=0, atol=1e-12)
@@ -260,7 +285,7 @@ def test_a_python_local_optimizer_validates_on_the_owners(cluster):
         opt = DistributedOptimizer(HeavyBall, rrefs, lr=0.1)
     with dist_autograd.context() as ctx:
         plugin.autograd.backward(ctx, [squares(["worker1", "worker2"], ["chk_py_worker1", "chk_py_worker2"], torch.ones(3, **F64))])
-        assert opt._protocol(ctx) == "parallel"
+        assert not checked(opt, ctx)
 
 
 def test_gradients_changed_after_the_check_are_refused(cluster):
@@ -275,9 +300,10 @@ def test_gradients_changed_after_the_check_are_refused(cluster):
     with dist_autograd.context() as ctx:
         plugin.autograd.backward(ctx, [squares(["worker1", "worker2"], ["chk_foreign_a", "chk_foreign_b"], torch.ones(3, **F64))])
         rpc.rpc_sync("worker1", optim_remote.backward_from_here_in, args=(ctx, "worker2", "chk_foreign_b"))
-        assert opt._protocol(ctx) == "checked"
-        with pytest.raises(RuntimeError, match=r"failed on owner 'worker2'.*changed after the backward pass checked "
-                                               r"them.*applied on owners \['worker1'\]; \['worker2'\] refused it"):
+        assert checked(opt, ctx)
+        with pytest.raises(RuntimeError, match=r"failed on owners \['worker2'\]; the step was applied on owners "
+                                               r"\['worker1'\]; owner 'worker2' refused it: the context's gradients there "
+                                               r"changed after the backward pass checked them"):
             opt.step(ctx)
     assert not torch.equal(value("worker1", "chk_foreign_a"), a0)
     assert torch.equal(value("worker2", "chk_foreign_b"), b0)
@@ -287,8 +313,7 @@ def test_gradients_changed_after_the_check_are_refused(cluster):
 def test_a_worker_reached_from_two_parents_reports_once(cluster, sparse):
     """trainer -> worker1 -> worker3 and trainer -> worker2 -> worker3: worker3 gets the pass
     from two workers, answers one of them with its finding (first contact) and the other with
-    none. Dense everywhere: checked. A sparse gradient on worker3: not checked, the owners
-    exchange verdicts (three owners)."""
+    none. Dense everywhere, or a sparse gradient on worker3 (which SGD takes): checked."""
     tag = "s" if sparse else "d"
     a, b = make("worker1", f"chk_dia_a{tag}", (3,), 170), make("worker2", f"chk_dia_b{tag}", (3,), 171)
     c = make("worker3", f"chk_dia_c{tag}", (6, 3) if sparse else (3,), 172)
@@ -298,7 +323,7 @@ def test_a_worker_reached_from_two_parents_reports_once(cluster, sparse):
         loss = sum(rpc.rpc_sync(w, optim_remote.use_param_then, args=(x, n, "worker3", f"chk_dia_c{tag}", sparse))
                    for w, n in (("worker1", f"chk_dia_a{tag}"), ("worker2", f"chk_dia_b{tag}")))
         plugin.autograd.backward(ctx, [loss])
-        assert opt._protocol(ctx) == ("exchange" if sparse else "checked")
+        assert checked(opt, ctx)
         opt.step(ctx)
 
 
@@ -312,4 +337,4 @@ def test_the_last_worker_to_end_has_reported_when_backward_returns(cluster):
         loss = rpc.rpc_sync("worker1", optim_remote.use_param_then_slow,
                             args=(torch.ones(3, **F64), "chk_slow_a", "worker2", "chk_slow_b"))
         plugin.autograd.backward(ctx, [loss])
-        assert opt._protocol(ctx) == "checked"
+        assert checked(opt, ctx)

@@ -13,7 +13,7 @@ from tests.support import optim_remote
 from tests.support.optim_checks import assert_sparse_rejection_changes_neither, step_ones_on_trainer
 import plugin
 from tests.support.optim_configs import INFOS
-from plugin.optim import DistributedOptimizer, ScriptLocalOptimizer
+from plugin.optim import DistributedOptimizer, LocalOptimizer
 
 OWNERS = {"p1": ("worker1", (3, 4), 1), "p2": ("worker2", (4,), 2), "p3": ("worker2", (2, 4), 3)}
 
@@ -206,39 +206,28 @@ def _step_over(opt, owners, names, x, sparse_on=None):
         opt.step(ctx)
 
 
-def _exchanges_drain(owners):
-    deadline = time.time() + 10  # the answers to crossing calls may still be on their way
-    while any(rpc.rpc_sync(o, optim_remote.optimizer_debug_info)["num_step_exchanges"] for o in owners) \
-            and time.time() < deadline:
-        time.sleep(0.05)
-    return {o: rpc.rpc_sync(o, optim_remote.optimizer_debug_info)["num_step_exchanges"] for o in owners}
-
-
-@pytest.mark.parametrize("protocol", [None, "exchange"])
-def test_steps_over_three_owners_match_torch(cluster, protocol):
-    """Three owners (the owners exchange their verdicts; with two owners, the same protocol by
-    the benchmark's switch): 4 Adam steps equal torch.optim.Adam's over the same parameters."""
-    owners = THREE if protocol is None else THREE[:2]
-    names = [f"three_{i}_{protocol}" for i in range(len(owners))]
-    rrefs = [rpc.rpc_sync(o, optim_remote.make_param, args=(n, (5,), 10 + i)) for i, (o, n) in enumerate(zip(owners, names))]
-    local = [rpc.rpc_sync(o, optim_remote.param_value, args=(n,)).requires_grad_() for o, n in zip(owners, names)]
+def test_steps_over_three_owners_match_torch(cluster, step_protocol):
+    """Three owners, each step checked by the backward pass or taken in two phases: 4 Adam
+    steps equal torch.optim.Adam's over the same parameters."""
+    names = [f"three_{i}_{step_protocol}" for i in range(len(THREE))]
+    rrefs = [rpc.rpc_sync(o, optim_remote.make_param, args=(n, (5,), 10 + i)) for i, (o, n) in enumerate(zip(THREE, names))]
+    local = [rpc.rpc_sync(o, optim_remote.param_value, args=(n,)).requires_grad_() for o, n in zip(THREE, names)]
     opt = DistributedOptimizer(torch.optim.Adam, rrefs, lr=0.05)
-    opt._forced_protocol = protocol
     reference = torch.optim.Adam(local, lr=0.05)
     for step in range(4):
         x = torch.full((5,), 1.0 + step, dtype=torch.float64)
-        _step_over(opt, owners, names, x)
+        _step_over(opt, THREE, names, x)
         reference.zero_grad()
         sum(((x * p) ** 2).sum() for p in local).backward()
         reference.step()
-    for o, n, p in zip(owners, names, local):
+    for o, n, p in zip(THREE, names, local):
         torch.testing.assert_close(rpc.rpc_sync(o, optim_remote.param_value, args=(n,)), p.detach(), rtol=1e-10, atol=1e-12)
-    assert _exchanges_drain(owners) == {o: 0 for o in owners}
+    assert all(rpc.rpc_sync(o, optim_remote.optimizer_debug_info)["num_prepared_steps"] == 0 for o in THREE)
 
 
 def test_a_gradient_one_of_three_owners_rejects_changes_no_owner(cluster):
-    """Three owners, Adam: worker3 gets a sparse gradient. The step raises naming worker3 (its
-    own error first), no owner changed, and no exchange is left on any owner."""
+    """Three owners, Adam: worker3 gets a sparse gradient. The step raises naming worker3, no
+    owner changed, and no prepared step is left on any owner."""
     names = ["rej3_a", "rej3_b", "rej3_table"]
     shapes = [(3,), (3,), (6, 3)]
     rrefs = [rpc.rpc_sync(o, optim_remote.make_param, args=(n, s, 20 + i))
@@ -246,13 +235,13 @@ def test_a_gradient_one_of_three_owners_rejects_changes_no_owner(cluster):
     before = [rpc.rpc_sync(o, optim_remote.param_value, args=(n,)) for o, n in zip(THREE, names)]
     opt = DistributedOptimizer(torch.optim.Adam, rrefs, lr=0.1)
     with pytest.raises(RuntimeError, match=r"step\(\d+\) failed on owner 'worker3'.*does not support sparse "
-                                           r"gradients.*also failed on owner 'worker1'.*owner 'worker3' rejected.*"
-                                           r"no owner applied the step"):
+                                           r"gradients.*no owner applied the step"):
         _step_over(opt, THREE, names, torch.ones(3, dtype=torch.float64), sparse_on="worker3")
     for o, n, b in zip(THREE, names, before):
         assert torch.equal(rpc.rpc_sync(o, optim_remote.param_value, args=(n,)), b), o
     assert opt.state_dict()["state"] == {}
-    assert _exchanges_drain(THREE) == {o: 0 for o in THREE}
+    time.sleep(0.5)  # the drops of the other owners' prepared steps are not waited for
+    assert all(rpc.rpc_sync(o, optim_remote.optimizer_debug_info)["num_prepared_steps"] == 0 for o in THREE)
 
 
 @pytest.mark.parametrize("owners", [["worker1"], ["worker1", "worker2"]])
@@ -340,32 +329,35 @@ def test_concurrent_trainers_on_shared_parameters(cluster):
     torch.testing.assert_close(end, start - 60, rtol=0, atol=1e-9)
 
 
+def native(optim_class, params, *args, **kwargs):
+    """The native local optimizer an owner builds for ``optim_class`` over local ``params``."""
+    return LocalOptimizer(functional_optim.functional_optimizer_for(optim_class), params, *args, **kwargs)
+
+
 @pytest.mark.parametrize("optim_class", [
     torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, torch.optim.Adagrad, torch.optim.RMSprop,
     torch.optim.Adamax, torch.optim.Adadelta, torch.optim.Rprop, torch.optim.NAdam, torch.optim.RAdam,
 ], ids=lambda c: c.__name__)
-def test_every_optimizer_runs_fused_unless_told_otherwise(optim_class):
+def test_every_optimizer_steps_natively_unless_told_otherwise(optim_class):
+    """The fused kernels cover every built-in optimizer by default; the flags that ask for
+    another implementation send it to Python, with the reason."""
+    functional_class = functional_optim.functional_optimizer_for(optim_class)
     p = [torch.zeros(3, requires_grad=True)]
-
-    def impl(**kwargs):
-        return ScriptLocalOptimizer.create(optim_class, p, lr=0.1, **kwargs).optimizer.optim._s.impl
-
-    assert impl() == ["fused"]
-    assert impl(fused=False) == ["single"]
-    assert impl(foreach=True) == ["foreach"]
-    # the flags are left as the caller gave them (None): sparse gradients keep torch's path
-    assert ScriptLocalOptimizer.create(optim_class, p, lr=0.1).optimizer.options()[0]["fused"] is None
+    assert LocalOptimizer.why_not_native(functional_class, p, lr=0.1) is None
+    assert "fused=False" in LocalOptimizer.why_not_native(functional_class, p, lr=0.1, fused=False)
+    assert "foreach=True" in LocalOptimizer.why_not_native(functional_class, p, lr=0.1, foreach=True)
 
 
 def test_local_optimizers_that_share_a_parameter_share_its_lock():
-    """a holds the locks of [p0, p1]: b (the same set, reversed) and d (only p1) wait for it;
-    c (another tensor) does not."""
+    """The locks of [p0, p1] are held (a StepLock over them, as any local optimizer over them
+    takes): native optimizers over the same set reversed (b) and over p1 alone (d) wait for
+    them; one over another tensor (c) does not."""
     p = [torch.zeros(3, requires_grad=True), torch.zeros(2, requires_grad=True)]
-    a = ScriptLocalOptimizer.create(torch.optim.SGD, p, lr=0.1)
-    b = ScriptLocalOptimizer.create(torch.optim.Adam, list(reversed(p)))
-    c = ScriptLocalOptimizer.create(torch.optim.SGD, [torch.zeros(3, requires_grad=True)], lr=0.1)
-    d = ScriptLocalOptimizer.create(torch.optim.SGD, [p[1]], lr=0.1)
-    a._lock.__enter__()
+    held = torch.classes.dist_engine.StepLock(p)
+    b = native(torch.optim.Adam, list(reversed(p)))
+    c = native(torch.optim.SGD, [torch.zeros(3, requires_grad=True)], lr=0.1)
+    d = native(torch.optim.SGD, [p[1]], lr=0.1)
+    held.__enter__()
     try:
         done = {name: threading.Event() for name in "bd"}
         threads = [
@@ -377,7 +369,7 @@ def test_local_optimizers_that_share_a_parameter_share_its_lock():
         c.step_gradients([torch.ones(3)])
         assert not done["b"].wait(0.2) and not done["d"].is_set()
     finally:
-        a._lock.__exit__(None, None, None)
+        held.__exit__(None, None, None)
     for name in "bd":
         assert done[name].wait(10), name
     for t in threads:
@@ -385,13 +377,13 @@ def test_local_optimizers_that_share_a_parameter_share_its_lock():
 
 
 def test_overlapping_parameter_sets_lose_no_update_and_do_not_deadlock():
-    """Four threads step optimizers over overlapping sets that form a cycle ([p, q], [q, r],
-    [r, p]) and the whole set, 30 SGD steps each (lr=1, gradients of ones) on 1M-element
-    tensors: every update lands, exactly, and no thread waits forever."""
+    """Four threads step native optimizers over overlapping sets that form a cycle ([p, q],
+    [q, r], [r, p]) and the whole set, 30 SGD steps each (lr=1, gradients of ones) on
+    1M-element tensors: every update lands, exactly, and no thread waits forever."""
     n, steps = 1 << 20, 30
     p, q, r = (torch.zeros(n, requires_grad=True) for _ in range(3))
     sets = [[p, q], [q, r], [r, p], [r, q, p]]
-    optimizers = [ScriptLocalOptimizer.create(torch.optim.SGD, s, lr=1.0) for s in sets]
+    optimizers = [native(torch.optim.SGD, s, lr=1.0) for s in sets]
     errors = []
 
     def run(opt, size):
@@ -422,10 +414,7 @@ def test_locks_of_freed_parameters_are_freed():
     gc.collect()
     before = count()
     shared = torch.zeros(2, requires_grad=True)
-    optimizers = [
-        ScriptLocalOptimizer.create(torch.optim.SGD, [shared, torch.zeros(2, requires_grad=True)], lr=0.1)
-        for _ in range(50)
-    ]
+    optimizers = [native(torch.optim.SGD, [shared, torch.zeros(2, requires_grad=True)], lr=0.1) for _ in range(50)]
     assert count() == before + 51  # the shared parameter has one lock
     del optimizers
     gc.collect()

@@ -52,10 +52,14 @@ def scheduler_step(scheduler, step):
 
 
 def owners_hyperparameters(opt):
-    return {
-        owner: rpc.rpc_sync(owner, optim_remote.local_hyperparameters, args=(rref,))
-        for owner, rref in opt._local_optimizers.items()
-    }
+    """The numeric hyperparameters (functional names) each owner's native local optimizer
+    steps with now, read on the owner by its RPC function."""
+    out = {}
+    for name, owner in opt._owners.items():
+        assert owner.kind == "native", (name, owner.kind)
+        hparams, _ = owner.hyperparameters().wait()
+        out[name] = dict(hparams[0])
+    return out
 
 
 def torch_hyperparameters(group):

@@ -69,12 +69,11 @@ def assert_victim_named_in_time(result, *phrases):
     assert result["elapsed"] < 1.2 * result["rpc_timeout"], result["elapsed"]
 
 
-@pytest.mark.parametrize("protocol", ["chain_", "exchange_"])
 @pytest.mark.parametrize("how", ["kill", "stop"])
-def test_owner_lost_before_a_validating_step_changes_no_owner(how, protocol):
+def test_owner_lost_before_a_two_phase_step_changes_no_owner(how):
     """A step that validates on the owners first (after torch's backward pass, or with a
-    sparse gradient): the chain of two owners, and the owners' exchange of verdicts."""
-    r = run(f"{protocol}{how}_before_step")
+    Python local optimizer): the two phases, prepare then commit."""
+    r = run(f"twophase_{how}_before_step")
     assert_victim_named_in_time(r, "step(", "no owner applied the step", lost_as(how))
     assert unchanged(r)  # prepared, then dropped
     assert r["after"]["info"]["num_prepared_steps"] == 0
@@ -100,14 +99,12 @@ def test_owner_frozen_past_the_deadline_of_a_checked_step_applies_nothing_when_i
     assert r["victim_after"] == r["victim_before"]
 
 
-@pytest.mark.parametrize("protocol", ["chain_", "exchange_"])
-def test_second_owner_frozen_past_its_deadline_applies_nothing_when_it_resumes(protocol):
-    """A step over two owners is chained (the first owner asks the second): the second owner,
-    frozen when the step is sent and resumed after the caller got its error, finds the step
-    past its deadline and applies nothing, as the first owner dropped its part. With the
-    exchange of verdicts (``exchange_``): the resumed owner hears that the healthy one withdrew,
-    or finds the step past its deadline."""
-    r = run(f"{protocol}stop_resume_before_step")
+def test_owner_frozen_in_phase_one_applies_nothing_when_it_resumes():
+    """A two-phase step, the victim frozen when phase 1 is sent and resumed after the caller
+    got its error: the caller dropped the healthy owner's prepared step, the victim's late
+    phase 1 only parks its gradients (no commit ever comes; the lease forgets them): no owner
+    applied."""
+    r = run("twophase_stop_resume_before_step")
     assert_victim_named_in_time(r, "no owner applied the step")
     assert unchanged(r)
     assert r["victim_after"] == r["victim_before"]
@@ -121,13 +118,12 @@ def test_owner_lost_between_the_phases_is_named_with_the_owners_that_applied(how
     assert applied_once(r)
 
 
-@pytest.mark.parametrize("protocol", ["", "exchange_"])
+@pytest.mark.parametrize("protocol", ["", "twophase_"])
 @pytest.mark.parametrize("how", ["kill", "stop"])
 def test_owner_lost_after_every_owner_accepted_a_step_is_named_with_the_owners_that_applied(how, protocol):
-    """step() after both owners accepted (checked by the backward pass, or validated by the
-    owners' exchange of verdicts): the healthy owner applied, the victim was waiting for its
-    parameter's lock when it died or froze. The error names the victim and says that the
-    healthy owner applied."""
+    """step() after both owners accepted (checked by the backward pass, or prepared by both in
+    phase 1): the healthy owner applied, the victim was waiting for its parameter's lock when
+    it died or froze. The error names the victim and says that the healthy owner applied."""
     r = run(f"{protocol}{how}_mid_apply")
     assert_victim_named_in_time(r, "step(", APPLIED_ON_HEALTHY, lost_as(how))
     assert applied_once(r)

@@ -7,12 +7,10 @@ import warnings
 import pytest
 import torch
 import torch.distributed.autograd as dist_autograd
-import torch.distributed.optim
 import torch.distributed.rpc as rpc
 
 import plugin
-from plugin import _python_local_optim
-from plugin.optim import DistributedOptimizer, PythonLocalOptimizer, PythonStepWarning, ScriptLocalOptimizer
+from plugin.optim import DistributedOptimizer, PythonLocalOptimizer, PythonStepWarning, _python
 from tests.support import optim_remote
 from tests.support.optim_checks import assert_sparse_rejection_changes_neither, step_ones_on_trainer
 from tests.support.user_optim import FailsHalfway, HeavyBall
@@ -79,6 +77,7 @@ def local_run(names, steps, make_scheduler=None):
     return {n: p.detach() for n, p in params.items()}, opt
 
 
+@pytest.mark.torchscript  # torch 2.13's torch.distributed.optim scripts its functional optimizers at import
 @pytest.mark.parametrize("names,step_async", [
     (["py1"], False), (["py1", "py2"], False), (["py1", "py2", "py3"], False), (["py1", "py2"], True),
 ], ids=["one-owner", "two-owners", "three-owners", "two-owners-step_async"])
@@ -90,6 +89,8 @@ def test_same_parameters_as_torchs_distributed_optimizer(cluster, names, step_as
     theirs = make_params(names, "torch_")
     start = values(names, "ours_")
     opt = DistributedOptimizer(HeavyBall, list(ours.values()), **KWARGS)
+    import torch.distributed.optim
+
     reference = torch.distributed.optim.DistributedOptimizer(HeavyBall, list(theirs.values()), **KWARGS)
     train(opt, names, "ours_", 4, "plugin", step_async=step_async)
     train(reference, names, "torch_", 4, "torch")
@@ -102,15 +103,15 @@ def test_same_parameters_as_torchs_distributed_optimizer(cluster, names, step_as
 
 
 def test_one_warning_per_class(cluster, monkeypatch):
-    monkeypatch.setattr(_python_local_optim, "_WARNED", set())
+    monkeypatch.setattr(_python, "_WARNED", set())
     params = list(make_params(["py1", "py2"], "warn_").values())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         DistributedOptimizer(HeavyBall, params, lr=0.1)
         DistributedOptimizer(HeavyBall, params, lr=0.2)
-        DistributedOptimizer(torch.optim.SGD, params, lr=0.1)  # registered: TorchScript, no warning
+        DistributedOptimizer(torch.optim.SGD, params, lr=0.1)  # built in: native, no warning
         DistributedOptimizer(FailsHalfway, params)
-        ScriptLocalOptimizer.create(FailsHalfway, [torch.zeros(2, requires_grad=True)])
+        PythonLocalOptimizer(FailsHalfway, [torch.zeros(2, requires_grad=True)])  # not through the caller: none
     ours = [w for w in caught if issubclass(w.category, PythonStepWarning)]
     assert [w.filename for w in ours] == [__file__, __file__]
     first, second = (str(w.message) for w in ours)
@@ -165,8 +166,8 @@ def test_a_gradient_one_owner_rejects_changes_neither(cluster):
     )
 
 
-def test_python_and_scripted_optimizers_over_overlapping_parameters_lose_no_update(cluster):
-    """One trainer steps [w, b] with HeavyBall (Python), the other [w] with SGD (TorchScript),
+def test_python_and_native_optimizers_over_overlapping_parameters_lose_no_update(cluster):
+    """One trainer steps [w, b] with HeavyBall (Python), the other [w] with SGD (native),
     at the same time on one server: both take w's lock, so w ends exactly 2 x 20 lower and
     b 20 lower."""
     n, steps = 1 << 22, 20
@@ -188,16 +189,16 @@ def test_python_and_scripted_optimizers_over_overlapping_parameters_lose_no_upda
     assert torch.equal(rpc.rpc_sync("worker3", optim_remote.param_value, args=("mix_b",)), expected_b)
 
 
-def test_python_step_waits_for_the_scripted_optimizers_lock():
-    """In one process: while a scripted local optimizer over [p, q] holds its locks, a Python
-    one over [q] waits (the same per-parameter lock), and one over another tensor does not."""
+def test_python_step_waits_for_the_parameters_locks():
+    """In one process: while the locks of [p, q] are held (a StepLock over them, what a native
+    local optimizer over [p, q] holds while it steps), a Python local optimizer over [q] waits
+    (the same per-parameter lock), and one over another tensor does not."""
     p, q = torch.zeros(3, requires_grad=True), torch.zeros(2, requires_grad=True)
-    scripted = ScriptLocalOptimizer.create(torch.optim.SGD, [p, q], lr=0.1)
-    python = ScriptLocalOptimizer.create(HeavyBall, [q], lr=1.0)
-    other = ScriptLocalOptimizer.create(HeavyBall, [torch.zeros(2, requires_grad=True)], lr=1.0)
-    assert isinstance(python, PythonLocalOptimizer)
+    held = torch.classes.dist_engine.StepLock([p, q])
+    python = PythonLocalOptimizer(HeavyBall, [q], lr=1.0)
+    other = PythonLocalOptimizer(HeavyBall, [torch.zeros(2, requires_grad=True)], lr=1.0)
     done = threading.Event()
-    scripted._lock.__enter__()
+    held.__enter__()
     try:
         thread = threading.Thread(target=lambda: (python.step_gradients([torch.ones(2)]), done.set()))
         thread.start()
@@ -205,7 +206,7 @@ def test_python_step_waits_for_the_scripted_optimizers_lock():
         assert not done.wait(0.3)
         assert torch.equal(q.detach(), torch.zeros(2))
     finally:
-        scripted._lock.__exit__(None, None, None)
+        held.__exit__(None, None, None)
     assert done.wait(10)
     thread.join()
     assert torch.equal(q.detach(), -torch.ones(2)) and q.grad is None
@@ -214,7 +215,7 @@ def test_python_step_waits_for_the_scripted_optimizers_lock():
 def test_grad_is_restored_after_a_step():
     p = torch.zeros(2, requires_grad=True)
     p.grad = torch.full((2,), 7.0)
-    local = ScriptLocalOptimizer.create(HeavyBall, [p], lr=1.0, momentum=0.0)
+    local = PythonLocalOptimizer(HeavyBall, [p], lr=1.0, momentum=0.0)
     local.step_gradients([torch.ones(2)])
     assert torch.equal(p.detach(), -torch.ones(2)) and torch.equal(p.grad, torch.full((2,), 7.0))
     with pytest.raises(ValueError, match=r"gradients\[0\]: expected shape \[2\]"):

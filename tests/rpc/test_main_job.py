@@ -79,53 +79,62 @@ def alive(pid):
         return False
 
 
-def test_the_job_trains_on_both_stacks_and_writes_its_metrics(tmp_path):
+@pytest.mark.parametrize("stack", [
+    "plugin",
+    # torch 2.13's torch.distributed.optim scripts its functional optimizers at import
+    pytest.param("torch", marks=pytest.mark.torchscript),
+])
+def test_the_job_trains_and_writes_its_metrics(tmp_path, stack):
     """A small job per stack: a progress line per epoch, metrics with the top-level keys, the plot;
     both stacks learn the digits (held-out accuracy well above chance, 0.1)."""
-    for stack in ("plugin", "torch"):
-        r = run_job(TINY + ["--epochs", "4", "--stack", stack, "--lr", "3e-3"] + outputs(tmp_path, stack))
-        assert r.returncode == 0, r.stdout + r.stderr
-        assert [line.split()[1] for line in r.stdout.splitlines() if line.startswith("epoch")] == ["1/4", "2/4", "3/4", "4/4"]
-        with open(tmp_path / f"{stack}.json") as f:
-            m = json.load(f)
-        assert m["accuracy"] == m["epochs"][-1]["accuracy"] > 0.8, (stack, m["epochs"])
-        assert m["samples_per_s"] > 0 and m["config"]["stack"] == stack and m["config"]["trainers"] == 4
-        assert sum(e["samples"] for e in m["epochs"]) == 4 * m["train_samples"]
-        if _has_matplotlib():
-            assert (tmp_path / f"{stack}.png").stat().st_size > 0
+    r = run_job(TINY + ["--epochs", "4", "--stack", stack, "--lr", "3e-3"] + outputs(tmp_path, stack))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [line.split()[1] for line in r.stdout.splitlines() if line.startswith("epoch")] == ["1/4", "2/4", "3/4", "4/4"]
+    with open(tmp_path / f"{stack}.json") as f:
+        m = json.load(f)
+    assert m["accuracy"] == m["epochs"][-1]["accuracy"] > 0.8, (stack, m["epochs"])
+    assert m["samples_per_s"] > 0 and m["config"]["stack"] == stack and m["config"]["trainers"] == 4
+    assert sum(e["samples"] for e in m["epochs"]) == 4 * m["train_samples"]
+    if _has_matplotlib():
+        assert (tmp_path / f"{stack}.png").stat().st_size > 0
 
 
-def test_profile_writes_each_workers_phases_and_cpu_seconds(tmp_path):
+@pytest.mark.parametrize("stack,extra", [
+    ("plugin", []),
+    ("plugin", ["--sync-step"]),
+    # torch 2.13's torch.distributed.optim scripts its functional optimizers at import
+    pytest.param("torch", [], marks=pytest.mark.torchscript),
+], ids=["plugin", "plugin-sync-step", "torch"])
+def test_profile_writes_each_workers_phases_and_cpu_seconds(tmp_path, stack, extra):
     """--profile on both stacks: every worker is listed with its role; each trainer's phases
     add up to its batch time, which is within the measured epochs' seconds; the servers spent
     time in the forward function and CPU on torch's RPC threads; the plugin's step overlaps
     (a wait for the previous update is recorded) unless --sync-step."""
-    for stack, extra in (("plugin", []), ("plugin", ["--sync-step"]), ("torch", [])):
-        folder = tmp_path / f"{stack}{len(extra)}"
-        r = run_job(TINY + ["--epochs", "3", "--stack", stack, "--profile", str(folder), *extra]
-                    + outputs(tmp_path, stack))
-        assert r.returncode == 0, r.stdout + r.stderr
-        with open(folder / "profile.json") as f:
-            p = json.load(f)
-        assert p["stack"] == stack and p["epochs"] == [2, 3] and p["perf"] is None
-        assert p["samples"] == 2 * 1437 and p["samples_per_s"] > 0
-        workers = p["workers"]
-        assert sorted(workers) == ["server0", "server1", "trainer0", "trainer1", "trainer2", "trainer3"]
-        for name, w in workers.items():
-            assert w["role"] == name.rstrip("0123456789") and w["pid"] > 0 and w["process_cpu"] > 0, (name, w)
-            t = w["timers"]
-            if w["role"] == "trainer":
-                phases = ["forward RPC to server0", "forward RPC to server1", "trainer loss", "trainer backward",
-                          "trainer step", "trainer other (batch, context, bookkeeping)"]
-                assert all(t[k] > 0 for k in phases), t
-                # (the forward timers leave out the Python between the two RPCs)
-                assert 0.97 * t["trainer batch total"] <= sum(t[k] for k in phases) <= t["trainer batch total"], t
-                assert t["trainer batch total"] <= p["training_seconds"] * 1.05
-                waited = "trainer step: of which waiting for the previous update"
-                assert (waited in t) == (stack == "plugin" and not extra), t
-                assert t.get(waited, 0.0) <= t["trainer step"]
-            else:
-                assert t["server forward (in the Python function)"] > 0 and w["cpu_by_thread"]["pt_thread_pool"] > 0
+    folder = tmp_path / f"{stack}{len(extra)}"
+    r = run_job(TINY + ["--epochs", "3", "--stack", stack, "--profile", str(folder), *extra]
+                + outputs(tmp_path, stack))
+    assert r.returncode == 0, r.stdout + r.stderr
+    with open(folder / "profile.json") as f:
+        p = json.load(f)
+    assert p["stack"] == stack and p["epochs"] == [2, 3] and p["perf"] is None
+    assert p["samples"] == 2 * 1437 and p["samples_per_s"] > 0
+    workers = p["workers"]
+    assert sorted(workers) == ["server0", "server1", "trainer0", "trainer1", "trainer2", "trainer3"]
+    for name, w in workers.items():
+        assert w["role"] == name.rstrip("0123456789") and w["pid"] > 0 and w["process_cpu"] > 0, (name, w)
+        t = w["timers"]
+        if w["role"] == "trainer":
+            phases = ["forward RPC to server0", "forward RPC to server1", "trainer loss", "trainer backward",
+                      "trainer step", "trainer other (batch, context, bookkeeping)"]
+            assert all(t[k] > 0 for k in phases), t
+            # (the forward timers leave out the Python between the two RPCs)
+            assert 0.97 * t["trainer batch total"] <= sum(t[k] for k in phases) <= t["trainer batch total"], t
+            assert t["trainer batch total"] <= p["training_seconds"] * 1.05
+            waited = "trainer step: of which waiting for the previous update"
+            assert (waited in t) == (stack == "plugin" and not extra), t
+            assert t.get(waited, 0.0) <= t["trainer step"]
+        else:
+            assert t["server forward (in the Python function)"] > 0 and w["cpu_by_thread"]["pt_thread_pool"] > 0
 
 
 def test_profile_sorts_perf_call_stacks():

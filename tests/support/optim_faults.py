@@ -52,20 +52,28 @@ def _kill_once_healthy_applied(victim_pid, how, result, limit_s=3.0):
     os.kill(victim_pid, how)
 
 
+def force_two_phase_steps(opt):
+    """Makes ``opt.step`` take its two phases even where the backward pass checked the
+    gradients (what ``tests/conftest.py``'s ``two_phase_steps`` fixture does in the test
+    process)."""
+    opt._checked_versions = lambda context_id: []
+
+
 def run_scenario(scenario):
     """``scenario``: what to do. Unprefixed, step() takes its default way after the plugin's
-    backward pass: every owner applies at once, as the pass checked the gradients. Prefixed
-    ``chain_`` or ``exchange_``: the step validates on the owners first, by the chain of two
-    owners (the step after torch's backward pass) or the owners' exchange of verdicts (three
-    owners or more)."""
+    backward pass: every owner applies at once, as the pass checked the gradients (the checked
+    step). Prefixed ``twophase_``: the step takes its two phases (prepare on every owner, then
+    commit), as after torch's backward pass or with a Python local optimizer."""
     import plugin.optim
 
-    protocol, _, rest = scenario.partition("_")
-    protocol, scenario = (protocol, rest) if protocol in ("chain", "exchange") else (None, scenario)
+    two_phase = scenario.startswith("twophase_")
+    scenario = scenario[len("twophase_"):] if two_phase else scenario
 
     rrefs = [rpc.rpc_sync(owner, optim_remote.make_param, args=(owner, (1000,), seed)) for seed, owner in enumerate(("healthy", "victim"))]
     opt = plugin.optim.DistributedOptimizer(torch.optim.SGD, rrefs, lr=1.0, momentum=0.9)
-    opt._forced_protocol = protocol  # the switch scripts/bench_gil.py uses
+    assert set(opt.local_optimizer_kinds.values()) == {"native"}, opt.local_optimizer_kinds
+    if two_phase:
+        force_two_phase_steps(opt)
     victim_pid = rpc.rpc_sync("victim", os.getpid)
     result = {"before": healthy_view(), "rpc_timeout": RPC_TIMEOUT,
               "victim_before": rpc.rpc_sync("victim", optim_remote.param_value, args=("victim",)).tolist()}
@@ -89,8 +97,8 @@ def run_scenario(scenario):
                 os.kill(victim_pid, how)
                 fut.wait()
             elif scenario.endswith("mid_apply"):
-                # the same window in a step(): both owners accepted the step (the verdicts
-                # are exchanged between them), the healthy owner applied, the victim waits for
+                # the same window in a step(): both owners accepted the step (checked by the
+                # backward pass, or prepared), the healthy owner applied, the victim waits for
                 # its lock when it is stopped or killed
                 rpc.rpc_sync("victim", optim_remote.hold_param_lock, args=("victim", 60.0))
                 threading.Thread(target=_kill_once_healthy_applied, args=(victim_pid, how, result), daemon=True).start()
@@ -122,9 +130,6 @@ def serve(rank, port, scenario, queue):
     import plugin.optim
     import plugin.rpc
 
-    # compile the local optimizer before the clock of the short RPC timeout runs: on a busy
-    # machine the first compilation alone can take longer than the timeout
-    plugin.optim.ScriptLocalOptimizer.create(torch.optim.SGD, [torch.zeros(1, requires_grad=True)], lr=1.0, momentum=0.9)
     plugin.rpc.init_rpc(rank=rank, world_size=len(NAMES), master_port=port, worker_names=NAMES,
                         num_worker_threads=4, rpc_timeout=RPC_TIMEOUT)
     if rank != 0:

@@ -130,12 +130,6 @@ def wait_for_gil_hog() -> float:
     return _HOG["done"]
 
 
-def local_hyperparameters(local_optimizer: RRef) -> Dict[str, float]:
-    """The numeric hyperparameters the owner's local optimizer steps with now (functional
-    names: 'lr', 'beta1', 'momentum', ...), read from its TorchScript optimizer."""
-    return local_optimizer.local_value().optimizer.hyperparameters()[0]
-
-
 def context_gradients(context_id: int, names: List[str]):
     """Copies of the named parameters' gradients in a distributed autograd context, as the
     optimizer step reads them (None where a parameter has none)."""
@@ -155,19 +149,18 @@ _HOLDS: Dict[str, threading.Event] = {}
 
 
 def hold_param_lock(name: str, seconds: float) -> None:
-    """Takes the step locks of parameter ``name`` on this worker (through a local optimizer
-    of its own over it) from a thread, and keeps them until release_param_lock(name) or
-    ``seconds`` pass: a step over the parameter waits meanwhile. Returns once they are held."""
-    import plugin.optim
-
-    module = plugin.optim.ScriptLocalOptimizer.create(torch.optim.SGD, [PARAMS[name]], lr=0.0)
+    """Takes the step locks of parameter ``name`` on this worker (a StepLock over it, the
+    per-parameter lock every local optimizer takes) from a thread, and keeps them until
+    release_param_lock(name) or ``seconds`` pass: a step over the parameter waits meanwhile.
+    Returns once they are held."""
+    lock = torch.classes.dist_engine.StepLock([PARAMS[name]])
     held, release = threading.Event(), threading.Event()
 
     def hold():
-        module._lock.__enter__()
+        lock.__enter__()
         held.set()
         release.wait(seconds)
-        module._lock.__exit__(None, None, None)
+        lock.__exit__(None, None, None)
 
     _HOLDS[name] = release
     threading.Thread(target=hold, daemon=True).start()
