@@ -212,7 +212,7 @@ def _swap_current_context(context_id: int) -> int:
     return torch.ops.dist_engine._swap_current_context(context_id)
 
 
-# --- the engine's RPC handlers and bookkeeping (plugin/_handlers.py, plugin.autograd) ------
+# --- the engine's RPC handlers (native RPC functions, plugin/csrc/rpc_functions.h) and bookkeeping --
 
 
 def _receive_gradients(
