@@ -514,7 +514,11 @@ void Engine::execute(const PassPtr& pass, ReadyTask& task) {
 
   if (const at::Tensor* leaf = accumulatedLeaf(fn)) {
     accumulateLeaf(fn, std::move(task.inputs), [&](at::Tensor&& grad, size_t expectedRefs) {
-      ContextRegistry::accumulate(*pass->entry, pass->passId, *leaf, std::move(grad), expectedRefs);
+      {
+        std::lock_guard<std::mutex> lock(pass->mu);
+        pass->leafGradients.push_back(grad);  // one more reference, counted below
+      }
+      ContextRegistry::accumulate(*pass->entry, pass->passId, *leaf, std::move(grad), expectedRefs + 1);
     });
     return;
   }
@@ -717,6 +721,7 @@ void Engine::maybeFinishLocked(PassState& pass) {
   pass.finished = true;
   pass.dependencies.clear();
   pass.notReady.clear();
+  pass.leafGradients.clear();
   if (pass.ownerWaiting) {
     pass.cv.notify_one();
   }
@@ -733,6 +738,7 @@ void Engine::failLocked(PassState& pass, const std::string& error) {
   pass.notReady.clear();
   pass.dependencies.clear();
   pass.pendingSends.clear();
+  pass.leafGradients.clear();
   if (pass.entry) {
     std::lock_guard<std::mutex> lock(pass.entry->mu);
     pass.entry->abortedPasses.insert(pass.passId);
