@@ -93,6 +93,17 @@ class BackwardError(RuntimeError):
     ``Error on Node <n>: <original message>`` followed by ``[<what raised it> on worker
     '<name>' (id <n>), in the backward pass of context <id>]``.
 
+    The engine builds it (:func:`backward`); the arguments are its attributes, ``message`` the
+    whole message.
+
+    Args:
+        message (str): the whole message, as above.
+        worker (str): see the attributes.
+        worker_id (int): see the attributes.
+        context_id (int): see the attributes.
+        error_type (Optional[str]): see the attributes.
+        original_message (str): see the attributes.
+
     Attributes:
         worker (str): name of the worker where the error happened.
         worker_id (int): its id (the ``n`` of ``Error on Node <n>``).
@@ -105,7 +116,10 @@ class BackwardError(RuntimeError):
 
     ``__cause__`` is the original exception when the process that called backward raised it
     (a hook or ``autograd.Function`` run on this worker); None when it was raised on another
-    worker, whose process keeps it (its type's name and message are here).
+    worker, whose process keeps it (its type's name and message are here). Pickles with its
+    attributes.
+
+    Raises nothing.
     """
 
     def __init__(self, message: str, worker: str, worker_id: int, context_id: int,
