@@ -207,8 +207,6 @@ def init_rpc(
 
     _choose_interfaces(master_addr)
 
-    from . import _handlers  # noqa: F401  (peers call the engine's handlers by name)
-
     store = check_group(master_addr, master_port, rank, world_size, name, names, init_timeout)
     options.init_method = init_method_for(store, rank, world_size)
     with _arrivals:
