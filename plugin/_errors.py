@@ -1,4 +1,5 @@
-"""Short error messages for failures that come back over RPC.
+"""Short error messages for failures that come back over RPC, and the parts of the
+engine's errors of a backward pass.
 
 An exception raised by a function run by RPC reaches the caller with the callee's
 traceback folded into its message (and, for TorchScript, the interpreter's). The line
@@ -8,6 +9,8 @@ available as the exception's ``__cause__``.
 """
 import builtins
 import re
+import threading
+from collections import OrderedDict
 from typing import Optional
 
 _ERROR_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt)\b: ")
@@ -62,3 +65,63 @@ def raise_on_worker(worker: str, what: str, error: BaseException, prefix: str, d
     except Exception:  # noqa: BLE001 (an exception type with another constructor)
         rebuilt = RuntimeError(message)
     raise rebuilt from error
+
+
+# --- errors of a backward pass (plugin.autograd.backward) ------------------------------
+
+# The bracketed end of the engine's message for an error in a backward pass
+# (plugin/csrc/worker_error.h, passError): "[<origin> on worker '<name>' (id <n>), in the
+# backward pass of context <id>]", the origin optional and free of brackets.
+_PASS_ERROR = re.compile(
+    r"^Error on Node (?P<node>-?\d+): (?P<what>.*) "
+    r"\[(?:(?P<origin>[^\[\]\n]*) )?on worker '(?P<worker>[^'\n]*)' \(id (?P<worker_id>-?\d+)\), "
+    r"in the backward pass of context (?P<context_id>-?\d+)\]$",
+    re.DOTALL,
+)
+# The origin's first words when an exception raised: "<Type> raised ..."
+_RAISED_TYPE = re.compile(r"^(?P<type>[A-Za-z_][\w.:<>]*) raised\b")
+
+# context id -> the Python exception a hook or autograd.Function raised on this worker in
+# the latest failed pass of that context (python_errors.cpp hands them over); at most
+# _KEPT_ORIGINALS, the oldest dropped first.
+_ORIGINALS: "OrderedDict[int, BaseException]" = OrderedDict()
+_KEPT_ORIGINALS = 16
+_ORIGINALS_LOCK = threading.Lock()
+
+
+def _keep_original_error(context_id: int, error: BaseException) -> None:
+    """Called by the engine (python_errors.cpp, with the GIL) on the worker that called
+    backward, when Python code it ran there raised ``error`` in a pass of ``context_id``."""
+    with _ORIGINALS_LOCK:
+        _ORIGINALS.pop(context_id, None)
+        _ORIGINALS[context_id] = error
+        while len(_ORIGINALS) > _KEPT_ORIGINALS:
+            _ORIGINALS.popitem(last=False)
+
+
+def take_original_error(context_id: int) -> Optional[BaseException]:
+    """The exception kept for ``context_id`` (see _keep_original_error), removed; None if none."""
+    with _ORIGINALS_LOCK:
+        return _ORIGINALS.pop(context_id, None)
+
+
+def parse_pass_error(message: str) -> Optional[dict]:
+    """The parts of the engine's message for an error in a backward pass: ``node`` and
+    ``worker_id`` (int), ``worker`` (name), ``context_id`` (int), ``what`` (the original
+    message), ``origin`` (what raised it, or None) and ``error_type`` (the original exception
+    type's name, or None for the engine's own errors and transport failures). None when
+    ``message`` is not of that form."""
+    match = _PASS_ERROR.match(message)
+    if match is None:
+        return None
+    origin = match.group("origin")
+    raised = _RAISED_TYPE.match(origin) if origin else None
+    return {
+        "node": int(match.group("node")),
+        "what": match.group("what"),
+        "origin": origin,
+        "worker": match.group("worker"),
+        "worker_id": int(match.group("worker_id")),
+        "context_id": int(match.group("context_id")),
+        "error_type": raised.group("type") if raised else None,
+    }

@@ -10,17 +10,15 @@ and sends gradients from each recv function to its send function's worker by RPC
 
 Both functions can be called from ``torch.jit.script`` code.
 """
-import builtins
-import re
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
 import torch.distributed.autograd as _dist_autograd
 from torch import Tensor
 
-from . import ops
+from . import _errors, ops
 
-__all__ = ["backward", "get_gradients", "context", "debug_info"]
+__all__ = ["backward", "get_gradients", "context", "debug_info", "BackwardError"]
 
 
 def backward(context_id: int, roots: List[Tensor], retain_graph: bool = False, mode: str = "smart") -> None:
@@ -47,24 +45,32 @@ def backward(context_id: int, roots: List[Tensor], retain_graph: bool = False, m
 
     Raises:
         TypeError: ``context_id`` is not an ``int``, ``roots`` is not a list or tuple of
-            Tensors, ``retain_graph`` is not a ``bool`` or ``mode`` not a ``str`` (as torch's
-            ``torch.distributed.autograd.backward`` raises TypeError for wrong argument types).
+            Tensors, ``retain_graph`` is not a ``bool`` or ``mode`` not a ``str``: torch's
+            pybind message ``backward(): incompatible function arguments``, then which argument
+            and its type (torch's ``torch.distributed.autograd.backward`` raises that
+            TypeError for the same calls).
         ValueError: ``mode`` is neither ``"smart"`` nor ``"fast"``.
-        RuntimeError: the context id is unknown on this worker; ``roots`` is empty or holds a
-            tensor that is not a scalar, does not require grad or has no ``grad_fn``; another
-            backward pass of the same context is running on this worker; an error on any
-            worker (its message starts with torch's ``Error on Node <id>:``, then names the
-            worker: ``Error on Node 2: worker 'w2' (id 2) in the backward pass of context
-            <id>: ...``), after which the
-            pass is aborted on every worker and the context can run backward again; the
-            pass did not end within the RPC timeout (raised within 1.1 times the timeout,
-            naming the workers that did not answer and the send functions, by
+        BackwardError: (a ``RuntimeError``) an error on any worker once the pass has started,
+            with torch's contract: the message starts with ``Error on Node <n>: `` (``n``: the
+            id of the worker where it happened) followed by the original message, then says
+            in brackets what raised it, where::
+
+                Error on Node 2: Simulate error on backward pass [Exception raised by a
+                Python autograd.Function while running SimulateBackwardErrorBackward on
+                worker 'worker2' (id 2), in the backward pass of context 5]
+
+            The same for a Python hook or a custom ``autograd.Function``'s backward (whatever
+            type it raised; ``error_type`` names it), a C++ error, a gradient message that
+            could not be sent (the transport's own text after the prefix) and a pass that
+            did not end within the RPC timeout (raised within 1.1 times the timeout, naming
+            the workers that did not answer and the send functions, by
             ``autograd_message_id``, still waiting for gradients; see ``docs/failures.md``).
-        Exception: a Python hook, or a custom ``autograd.Function``'s backward, raised a
-            built-in exception type (``ValueError``, ``KeyError``, ...) on any worker: the same
-            type, with the worker's name and the hook's message (other types arrive as a
-            ``RuntimeError`` whose message names the type). Under TorchScript, always a
-            ``RuntimeError`` with that message.
+            The pass is then aborted on every worker and the context can run backward again.
+        RuntimeError: before the pass starts: the context id is unknown on this worker (in
+            the same form as above); ``roots`` is empty or holds a tensor that is not a
+            scalar, does not require grad or has no ``grad_fn`` (torch's messages); another
+            backward pass of the same context is running on this worker. Under TorchScript,
+            errors of the pass are ``RuntimeError`` too, with the same message.
 
     Algorithm: the FAST mode of torch's distributed autograd design
     (docs/source/rpc/distributed_autograd.rst) and this project's SMART mode; see the
@@ -77,39 +83,76 @@ def backward(context_id: int, roots: List[Tensor], retain_graph: bool = False, m
     if torch.jit.is_scripting():
         ops.backward(context_id, roots, retain_graph, mode)
     else:
-        _backward_keeping_error_types(context_id, list(roots), retain_graph, mode)
+        _backward_raising_backward_errors(context_id, list(roots), retain_graph, mode)
 
 
-# The engine's words for an exception raised by Python code it ran (engine.cpp,
-# exceptionText), followed by the exception's type name and message.
-_PYTHON_RAISED = re.compile(r"a Python hook or function raised ([A-Za-z_][A-Za-z0-9_]*): ")
+class BackwardError(RuntimeError):
+    """The error of a backward pass that failed on some worker (see :func:`backward`).
+
+    A ``RuntimeError``, as torch's distributed engine raises, with torch's message
+    ``Error on Node <n>: <original message>`` followed by ``[<what raised it> on worker
+    '<name>' (id <n>), in the backward pass of context <id>]``.
+
+    The engine builds it (:func:`backward`); the arguments are its attributes, ``message`` the
+    whole message.
+
+    Args:
+        message (str): the whole message, as above.
+        worker (str): see the attributes.
+        worker_id (int): see the attributes.
+        context_id (int): see the attributes.
+        error_type (Optional[str]): see the attributes.
+        original_message (str): see the attributes.
+
+    Attributes:
+        worker (str): name of the worker where the error happened.
+        worker_id (int): its id (the ``n`` of ``Error on Node <n>``).
+        context_id (int): the distributed autograd context of the pass.
+        error_type (Optional[str]): the name of the original exception's type (``"ValueError"``,
+            ``"RuntimeError"`` for torch's C++ errors, a hook's own class name, ...); None when
+            the engine itself failed the pass (a timeout, a message that could not be sent, an
+            abort).
+        original_message (str): the original exception's message, as it follows the prefix.
+
+    ``__cause__`` is the original exception when the process that called backward raised it
+    (a hook or ``autograd.Function`` run on this worker); None when it was raised on another
+    worker, whose process keeps it (its type's name and message are here). Pickles with its
+    attributes.
+
+    Raises nothing.
+    """
+
+    def __init__(self, message: str, worker: str, worker_id: int, context_id: int,
+                 error_type: Optional[str], original_message: str):
+        super().__init__(message)
+        self.worker = worker
+        self.worker_id = worker_id
+        self.context_id = context_id
+        self.error_type = error_type
+        self.original_message = original_message
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.worker, self.worker_id, self.context_id, self.error_type,
+                             self.original_message))
 
 
 @torch.jit.unused
-def _backward_keeping_error_types(context_id: int, roots: List[Tensor], retain_graph: bool, mode: str) -> None:
+def _backward_raising_backward_errors(context_id: int, roots: List[Tensor], retain_graph: bool, mode: str) -> None:
     try:
         ops.backward(context_id, roots, retain_graph, mode)
     except RuntimeError as error:
-        rebuilt = _rebuild_python_error(error)
-        if rebuilt is None:
+        parts = _errors.parse_pass_error(str(error))
+        original = _errors.take_original_error(context_id)
+        if parts is None:
             raise
-        raise rebuilt from error
-
-
-def _rebuild_python_error(error: RuntimeError):
-    """The built-in exception type named in the engine's message for a Python hook or
-    function that raised, with the engine's whole message (which names the worker); None
-    when there is none (a type defined elsewhere stays a RuntimeError, named in the text)."""
-    match = _PYTHON_RAISED.search(str(error))
-    if match is None:
-        return None
-    cls = getattr(builtins, match.group(1), None)
-    if not isinstance(cls, type) or not issubclass(cls, Exception) or cls is RuntimeError:
-        return None
-    try:
-        return cls(str(error))
-    except Exception:  # noqa: BLE001 (a built-in type with another constructor)
-        return None
+        rebuilt = BackwardError(str(error), parts["worker"], parts["worker_id"], parts["context_id"],
+                                parts["error_type"], parts["what"])
+        # the original exception, when this process raised it in this pass (its type and
+        # message are those the engine reported)
+        if original is not None and (type(original).__name__ != parts["error_type"]
+                                     or str(original).rstrip() != parts["what"]):
+            original = None
+        raise rebuilt from original
 
 
 def get_gradients(context_id: int) -> Dict[Tensor, Tensor]:
@@ -129,7 +172,8 @@ def get_gradients(context_id: int) -> Dict[Tensor, Tensor]:
         pass starts there).
 
     Raises:
-        TypeError: ``context_id`` is not an ``int``.
+        TypeError: ``context_id`` is not an ``int`` (``get_gradients(): incompatible function
+            arguments: ...``, as torch's).
         RuntimeError: the context id is unknown on this worker.
     """
     if not torch.jit.is_scripting():
@@ -137,24 +181,30 @@ def get_gradients(context_id: int) -> Dict[Tensor, Tensor]:
     return ops.get_gradients(context_id)
 
 
+# torch's pybind functions raise TypeError("<name>(): incompatible function arguments. ...")
+# for arguments of the wrong type; so do these, naming the argument after those words.
+_INCOMPATIBLE = "incompatible function arguments"
+
+
 @torch.jit.ignore
 def _check_context_id(function: str, context_id) -> None:
     if isinstance(context_id, bool) or not isinstance(context_id, int):
-        raise TypeError(f"{function}(): context_id must be an int, got {type(context_id).__name__}")
+        raise TypeError(f"{function}(): {_INCOMPATIBLE}: context_id must be an int, got {type(context_id).__name__}")
 
 
 @torch.jit.ignore
 def _check_backward_arguments(context_id, roots, retain_graph, mode) -> None:
     _check_context_id("backward", context_id)
     if not isinstance(roots, (list, tuple)):
-        raise TypeError(f"backward(): roots must be a list of Tensors, got {type(roots).__name__}")
+        raise TypeError(f"backward(): {_INCOMPATIBLE}: roots must be a list of Tensors, got {type(roots).__name__}")
     for i, root in enumerate(roots):
         if not isinstance(root, Tensor):
-            raise TypeError(f"backward(): roots[{i}] must be a Tensor, got {type(root).__name__}")
+            raise TypeError(f"backward(): {_INCOMPATIBLE}: roots[{i}] must be a Tensor, got {type(root).__name__}")
     if not isinstance(retain_graph, bool):
-        raise TypeError(f"backward(): retain_graph must be a bool, got {type(retain_graph).__name__}")
+        raise TypeError(
+            f"backward(): {_INCOMPATIBLE}: retain_graph must be a bool, got {type(retain_graph).__name__}")
     if not isinstance(mode, str):
-        raise TypeError(f"backward(): mode must be a str, got {type(mode).__name__}")
+        raise TypeError(f"backward(): {_INCOMPATIBLE}: mode must be a str, got {type(mode).__name__}")
 
 
 class context:

@@ -28,7 +28,7 @@
 //                             absent in 2.11 and 2.12, which always enforce the contract)
 //   isGeneratedBackwardNode   generated backward functions: their mangled type name, and
 //                             that they compute only the outputs whose edge is valid
-//   exceptionText             python_error's message is empty off torch's own threads
+//   describeException         python_error's message is empty off torch's own threads
 //                             (python_errors.cpp: python_error's members, and the
 //                             pending Python error torch's hooks leave behind)
 //   isPeerUnreachable         TensorPipe's transport errors say "originated at tensorpipe"
@@ -248,26 +248,46 @@ inline void addInput(
 
 // --- errors -------------------------------------------------------------------------
 
-// The message of an exception raised while running a node. torch's python_error (a
-// Python hook or function raised) builds its message only when torch's own autograd
-// threads ask for it with the GIL held (python_error::persist); on other threads
-// what() is empty by the time the exception gets here. describePythonError
+// What an exception raised while running a node says (engine.cpp turns it into torch's
+// "Error on Node <n>: <message>", worker_error.h).
+struct RaisedError {
+  std::string type;      // as Python names it: "ValueError", "RuntimeError" (c10::Error), ...
+  std::string message;   // the exception's own message, nothing added
+  std::string raisedBy;  // "a Python hook", "a Python autograd.Function", or "" (C++ code)
+};
+
+// torch's python_error (a Python hook or function raised) builds its message only when
+// torch's own autograd threads ask for it with the GIL held (python_error::persist); on
+// other threads what() is empty by the time the exception gets here. describePythonError
 // (python_errors.cpp, which holds that reliance on python_error's members and on how
-// torch's hooks leave the Python error pending) reads the Python exception itself.
-// plugin/autograd.py finds the words "a Python hook or function raised <Type>: " to
-// raise the same built-in type at the caller. Checked on torch 2.11 and 2.13.
-inline std::string exceptionText(const std::exception& e) {
+// torch's hooks leave the Python error pending) reads the Python exception itself, and
+// with `keepOriginalFor` hands it to plugin/_errors.py for that context. c10::Error's
+// subclasses are named as torch's Python bindings translate them. Checked on torch 2.11
+// and 2.13.
+inline RaisedError describeException(const std::exception& e, std::optional<int64_t> keepOriginalFor) {
   if (const auto* error = dynamic_cast<const c10::Error*>(&e)) {
-    return error->what_without_backtrace();
+    const char* type = "RuntimeError";
+    if (dynamic_cast<const c10::ValueError*>(&e)) {
+      type = "ValueError";
+    } else if (dynamic_cast<const c10::TypeError*>(&e)) {
+      type = "TypeError";
+    } else if (dynamic_cast<const c10::IndexError*>(&e)) {
+      type = "IndexError";
+    } else if (dynamic_cast<const c10::NotImplementedError*>(&e)) {
+      type = "NotImplementedError";
+    } else if (dynamic_cast<const c10::OutOfMemoryError*>(&e)) {
+      type = "torch.OutOfMemoryError";
+    }
+    return {type, error->what_without_backtrace(), ""};
   }
-  if (auto python = describePythonError(e)) {
-    return "a Python hook or function raised " + *python;
+  if (auto python = describePythonError(e, keepOriginalFor)) {
+    return {python->type, python->message, python->fromFunction ? "a Python autograd.Function" : "a Python hook"};
   }
   std::string text = e.what();
   if (text.empty()) {
-    text = "an exception of type " + c10::demangle(typeid(e).name()) + " without a message";
+    text = "(no message)";
   }
-  return text;
+  return {c10::demangle(typeid(e).name()), text, ""};
 }
 
 // --- distributed autograd contexts --------------------------------------------------

@@ -39,17 +39,13 @@ constexpr const char* kFastModeHint =
     "Fast mode expects a gradient for every send function of the context; "
     "if some RPC outputs do not reach the loss, use mode=\"smart\"";
 
-std::string passLabel(int64_t contextId) {
-  return "in the backward pass of context " + std::to_string(contextId);
-}
-
 // Torch's context for `contextId`; an unknown id raises torch's message, naming
 // this worker.
 ContextPtr retrieveContext(int64_t contextId) {
   try {
     return DistAutogradContainer::getInstance().retrieveContext(contextId);
   } catch (const std::exception& e) {
-    TORCH_CHECK(false, workerError(passLabel(contextId), exceptionText(e)));
+    TORCH_CHECK(false, passError(contextId, describeException(e, std::nullopt).message));
   }
 }
 
@@ -102,7 +98,7 @@ void Engine::backward(int64_t contextId, const variable_list& roots, bool retain
     TORCH_CHECK(root.defined(), "roots[", i, "] is an undefined tensor");
     TORCH_CHECK(root.requires_grad(), "requires_grad not set on root (roots[", i, "])");
     TORCH_CHECK(
-        root.numel() == 1, "roots[", i, "] is not a scalar (shape ", root.sizes(), "), all roots need to be scalar");
+        root.numel() == 1, "roots[", i, "] (shape ", root.sizes(), ") is not a scalar, all roots need to be scalar");
     TORCH_CHECK(root.grad_fn(), "roots[", i, "] does not have a valid gradient function.");
     rootEdges.push_back(gradientEdge(root));
     rootGrads.push_back(at::ones_like(root, LEGACY_CONTIGUOUS_MEMORY_FORMAT));
@@ -191,7 +187,7 @@ std::string Engine::timeoutReport(
   if (allAnswered && pass.mode == Mode::kFast) {
     what << " " << kFastModeHint;
   }
-  return workerError(passLabel(pass.contextId), what.str());
+  return passError(pass.contextId, what.str());
 }
 
 std::string Engine::describeLocked(const PassState& pass) {
@@ -252,7 +248,7 @@ void Engine::runAsOwner(
     if (timedOut && !pass->finished) {
       pass->timedOut = true;
       pass->stateAtTimeout = describeLocked(*pass);
-      failLocked(*pass, workerError(passLabel(pass->contextId), "the pass did not finish within the RPC timeout"));
+      failLocked(*pass, passError(pass->contextId, "the pass did not finish within the RPC timeout"));
     }
   }
 }
@@ -326,7 +322,7 @@ c10::intrusive_ptr<Future> Engine::receiveGradients(
     std::lock_guard<std::mutex> lock(entry->mu);
     TORCH_CHECK(
         entry->abortedPasses.count(passId) == 0,
-        workerError(passLabel(contextId), "gradients arrived for a pass that was aborted"));
+        passError(contextId, "gradients arrived for a pass that was aborted"));
   }
 
   PassPtr pass = ContextRegistry::get().findPass(contextId, passId);
@@ -384,7 +380,7 @@ std::string Engine::abortPass(int64_t contextId, int64_t passId) {
   {
     std::lock_guard<std::mutex> lock(pass->mu);
     state = describeLocked(*pass);
-    failLocked(*pass, workerError(passLabel(contextId), "aborted because the pass failed on another worker"));
+    failLocked(*pass, passError(contextId, "aborted because the pass failed on another worker"));
   }
   settle(pass);
   return state;
@@ -396,7 +392,7 @@ void Engine::abortPassesOf(int64_t workerId) {
       std::lock_guard<std::mutex> lock(pass->mu);
       failLocked(
           *pass,
-          workerError(passLabel(pass->contextId), "aborted because " + workerLabel(workerId) + " failed"));
+          passError(pass->contextId, "aborted because " + workerLabel(workerId) + " failed"));
     }
     settle(pass);
   }
@@ -456,7 +452,16 @@ void Engine::drain(const PassPtr& pass) {
       }
       execute(pass, *task);
     } catch (const std::exception& e) {
-      error = workerError(passLabel(pass->contextId), exceptionText(e));
+      // torch's contract: "Error on Node <n>: " and the exception's own message; then
+      // what raised it, where. On the worker that called backward, a Python exception
+      // is kept for backward to chain (python_errors.h).
+      const RaisedError raised =
+          describeException(e, pass->isRoot ? std::optional<int64_t>(pass->contextId) : std::nullopt);
+      error = passError(
+          pass->contextId,
+          raised.message,
+          raised.type + " raised" + (raised.raisedBy.empty() ? "" : " by " + raised.raisedBy) + " while running " +
+              task->fn->name());
     }
     task.reset();  // drop the task's tensors before the pass may end
     std::lock_guard<std::mutex> lock(pass->mu);
@@ -514,7 +519,11 @@ void Engine::execute(const PassPtr& pass, ReadyTask& task) {
 
   if (const at::Tensor* leaf = accumulatedLeaf(fn)) {
     accumulateLeaf(fn, std::move(task.inputs), [&](at::Tensor&& grad, size_t expectedRefs) {
-      ContextRegistry::accumulate(*pass->entry, pass->passId, *leaf, std::move(grad), expectedRefs);
+      {
+        std::lock_guard<std::mutex> lock(pass->mu);
+        pass->leafGradients.push_back(grad);  // one more reference, counted below
+      }
+      ContextRegistry::accumulate(*pass->entry, pass->passId, *leaf, std::move(grad), expectedRefs + 1);
     });
     return;
   }
@@ -653,9 +662,11 @@ void Engine::sendToPeer(const PassPtr& pass, int64_t messageId, variable_list&& 
     {
       std::lock_guard<std::mutex> lock(pass->mu);
       if (done.hasError()) {
-        std::string error = extractWorkerError(
-            done.tryRetrieveErrorMessage(),
-            workerError(passLabel(pass->contextId), "sending gradients to " + workerLabel(dst) + " failed: "));
+        // The peer's own pass error, relayed as it is; else the transport's (or the RPC
+        // timeout's) text, after torch's prefix.
+        const std::string text = done.tryRetrieveErrorMessage();
+        std::string error = findPassError(text).value_or(
+            passError(pass->contextId, text, "sending gradients to " + workerLabel(dst) + " failed"));
         if (!pass->finished && isRpcTimeout(done)) {
           // The root reports what the pass still waited for (timeoutReport); the
           // message still counts as unanswered here.
@@ -694,8 +705,8 @@ bool Engine::deliver(const PassPtr& pass, int64_t messageId, variable_list&& gra
   if (send == pass->pendingSends.end()) {
     failLocked(
         *pass,
-        workerError(
-            passLabel(pass->contextId),
+        passError(
+            pass->contextId,
             "received gradients for send function " + std::to_string(messageId) +
                 ", which this pass does not expect (unknown, not reached, or it received them already)"));
     return false;
@@ -717,6 +728,7 @@ void Engine::maybeFinishLocked(PassState& pass) {
   pass.finished = true;
   pass.dependencies.clear();
   pass.notReady.clear();
+  pass.leafGradients.clear();
   if (pass.ownerWaiting) {
     pass.cv.notify_one();
   }
@@ -733,6 +745,7 @@ void Engine::failLocked(PassState& pass, const std::string& error) {
   pass.notReady.clear();
   pass.dependencies.clear();
   pass.pendingSends.clear();
+  pass.leafGradients.clear();
   if (pass.entry) {
     std::lock_guard<std::mutex> lock(pass.entry->mu);
     pass.entry->abortedPasses.insert(pass.passId);

@@ -108,6 +108,12 @@ struct PassState {
   std::vector<std::pair<int64_t, int64_t>> pendingRpcsTo;
   // The node a thread is running for this pass, if any.
   NodePtr running;
+  // Every gradient this pass handed to a leaf here, held until the pass ends here, as
+  // torch's engine holds them (GraphTask::captured_vars_): a tensor that one backward
+  // function returns for two leaves is then referenced by the other leaf's input or by
+  // this list when each leaf stores it, so both store a copy, as with torch
+  // (Engine::execute; torch's test_no_grad_copy).
+  variable_list leafGradients;
   // A thread is executing this pass's tasks (at most one at a time).
   bool draining = false;
   // The thread that called backward waits in runAsOwner for the pass to end.

@@ -53,9 +53,25 @@ std::string utf8(PyObject* object) {
   return result;
 }
 
+// Hands `value` (an exception) to plugin._errors._keep_original_error(context_id, value).
+// Does nothing when that module cannot be imported (the library loaded without the
+// package). Caller holds the GIL.
+void keepOriginal(int64_t contextId, PyObject* value) {
+  PyObject* module = PyImport_ImportModule("plugin._errors");
+  if (module == nullptr) {
+    PyErr_Clear();
+    return;
+  }
+  PyObject* result =
+      PyObject_CallMethod(module, "_keep_original_error", "LO", static_cast<long long>(contextId), value);
+  Py_XDECREF(result);
+  PyErr_Clear();
+  Py_DECREF(module);
+}
+
 }  // namespace
 
-std::optional<std::string> describePythonError(const std::exception& e) {
+std::optional<PythonError> describePythonError(const std::exception& e, std::optional<int64_t> keepForContext) {
   const auto* pythonError = dynamic_cast<const ::python_error*>(&e);
   if (pythonError == nullptr || !Py_IsInitialized()) {
     return std::nullopt;
@@ -63,6 +79,8 @@ std::optional<std::string> describePythonError(const std::exception& e) {
   PyGILState_STATE gil = PyGILState_Ensure();
   PyObject* type = pythonError->type;
   PyObject* value = pythonError->value;
+  PyObject* traceback = pythonError->traceback;
+  const bool fromFunction = type != nullptr;  // persisted by torch's autograd.Function node
   PyObject *fetchedType = nullptr, *fetchedValue = nullptr, *fetchedTraceback = nullptr;
   if (type == nullptr) {
     // A hook: the exception is still this thread's pending error (see above).
@@ -70,10 +88,19 @@ std::optional<std::string> describePythonError(const std::exception& e) {
     PyErr_NormalizeException(&fetchedType, &fetchedValue, &fetchedTraceback);
     type = fetchedType;
     value = fetchedValue;
+    traceback = fetchedTraceback;
   }
-  std::optional<std::string> result;
+  std::optional<PythonError> result;
   if (type != nullptr && PyType_Check(type)) {
-    result = std::string(reinterpret_cast<PyTypeObject*>(type)->tp_name) + ": " + utf8(value);
+    result = PythonError{reinterpret_cast<PyTypeObject*>(type)->tp_name, utf8(value), fromFunction};
+    if (keepForContext.has_value() && value != nullptr && PyExceptionInstance_Check(value)) {
+      PyObject* existing = PyException_GetTraceback(value);  // a new reference, or null
+      if (existing == nullptr && traceback != nullptr) {
+        PyException_SetTraceback(value, traceback);
+      }
+      Py_XDECREF(existing);
+      keepOriginal(*keepForContext, value);
+    }
   }
   Py_XDECREF(fetchedType);
   Py_XDECREF(fetchedValue);
@@ -90,7 +117,7 @@ namespace dist_engine {
 
 void keepPythonErrorsOnThisThread() {}
 
-std::optional<std::string> describePythonError(const std::exception&) {
+std::optional<PythonError> describePythonError(const std::exception&, std::optional<int64_t>) {
   return std::nullopt;
 }
 

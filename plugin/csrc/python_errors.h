@@ -12,6 +12,7 @@
 
 #include <exception>
 #include <optional>
+#include <cstdint>
 #include <string>
 
 namespace dist_engine {
@@ -23,9 +24,19 @@ namespace dist_engine {
 // on a new thread takes the GIL once; later calls cost one thread-local test.
 void keepPythonErrorsOnThisThread();
 
-// "<ExceptionType>: <message>" when `e` is a python_error whose Python
-// exception can still be found (takes the GIL to read it, and clears the thread's
-// error indicator); nullopt otherwise.
-std::optional<std::string> describePythonError(const std::exception& e);
+// A Python exception raised by code the engine ran.
+struct PythonError {
+  std::string type;      // the exception type's name, e.g. "ValueError"
+  std::string message;   // str() of the exception
+  bool fromFunction;     // raised by a custom autograd.Function (else by a hook)
+};
+
+// The Python exception of `e` when `e` is a python_error whose Python exception can still
+// be found (takes the GIL to read it, and clears the thread's error indicator); nullopt
+// otherwise. With `keepForContext`, the exception object itself (with its traceback) is
+// handed to plugin/_errors.py (_keep_original_error), where plugin.autograd.backward finds
+// it for that context to chain it to the error it raises (on the worker that called
+// backward: the only one where that call is in the same process).
+std::optional<PythonError> describePythonError(const std::exception& e, std::optional<int64_t> keepForContext);
 
 }  // namespace dist_engine

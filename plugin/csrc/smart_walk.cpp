@@ -31,7 +31,6 @@ std::vector<int64_t> Engine::findReachedSends(
   using c10::ivalue::Future;
   const int64_t self = selfWorkerId();
   const int64_t contextId = ctx->contextId();
-  const std::string where = "in the backward pass of context " + std::to_string(contextId);
   ReachabilityTable local = computeReachability(ctx, rootEdges);
 
   // worker id -> (send id -> recv ids reachable from it)
@@ -77,7 +76,7 @@ std::vector<int64_t> Engine::findReachedSends(
       auto sendEntry = table->second.find(id);
       TORCH_CHECK(
           sendEntry != table->second.end(),
-          workerError(where, workerLabel(owner) + " holds no send function with autograd_message_id " + std::to_string(id)));
+          passError(contextId, workerLabel(owner) + " holds no send function with autograd_message_id " + std::to_string(id)));
       reached.insert(id);
       frontier.insert(frontier.end(), sendEntry->second.begin(), sendEntry->second.end());
     }
@@ -91,9 +90,11 @@ std::vector<int64_t> Engine::findReachedSends(
       if (request->hasError()) {
         TORCH_CHECK(
             false,
-            extractWorkerError(
-                request->tryRetrieveErrorMessage(),
-                workerError(where, "asking " + workerLabel(worker) + " for its reachability table failed: ")));
+            findPassError(request->tryRetrieveErrorMessage())
+                .value_or(passError(
+                    contextId,
+                    request->tryRetrieveErrorMessage(),
+                    "asking " + workerLabel(worker) + " for its reachability table failed")));
       }
       tables.emplace(worker, unflattenTable(request->value().toIntVector()));
       requests.erase(worker);

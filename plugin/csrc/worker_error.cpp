@@ -2,16 +2,17 @@
 
 #include <torch/csrc/distributed/rpc/rpc_agent.h>
 
+#include <cctype>
+#include <regex>
+
 namespace dist_engine {
 
 namespace rpc = torch::distributed::rpc;
 
 namespace {
 // torch's distributed engine starts its errors with "Error on Node <worker id>: "
-// (torch/csrc/distributed/autograd/engine/dist_engine.cpp); ours do too, then name the
-// worker: "Error on Node 2: worker 'w2' (id 2) <where>: <what>".
+// (torch/csrc/distributed/autograd/engine/dist_engine.cpp); ours do too.
 constexpr const char* kMarker = "Error on Node ";
-constexpr const char* kAfterId = ": worker '";
 
 // This process's worker id, or -1 before RPC starts.
 int64_t thisWorkerId() {
@@ -21,19 +22,6 @@ int64_t thisWorkerId() {
   return -1;
 }
 
-// Whether `text` at `pos` holds one of our messages: the marker, digits, then kAfterId
-// (not a torch message that happens to start the same way).
-bool isWorkerErrorAt(const std::string& text, size_t pos) {
-  size_t i = pos + std::char_traits<char>::length(kMarker);
-  size_t digits = i;
-  if (i < text.size() && text[i] == '-') {
-    ++i;
-  }
-  while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
-    ++i;
-  }
-  return i > digits && text.compare(i, std::char_traits<char>::length(kAfterId), kAfterId) == 0;
-}
 }  // namespace
 
 std::string workerLabel(int64_t workerId) {
@@ -61,22 +49,37 @@ std::string workerError(const std::string& where, const std::string& what) {
   return kMarker + std::to_string(thisWorkerId()) + ": " + thisWorkerLabel() + " " + where + ": " + what;
 }
 
-std::string extractWorkerError(const std::string& text, const std::string& fallbackPrefix) {
-  auto pos = text.rfind(kMarker);
-  while (pos != std::string::npos && !isWorkerErrorAt(text, pos)) {
-    pos = pos == 0 ? std::string::npos : text.rfind(kMarker, pos - 1);
+std::string passError(int64_t contextId, const std::string& what, const std::string& origin) {
+  std::string text = what;
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) {
+    text.pop_back();
   }
-  if (pos == std::string::npos) {
-    return fallbackPrefix + text;
+  return kMarker + std::to_string(thisWorkerId()) + ": " + text + " [" + (origin.empty() ? "" : origin + " ") + "on " +
+      thisWorkerLabel() + ", in the backward pass of context " + std::to_string(contextId) + "]";
+}
+
+std::optional<std::string> findPassError(const std::string& text) {
+  // The bracketed part that passError ends with: "[... on worker '<name>' (id <n>), in the
+  // backward pass of context <id>]" (the origin holds no brackets), at the end of a line.
+  static const std::regex trailer(
+      R"(\[[^\[\]\n]*on worker '[^'\n]*' \(id (-?[0-9]+)\), in the backward pass of context -?[0-9]+\](?=\n|$))");
+  std::smatch last;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), trailer); it != std::sregex_iterator(); ++it) {
+    last = *it;
   }
-  std::string inner = text.substr(pos);
-  // TorchScript appends its own traceback after the message; the message ends at
-  // the first blank line.
-  auto end = inner.find("\n\n");
-  if (end != std::string::npos) {
-    inner.resize(end);
+  if (last.empty()) {
+    return std::nullopt;
   }
-  return inner;
+  const size_t trailerStart = static_cast<size_t>(last.position(0));
+  const size_t end = trailerStart + static_cast<size_t>(last.length(0));
+  // Its start: the first "Error on Node <n>: " of that worker before it (an RPC layer may
+  // have put words in front; the original message itself may hold such a marker too).
+  const std::string marker = kMarker + last.str(1) + ": ";
+  const size_t start = text.find(marker);
+  if (start == std::string::npos || start > trailerStart) {
+    return std::nullopt;
+  }
+  return text.substr(start, end - start);
 }
 
 }  // namespace dist_engine

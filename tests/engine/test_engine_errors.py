@@ -26,9 +26,9 @@ def assert_nothing_left_running():
 @pytest.mark.parametrize(
     "make_roots, message",
     [
-        (lambda a: [a * 2], "is not a scalar"),
+        (lambda a: [a * 2], "is not a scalar, all roots need to be scalar"),
         (lambda a: [a.detach().sum()], "requires_grad not set on root"),
-        (lambda a: [a], "is not a scalar"),
+        (lambda a: [a], "is not a scalar, all roots need to be scalar"),
         (lambda a: [torch.ones((), requires_grad=True)], "does not have a valid gradient function"),
         (lambda a: [], "No tensors provided for gradient computation"),
     ],
@@ -39,12 +39,21 @@ def test_invalid_roots(cluster, make_roots, message):
         a = torch.rand(3, requires_grad=True)
         with pytest.raises(RuntimeError, match=message):
             plugin.autograd.backward(ctx, make_roots(a))
+        with pytest.raises(RuntimeError, match=message):  # torch's words
+            dist_autograd.backward(ctx, make_roots(a))
 
 
 def test_unknown_context_id(cluster):
     a = torch.rand(3, requires_grad=True)
-    with pytest.raises(RuntimeError, match=r"^Error on Node 0: worker 'worker0' \(id 0\).*Could not find autograd context with id: 987654"):
+    with pytest.raises(RuntimeError, match=r"Could not find autograd context with id: 987654") as theirs:
+        dist_autograd.backward(987654, [a.sum()])
+    # torch's message right after torch's prefix, then where
+    with pytest.raises(RuntimeError) as ours:
         plugin.autograd.backward(987654, [a.sum()])
+    torch_message = str(theirs.value).splitlines()[0]  # (torch's has a C++ backtrace after it)
+    assert str(ours.value) == (
+        f"Error on Node 0: {torch_message} [on worker 'worker0' (id 0), in the backward pass of context 987654]"
+    )
     with pytest.raises(RuntimeError, match="Could not find autograd context with id: 987654"):
         plugin.autograd.get_gradients(987654)
 
@@ -55,31 +64,35 @@ def test_unknown_context_id(cluster):
         ((None, []), "context_id must be an int, got NoneType"),
         (("1", []), "context_id must be an int, got str"),
         ((1, None), "roots must be a list of Tensors, got NoneType"),
+        ((None, None), "context_id must be an int, got NoneType"),
         ((1, "roots"), "roots must be a list of Tensors, got str"),
         ((1, [1.0]), r"roots\[0\] must be a Tensor, got float"),
         ((1, [], 1), "retain_graph must be a bool, got int"),
         ((1, [], None), "retain_graph must be a bool, got NoneType"),
     ],
-    ids=["ctx_none", "ctx_str", "roots_none", "roots_str", "root_float", "retain_int", "retain_none"],
+    ids=["ctx_none", "ctx_str", "roots_none", "both_none", "roots_str", "root_float", "retain_int", "retain_none"],
 )
 def test_wrong_argument_types_raise_type_error(cluster, args, message):
-    """TypeError, as torch.distributed.autograd.backward raises for wrong types (where torch
-    converts, ``retain_graph=1``, the plugin asks for a bool), before anything runs."""
-    with pytest.raises(TypeError, match=f"^backward\\(\\): {message}$"):
+    """TypeError with torch's (pybind's) "incompatible function arguments", as
+    torch.distributed.autograd.backward raises for wrong types, then which argument (where
+    torch converts, ``retain_graph=1``, the plugin asks for a bool), before anything runs."""
+    with pytest.raises(TypeError, match=f"^backward\\(\\): incompatible function arguments: {message}$"):
         plugin.autograd.backward(*args)
     if "retain_graph" not in message:
-        with pytest.raises(TypeError):
+        with pytest.raises(TypeError, match="incompatible function arguments"):
             dist_autograd.backward(*args)
-    with pytest.raises(TypeError, match=r"^get_gradients\(\): context_id must be an int, got str$"):
+    with pytest.raises(
+        TypeError, match=r"^get_gradients\(\): incompatible function arguments: context_id must be an int, got str$"
+    ):
         plugin.autograd.get_gradients("1")
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="incompatible function arguments"):
         dist_autograd.get_gradients("1")
 
 
 def test_engine_errors_start_like_torchs(cluster):
-    """torch's distributed engine starts its errors with "Error on Node <worker id>: "; so do
-    the plugin's, on the same failure (a backward function raising on worker2), then they name
-    the worker and the pass."""
+    """torch's distributed engine raises a RuntimeError whose message has "Error on Node <worker
+    id>: " right before the original message; so does the plugin's, on the same failure (a
+    backward function raising on worker2), then it says what raised it, where."""
     rpc.rpc_sync("worker2", graphs.set_fail_backward, args=(True,))
     try:
         with dist_autograd.context() as ctx:
@@ -87,19 +100,22 @@ def test_engine_errors_start_like_torchs(cluster):
             c = rpc.rpc_sync("worker2", graphs.udf_failing_backward, args=(a * 1,))
             with pytest.raises(RuntimeError) as torch_error:
                 dist_autograd.backward(ctx, [c.sum()], retain_graph=True)
-            # ours keeps the backward function's exception type (ValueError), as torch's local
-            # autograd does; torch's distributed engine turns it into a RuntimeError
-            with pytest.raises(ValueError) as ours:
+            with pytest.raises(plugin.autograd.BackwardError) as ours:
                 plugin.autograd.backward(ctx, [c.sum()], retain_graph=True)
     finally:
         rpc.rpc_sync("worker2", graphs.set_fail_backward, args=(False,))
     # torch: "Error on Node 0: Error on Node 2: boom ..." (one prefix per worker on the way back)
     assert re.match(r"^Error on Node 0: Error on Node 2: boom in FailingBackward", str(torch_error.value))
-    # ours: the failing worker's id where torch puts an id, then its name and the pass
-    assert re.match(
-        r"^Error on Node 2: worker 'worker2' \(id 2\) in the backward pass of context \d+: .*boom in FailingBackward",
-        str(ours.value),
-    ), str(ours.value)
+    # ours: the failing worker's prefix, the message, then where
+    assert str(ours.value) == (
+        "Error on Node 2: boom in FailingBackward [ValueError raised by a Python autograd.Function while running "
+        f"FailingBackwardBackward on worker 'worker2' (id 2), in the backward pass of context {ctx}]"
+    )
+    error = ours.value
+    assert isinstance(error, RuntimeError)
+    assert (error.worker, error.worker_id, error.context_id) == ("worker2", 2, ctx)
+    assert (error.error_type, error.original_message) == ("ValueError", "boom in FailingBackward")
+    assert error.__cause__ is None  # the ValueError lives in worker2's process
 
 
 def test_invalid_mode(cluster):
@@ -141,8 +157,8 @@ def gradients_everywhere(ctx):
 @pytest.mark.parametrize("mode", ["fast", "smart"])
 def test_error_on_remote_worker_names_it_and_leaves_nothing_behind(cluster, mode):
     """A backward function raising ValueError on worker2 (reached through worker1): the
-    caller gets a ValueError naming worker2 and the message; no worker keeps the pass or any gradient of it; the
-    context runs backward again."""
+    caller gets a RuntimeError with worker2's "Error on Node 2: " and the message, naming worker2; no worker keeps
+    the pass or any gradient of it; the context runs backward again."""
     for info in rpc._get_current_rpc_agent().get_worker_infos():
         rpc.rpc_sync(info.name, graphs.clear_leaves)
     rpc.rpc_sync("worker2", graphs.set_fail_backward, args=(True,))
@@ -154,9 +170,13 @@ def test_error_on_remote_worker_names_it_and_leaves_nothing_behind(cluster, mode
             c = rpc.rpc_sync("worker2", graphs.udf_failing_backward, args=(b,))
             d = rpc.rpc_sync("worker3", graphs.udf_mul_add, args=(c, a))  # c * a + a
             root = (d * w).sum()
-            # the backward function's ValueError keeps its type (see test_hook_errors.py)
+            # torch's contract: a RuntimeError, "Error on Node 2: " and the backward function's
+            # message; its type and worker2 named after it
             with pytest.raises(
-                ValueError, match=r"^Error on Node 2: worker 'worker2' \(id 2\).*raised ValueError: boom in FailingBackward"
+                plugin.autograd.BackwardError,
+                match=r"^Error on Node 2: boom in FailingBackward \[ValueError raised by a Python autograd.Function "
+                      r"while running FailingBackwardBackward on worker 'worker2' \(id 2\), in the backward pass of "
+                      rf"context {ctx}\]$",
             ):
                 plugin.autograd.backward(ctx, [root], retain_graph=True, mode=mode)
             assert_nothing_left_running()
@@ -187,7 +207,9 @@ def test_error_during_smart_walk_names_worker(cluster):
         rpc._set_rpc_timeout(1)
         try:
             with pytest.raises(
-                RuntimeError, match=r"asking worker 'worker2' \(id 2\) for its reachability table failed.*timeout"
+                RuntimeError,
+                match=r"(?s)^Error on Node 0: .*timeout.* \[asking worker 'worker2' \(id 2\) for its reachability "
+                      r"table failed on worker 'worker0' \(id 0\), in the backward pass of context \d+\]$",
             ):
                 plugin.autograd.backward(ctx, [c.sum()], mode="smart")
         finally:

@@ -159,3 +159,22 @@ def test_second_pass_accumulates_as_torch(cluster):
     # torch adds in place: the stored tensor (and a dict returned earlier) holds the sum
     assert theirs == (True, True), theirs
     assert ours == theirs, (ours, theirs)
+
+
+# torch's test_no_grad_copy: what torch's distributed engine does on its three graphs. It holds
+# every leaf's gradient until the pass ends, so a tensor one function returns for two leaves is
+# copied for both (unlike torch's local engine, which hands it to one of them).
+TORCH_NO_GRAD_COPY = {
+    "noncontiguous_a": False, "noncontiguous_b": False,
+    "single_a": True,
+    "shared_a": False, "shared_b": False, "shared_same": False,
+}
+
+
+@pytest.mark.parametrize("loss_on", ["", "worker1"], ids=["local", "loss_by_rpc"])
+def test_no_grad_copy_as_torch(cluster, loss_on):
+    clear_everywhere()
+    theirs = grad_storage.no_grad_copy_cases("torch", loss_on)
+    ours = grad_storage.no_grad_copy_cases("plugin", loss_on)
+    assert theirs == TORCH_NO_GRAD_COPY, f"torch's engine changed: {theirs}"
+    assert ours == theirs

@@ -120,3 +120,76 @@ def run_backward(context_id: int, roots: List[Tensor], engine: str, retain_graph
 
 def rpc_workers() -> List[str]:
     return [info.name for info in rpc._get_current_rpc_agent().get_worker_infos()]
+
+
+# torch's test_no_grad_copy (torch/testing/_internal/distributed/rpc/dist_autograd_test.py):
+# autograd functions that record the address of the gradient they hand on.
+class SharedGrad(torch.autograd.Function):
+    """inp1 + inp2, whose backward returns the incoming gradient itself for both inputs."""
+
+    @staticmethod
+    def forward(ctx, inp1: Tensor, inp2: Tensor) -> Tensor:
+        return inp1 + inp2
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        PRODUCED["shared"] = grad.data_ptr()
+        return grad, grad
+
+
+class PassGrad(torch.autograd.Function):
+    """The identity, whose backward returns the incoming gradient itself."""
+
+    @staticmethod
+    def forward(ctx, inp: Tensor) -> Tensor:
+        return inp
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        PRODUCED["single"] = grad.data_ptr()
+        return grad
+
+
+class NonContiguousGrad(torch.autograd.Function):
+    """A one-element result whose backward returns an expanded (non-contiguous) gradient."""
+
+    @staticmethod
+    def forward(ctx, inp: Tensor) -> Tensor:
+        ctx.size = inp.size()
+        return torch.tensor([1.0], dtype=inp.dtype)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return torch.ones(1, dtype=grad.dtype).expand(ctx.size)
+
+
+def no_grad_copy_cases(engine: str, loss_on: str = "") -> Dict[str, bool]:
+    """The three graphs of torch's test_no_grad_copy, on this worker's leaves "a" and "b"
+    (the loss computed on worker ``loss_on`` when given, so that the gradient arrives by RPC).
+    Returns, per case, whether the stored gradients share the produced tensor's memory:
+    ``noncontiguous_a``/``_b`` (SharedGrad under NonContiguousGrad), ``single_a`` (PassGrad),
+    ``shared_a``/``_b`` and ``shared_same`` (whether a and b share one buffer)."""
+    a = graphs.make_leaf("a", (5, 6), 11)
+    b = graphs.make_leaf("b", (5, 6), 12)
+
+    def loss_of(t: Tensor) -> Tensor:
+        return rpc.rpc_sync(loss_on, torch.sum, args=(t,)) if loss_on else t.sum()
+
+    found = {}
+    with dist_autograd.context() as ctx:
+        run_backward(ctx, [loss_of(NonContiguousGrad.apply(SharedGrad.apply(a, b)))], engine)
+        grads = dist_autograd.get_gradients(ctx) if engine == "torch" else plugin.autograd.get_gradients(ctx)
+        found["noncontiguous_a"] = grads[a].data_ptr() == PRODUCED["shared"]
+        found["noncontiguous_b"] = grads[b].data_ptr() == PRODUCED["shared"]
+    with dist_autograd.context() as ctx:
+        run_backward(ctx, [loss_of(PassGrad.apply(a)[1][0])], engine)
+        grads = dist_autograd.get_gradients(ctx) if engine == "torch" else plugin.autograd.get_gradients(ctx)
+        found["single_a"] = grads[a].data_ptr() == PRODUCED["single"]
+    with dist_autograd.context() as ctx:
+        run_backward(ctx, [loss_of(SharedGrad.apply(a, b)[1][0])], engine)
+        grads = dist_autograd.get_gradients(ctx) if engine == "torch" else plugin.autograd.get_gradients(ctx)
+        found["shared_a"] = grads[a].data_ptr() == PRODUCED["shared"]
+        found["shared_b"] = grads[b].data_ptr() == PRODUCED["shared"]
+        found["shared_same"] = grads[a].data_ptr() == grads[b].data_ptr()
+        torch.testing.assert_close(grads[a], grads[b])
+    return found
