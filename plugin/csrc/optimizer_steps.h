@@ -19,7 +19,8 @@
 // arguments. Sparse (COO) gradients: SGD and Adagrad step a group with any sparse gradient
 // with the single-tensor code of functional_optim's sgd() and adagrad() (ported to ATen calls,
 // the same ops in the same order); every other optimizer rejects them (sparseErrorFor, checked
-// before anything changes).
+// before anything changes). (On CUDA functional_optim steps such a group with its multi-tensor
+// code, which makes the same per-tensor calls for sparse gradients; not checked on CUDA.)
 #pragma once
 
 #include <ATen/core/Dict.h>

@@ -391,6 +391,8 @@ def test_why_not_native_says_why():
         pass
 
     assert LocalOptimizer.why_not_native(Mine, params) == "a functional class registered by the user"
+    meta = [torch.zeros(3, device="meta", requires_grad=True)]
+    assert LocalOptimizer.why_not_native(F.RMSprop, meta, lr=0.1) == "no fused kernel for RMSprop on meta"
     assert LocalOptimizer.why_not_native(F.Adam, params, lr=-1.0) is None  # the constructor raises it
     with pytest.raises(ValueError, match="Invalid learning rate: -1.0"):
         LocalOptimizer(F.Adam, params, lr=-1.0)
