@@ -170,8 +170,14 @@ class LocalOptimizer:
         return self._handle
 
     def accepts_sparse(self) -> bool:
-        """Whether every param group takes sparse (COO) gradients: SGD and Adagrad unless
-        ``fused=True`` (Adagrad: and ``weight_decay == 0``); never the others."""
+        """Whether every param group takes sparse (COO) gradients.
+
+        Returns:
+            bool: True for SGD and Adagrad unless a group has ``fused=True`` (Adagrad: or
+            ``weight_decay != 0``); False for the others.
+
+        Raises nothing for a live optimizer.
+        """
         return _call("_optimizer_accepts_sparse", self._handle)
 
     # --- steps ------------------------------------------------------------------------------
@@ -180,6 +186,9 @@ class LocalOptimizer:
         """Applies the gradients of distributed autograd context ``context_id`` on this worker
         (the plugin engine's, or torch's when only its engine ran); a parameter without one is
         skipped, and so is every parameter when this worker does not know the context.
+
+        Args:
+            context_id (int): a distributed autograd context id whose backward pass has ended.
 
         Raises:
             ValueError: a gradient whose shape, dtype or device differs from its parameter's
@@ -193,6 +202,10 @@ class LocalOptimizer:
         :meth:`step`) and keeps them for :meth:`commit_step`, at most ``lease_ms`` (> 0)
         milliseconds; changes nothing and takes no lock.
 
+        Args:
+            context_id (int): a distributed autograd context id whose backward pass has ended.
+            lease_ms (int): how long, in milliseconds (> 0), the step waits for its commit.
+
         Returns:
             int: the token for :meth:`commit_step` or :meth:`drop_step`.
 
@@ -204,6 +217,9 @@ class LocalOptimizer:
     def commit_step(self, token: int) -> None:
         """Phase 2: applies the gradients kept by :meth:`prepare_step` (checked again first).
 
+        Args:
+            token (int): from :meth:`prepare_step`.
+
         Raises:
             RuntimeError: the token is unknown here or its lease expired (nothing is applied).
             ValueError: as :meth:`step` (the values changed in between).
@@ -211,8 +227,16 @@ class LocalOptimizer:
         _call("_optimizer_commit", self._handle, token)
 
     def drop_step(self, token: int) -> bool:
-        """Forgets a prepared step. Returns whether it was still prepared. Raises nothing for a
-        live optimizer."""
+        """Forgets a prepared step without applying it.
+
+        Args:
+            token (int): from :meth:`prepare_step`.
+
+        Returns:
+            bool: whether it was still prepared (False: unknown, taken or expired).
+
+        Raises nothing for a live optimizer.
+        """
         return _call("_optimizer_drop", self._handle, token)
 
     def step_checked(self, context_id: int, version: int, deadline_ms: int) -> int:
@@ -220,6 +244,12 @@ class LocalOptimizer:
         they are still at ``version`` (as the backward pass checked them), holding the locks,
         unless the system clock reached ``deadline_ms`` (milliseconds since the Unix epoch; -1:
         no deadline) by then.
+
+        Args:
+            context_id (int): the distributed autograd context id.
+            version (int): this worker's version of the context's gradients as the backward
+                pass checked them (``plugin.ops._checked_versions``).
+            deadline_ms (int): milliseconds since the Unix epoch on the system clock, or -1.
 
         Returns:
             int: 0 applied; 1 the gradients changed since the check; 2 the deadline passed
@@ -282,6 +312,11 @@ class LocalOptimizer:
         ``fused=True`` group), each group's saved hyperparameters and flags set (saved Tensors
         followed as copies), other saved keys kept in the group.
 
+        Args:
+            state_dict (Dict[str, Any]): ``{'state': {index: {key: Tensor}}, 'param_groups':
+                [...]}``; each state tensor 0-dim or of its parameter's shape, any dtype and
+                device (copied and cast).
+
         Raises:
             ValueError: a different number of groups or parameters (torch's messages), invalid
                 values (torch's messages), a non-tensor state value, an index or shape that does
@@ -334,12 +369,25 @@ class LocalOptimizer:
                     self._extras[g][key] = list(value) if key == "param_names" else value
 
     def hyperparameters(self) -> List[Dict[str, float]]:
-        """Each group's numeric hyperparameters under their functional names (pairs split:
-        ``beta1``, ``beta2``...; a Tensor one read now), copies."""
+        """Each group's numeric hyperparameters.
+
+        Returns:
+            List[Dict[str, float]]: one new dict per group, functional names (pairs split:
+            ``beta1``, ``beta2``...), a Tensor hyperparameter's value read now.
+
+        Raises nothing for a live optimizer.
+        """
         return self._values()[0]
 
     def options(self) -> List[Dict[str, Optional[bool]]]:
-        """Each group's flags (``maximize``, ``foreach``, ``fused``, ...), copies."""
+        """Each group's flags.
+
+        Returns:
+            List[Dict[str, Optional[bool]]]: one new dict per group (``maximize``, ``foreach``,
+            ``fused``, ...; ``foreach`` and ``fused`` may be None).
+
+        Raises nothing for a live optimizer.
+        """
         return self._values()[1]
 
     def set_group(self, group: int, hparams: Dict[str, Any], options: Dict[str, Optional[bool]],
@@ -353,8 +401,9 @@ class LocalOptimizer:
                 number replaces a Tensor the name followed.
             options (Dict[str, Optional[bool]]): flags by name; ``None`` only for ``foreach``
                 and ``fused``.
-            tensor_hparams (Dict[str, Tensor]): 1-element Tensors to follow (read before every
-                step, as ``torch.optim`` reads a Tensor ``lr``), by functional name.
+            tensor_hparams (Dict[str, Tensor]): Tensors to follow, by functional name: one
+                element each (shape ``[]`` or ``[1]``), any dtype and device, read with
+                ``.item()`` before every step, as ``torch.optim`` reads a Tensor ``lr``.
 
         Raises:
             ValueError: no such group or name, an invalid value (torch's messages).
@@ -384,7 +433,16 @@ class LocalOptimizer:
         self._tensors[group].update(tensors)
 
     def set_hyperparameter(self, group: int, name: str, value: float) -> None:
-        """:meth:`set_group` of one number (``set_hyperparameter(0, "lr", 0.01)``)."""
+        """:meth:`set_group` of one number (``set_hyperparameter(0, "lr", 0.01)``).
+
+        Args:
+            group (int): the param group, from 0.
+            name (str): a functional name (``lr``, ``beta1``, ...).
+            value (float): the new value, in the units of the constructor's argument.
+
+        Raises:
+            ValueError: no such group or name, or an invalid value (torch's messages).
+        """
         self.set_group(group, {name: value}, {})
 
     # --- helpers ----------------------------------------------------------------------------
