@@ -40,7 +40,11 @@ def remote_error_summary(error: BaseException) -> str:
                 paragraph.append(line.strip())
             summary = " ".join(paragraph)
             # TorchScript names Python's exceptions "builtins.RuntimeError"
-            return summary[len("builtins."):] if summary.startswith("builtins.") else summary
+            summary = summary[len("builtins."):] if summary.startswith("builtins.") else summary
+            # a native op's error ("ValueError: ...", plugin/csrc/local_optimizer.h) as the
+            # interpreter that ran its RPC function reports it: "RuntimeError: ValueError: ..."
+            inner = summary[len("RuntimeError: "):]
+            return inner if summary.startswith("RuntimeError: ") and _ERROR_LINE.match(inner) else summary
     return str(error).strip()
 
 

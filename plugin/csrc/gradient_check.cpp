@@ -64,7 +64,7 @@ GradientDict gradientsForStep(const ContextPtr& ctx, const EntryPtr& entry) {
   return grads.empty() ? ctx->getGradients() : grads;
 }
 
-GradientDict checkedGradientsForStep(int64_t contextId, int64_t version) {
+std::optional<GradientDict> checkedGradientsIfCurrent(int64_t contextId, int64_t version) {
   EntryPtr entry = ContextRegistry::get().find(contextId);
   if (entry) {
     std::lock_guard<std::mutex> lock(entry->mu);
@@ -72,13 +72,19 @@ GradientDict checkedGradientsForStep(int64_t contextId, int64_t version) {
       return entry->snapshot();  // not empty: the check found gradients here
     }
   }
+  return std::nullopt;
+}
+
+GradientDict checkedGradientsForStep(int64_t contextId, int64_t version) {
+  auto grads = checkedGradientsIfCurrent(contextId, version);
   TORCH_CHECK(
-      false,
+      grads.has_value(),
       workerError(
           "in a step of context " + std::to_string(contextId),
           "the context's gradients on this worker changed after the backward pass checked them (another backward "
           "pass of the context, started elsewhere or from another thread, or the context was released); nothing "
           "was applied on this worker"));
+  return std::move(*grads);
 }
 
 int64_t gradientsFitLocked(const ContextEntry& entry) {

@@ -54,6 +54,8 @@ GradientDict gradientsForStep(const ContextPtr& ctx, const EntryPtr& entry);
 // entry's version is still `version`; otherwise raises, saying that they changed after
 // the backward pass checked them (nothing is applied then).
 GradientDict checkedGradientsForStep(int64_t contextId, int64_t version);
+// As checkedGradientsForStep, with nullopt instead of the error.
+std::optional<GradientDict> checkedGradientsIfCurrent(int64_t contextId, int64_t version);
 
 // The finding on the context's gradients here: kGradientsFit when the engine holds some
 // and every one fits its leaf (strided and not nested, or sparse COO; the leaf's sizes,

@@ -10,6 +10,7 @@
 // distributed autograd contexts), so they are declared with CONSERVATIVE alias
 // analysis: TorchScript must neither drop a call whose result is unused nor merge
 // or reorder two calls.
+#include "local_optimizer.h"
 #include "rpc_functions.h"
 #include "step_lock.h"
 
@@ -92,6 +93,65 @@ TORCH_LIBRARY(dist_engine, m) {
   // Sets this thread's current distributed autograd context (-1: none); returns the
   // previous one. The optimizer sends its RPCs outside any context.
   def(m, "_swap_current_context(int context_id) -> int");
+
+  // The native local optimizers (local_optimizer.h): each op reaches one by its handle, on
+  // this worker (a handle whose optimizer is gone raises, naming it). Every call that reads or
+  // writes parameters, state or hyperparameters holds the parameters' locks (step_lock.h).
+  // Errors begin with the Python exception type they stand for ("ValueError: ...").
+  //
+  // A step: the context's gradients of its parameters (gradients_for; an unknown context
+  // gives none: nothing happens), checked (functional_optim's check_gradients: count, shape,
+  // dtype, device, sparse), then applied through the fused kernels.
+  def(m, "_optimizer_step(int handle, int context_id) -> ()");
+  // Phase 1 of a step over several owners: reads and checks (no lock), parks the gradients
+  // for at most lease_ms (_park_step); returns the token.
+  def(m, "_optimizer_prepare(int handle, int context_id, int lease_ms) -> int");
+  // Phase 2: takes the parked gradients (_take_step; raises when unknown or expired) and
+  // applies them (checked again first).
+  def(m, "_optimizer_commit(int handle, int token) -> ()");
+  // Forgets a parked step; whether it was still parked.
+  def(m, "_optimizer_drop(int handle, int token) -> bool");
+  // An owner's part of a checked step: the engine's gradients if still at `version` (as the
+  // backward pass checked them), then, holding the locks, applies them before deadline_ms
+  // (ms since the Unix epoch; -1: none). Returns 0 (applied), 1 (the gradients changed since
+  // the check: nothing applied), 2 (the deadline passed: nothing applied); bad gradients raise.
+  def(m, "_optimizer_step_checked(int handle, int context_id, int version, int deadline_ms) -> int");
+  // A step with the given gradients (one per parameter, flat order; None skips one).
+  def(m, "_optimizer_step_gradients(int handle, Tensor?[] gradients) -> ()");
+  // Copies of the state (flat index -> {key: tensor}, parameters that have state only), and
+  // each group's hyperparameters (Tensor ones read now) and flags.
+  def(m,
+      "_optimizer_state(int handle) -> (Dict(int, Dict(str, Tensor)), Dict(str, float)[], "
+      "Dict(str, bool?)[])");
+  // Replaces all state with copies of `state` (torch's casting rules) and sets each group's
+  // hyperparameters (a number unbinds a Tensor of that name) and flags, at once; checks every
+  // index, shape and name first and changes nothing when one fails. Values validated by the caller.
+  def(m,
+      "_optimizer_load_state(int handle, Dict(int, Dict(str, Tensor)) state, Dict(str, float)[] hparams, "
+      "Dict(str, bool?)[] options) -> ()");
+  // Each group's hyperparameters (functional names; Tensor ones read now) and flags.
+  def(m, "_optimizer_hyperparameters(int handle) -> (Dict(str, float)[], Dict(str, bool?)[])");
+  // Sets values of one group: numbers (unbinding a Tensor of that name), flags, and Tensors to
+  // follow (1 element each, read before every step). Validated by the caller; unknown group or
+  // name, or flags that would take the group off the fused kernels, raise.
+  def(m,
+      "_optimizer_set_group(int handle, int group, Dict(str, float) hparams, Dict(str, bool?) options, "
+      "Dict(str, Tensor) tensor_hparams) -> ()");
+  // Whether every group takes sparse gradients.
+  def(m, "_optimizer_accepts_sparse(int handle) -> bool");
+  // torch.classes.dist_engine.LocalOptimizer(name, groups, hparams, options, tensor_hparams,
+  // defaults): see local_optimizer.h.
+  m.class_<dist_engine::LocalOptimizer>("LocalOptimizer")
+      .def(torch::init([](const std::string& name,
+                          const std::vector<std::vector<at::Tensor>>& groups,
+                          const c10::List<dist_engine::Hyperparameters>& hparams,
+                          const c10::List<dist_engine::Options>& options,
+                          const c10::List<dist_engine::TensorHyperparameters>& tensorHparams,
+                          const dist_engine::Hyperparameters& defaults) {
+        return dist_engine::LocalOptimizer::registered(c10::make_intrusive<dist_engine::LocalOptimizer>(
+            name, groups, hparams, options, tensorHparams, defaults));
+      }))
+      .def("handle", &dist_engine::LocalOptimizer::handle);
 
   // torch.classes.dist_engine.StepLock(params): the per-parameter locks of a set of
   // parameters, taken in one global order, for TorchScript `with` statements.

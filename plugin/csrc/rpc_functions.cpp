@@ -21,6 +21,16 @@ constexpr RpcOp kRpcOps[] = {
     {"_receive_gradients", true},
     {"_reachability", false},
     {"_abort_pass", false},
+    // the native local optimizers (local_optimizer.h)
+    {"_optimizer_step", false},
+    {"_optimizer_prepare", false},
+    {"_optimizer_commit", false},
+    {"_optimizer_drop", false},
+    {"_optimizer_step_checked", false},
+    {"_optimizer_state", false},
+    {"_optimizer_load_state", false},
+    {"_optimizer_hyperparameters", false},
+    {"_optimizer_set_group", false},
     // gradient clipping (gradient_clipping.cpp)
     {"_gradient_norms", false},
     {"_scale_gradients", false},

@@ -1,0 +1,578 @@
+// The native local optimizer (local_optimizer.h), its registry, and the kernels of its
+// by-handle ops (schemas in ops.cpp).
+#include "local_optimizer.h"
+
+#include "gradient_check.h"
+#include "prepared_steps.h"
+#include "worker_error.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <chrono>
+#include <sstream>
+#include <unordered_map>
+
+namespace dist_engine {
+namespace {
+
+// --- the registry ------------------------------------------------------------------------
+
+struct Registry {
+  std::mutex mu;
+  std::unordered_map<int64_t, c10::weak_intrusive_ptr<LocalOptimizer>> entries;
+};
+
+Registry& registry() {
+  static auto* r = new Registry();  // leaky: RPC threads may call in while the process exits
+  return *r;
+}
+
+int64_t newHandle() {
+  static std::atomic<int64_t> next{1};
+  return next++;
+}
+
+// --- functional_optim's messages ----------------------------------------------------------
+
+// functional_optim._validation.dtype_name
+std::string dtypeName(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return "torch.float32";
+    case at::kDouble: return "torch.float64";
+    case at::kHalf: return "torch.float16";
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kComplexFloat: return "torch.complex64";
+    case at::kComplexDouble: return "torch.complex128";
+    case at::kLong: return "torch.int64";
+    case at::kInt: return "torch.int32";
+    case at::kShort: return "torch.int16";
+    case at::kChar: return "torch.int8";
+    case at::kByte: return "torch.uint8";
+    case at::kBool: return "torch.bool";
+    default: return std::string("dtype ") + c10::toString(dtype);
+  }
+}
+
+std::string shapeText(c10::IntArrayRef sizes) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    out << (i ? ", " : "") << sizes[i];
+  }
+  out << "]";
+  return out.str();
+}
+
+// functional_optim._validation.describe: "shape [4, 5], dtype torch.float32, device cpu".
+std::string describe(const at::Tensor& t) {
+  std::string shape = t.is_nested() ? "(nested)" : shapeText(t.sizes());
+  return "shape " + shape + ", dtype " + dtypeName(t.scalar_type()) + ", device " + t.device().str() +
+      (t.is_sparse() ? ", sparse" : "");
+}
+
+// Python's str() of a list of names: "['lr', 'momentum']".
+template <typename Dict>
+std::string namesOf(const Dict& d) {
+  std::string out = "[";
+  bool first = true;
+  for (const auto& item : d) {
+    out += (first ? "'" : ", '") + item.key() + "'";
+    first = false;
+  }
+  return out + "]";
+}
+
+// The parameters' locks, held for a scope (taken in the global order, released in reverse).
+class Held {
+ public:
+  explicit Held(const std::vector<std::shared_ptr<ParamLock>>& locks) : locks_(locks) {
+    for (const auto& lock : locks_) {
+      lock->mutex.lock();
+    }
+  }
+  ~Held() {
+    for (auto it = locks_.rbegin(); it != locks_.rend(); ++it) {
+      (*it)->mutex.unlock();
+    }
+  }
+  Held(const Held&) = delete;
+  Held& operator=(const Held&) = delete;
+
+ private:
+  const std::vector<std::shared_ptr<ParamLock>>& locks_;
+};
+
+std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& groups) {
+  std::vector<at::Tensor> flat;
+  for (const auto& group : groups) {
+    flat.insert(flat.end(), group.begin(), group.end());
+  }
+  return flat;
+}
+
+int64_t wallClockMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Hyperparameters copyOf(const Hyperparameters& d) {
+  return d.copy();
+}
+
+}  // namespace
+
+// --- construction and the registry --------------------------------------------------------
+
+LocalOptimizer::LocalOptimizer(
+    const std::string& name,
+    const std::vector<std::vector<at::Tensor>>& groups,
+    const c10::List<Hyperparameters>& hparams,
+    const c10::List<Options>& options,
+    const c10::List<TensorHyperparameters>& tensorHparams,
+    const Hyperparameters& defaults)
+    : handle_(newHandle()), kind_(optimizerKindNamed(name)), params_(flatten(groups)), locks_(paramLocksFor(params_)) {
+  TORCH_CHECK_VALUE(
+      hparams.size() == groups.size() && options.size() == groups.size() && tensorHparams.size() == groups.size(),
+      "ValueError: LocalOptimizer: expected one dict of hyperparameters, options and Tensor hyperparameters per "
+      "group (",
+      groups.size(), " groups); got ", hparams.size(), ", ", options.size(), ", ", tensorHparams.size());
+  TORCH_CHECK_VALUE(!params_.empty(), "ValueError: optimizer got an empty parameter list");
+  offsets_.push_back(0);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    offsets_.push_back(offsets_.back() + static_cast<int64_t>(groups[g].size()));
+    hparams_.push_back(hparams.get(g).copy());
+    options_.push_back(options.get(g).copy());
+    tensorHparams_.push_back(tensorHparams.get(g).copy());
+    TORCH_CHECK(
+        stepsFused(options_.back()),
+        "RuntimeError: LocalOptimizer: parameter group ", g,
+        " does not step through a fused kernel (its foreach and fused flags); the native local optimizer steps only "
+        "fused groups");
+    sparseErrors_.push_back(sparseErrorFor(kind_, hparams_.back(), options_.back()));
+  }
+  auto it = defaults.find("initial_accumulator_value");
+  if (it != defaults.end()) {
+    initialAccumulatorValue_ = it->value();
+  }
+  state_.resize(params_.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    std::vector<ParamState> states(state_.begin() + offsets_[g], state_.begin() + offsets_[g + 1]);
+    at::NoGradGuard noGrad;
+    initStateAtConstruction(kind_, groups[g], states, initialAccumulatorValue_);
+  }
+}
+
+c10::intrusive_ptr<LocalOptimizer> LocalOptimizer::registered(c10::intrusive_ptr<LocalOptimizer> self) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> guard(r.mu);
+  r.entries.emplace(self->handle_, c10::weak_intrusive_ptr<LocalOptimizer>(self));
+  return self;
+}
+
+c10::intrusive_ptr<LocalOptimizer> LocalOptimizer::find(int64_t handle) {
+  auto& r = registry();
+  c10::intrusive_ptr<LocalOptimizer> found;
+  {
+    std::lock_guard<std::mutex> guard(r.mu);
+    auto it = r.entries.find(handle);
+    if (it != r.entries.end()) {
+      found = it->second.lock();
+    }
+  }
+  TORCH_CHECK(
+      found,
+      "RuntimeError: ",
+      workerError(
+          "in a call of a native local optimizer",
+          "there is no local optimizer with handle " + std::to_string(handle) +
+              " here (it was destroyed with the last reference to it, such as its RRef, or never existed)"));
+  return found;
+}
+
+void LocalOptimizer::release_resources() {
+  auto& r = registry();
+  c10::weak_intrusive_ptr<LocalOptimizer> entry(c10::intrusive_ptr<LocalOptimizer>{});
+  {
+    std::lock_guard<std::mutex> guard(r.mu);
+    auto it = r.entries.find(handle_);
+    if (it != r.entries.end()) {
+      entry = std::move(it->second);  // released after the mutex
+      r.entries.erase(it);
+    }
+  }
+}
+
+// --- checks ----------------------------------------------------------------------------
+
+LocalOptimizer::Checked LocalOptimizer::check(
+    const MaybeGradients& gradients,
+    const std::vector<std::optional<std::string>>& sparseErrors) const {
+  TORCH_CHECK_VALUE(
+      gradients.size() == params_.size(), "ValueError: step: expected ", params_.size(),
+      " gradients (one per parameter, None to skip one); got ", gradients.size());
+  Checked checked;
+  const size_t numGroups = offsets_.size() - 1;
+  checked.present.resize(numGroups);
+  checked.sparse.resize(numGroups, false);
+  for (size_t g = 0; g < numGroups; ++g) {
+    for (int64_t i = offsets_[g]; i < offsets_[g + 1]; ++i) {
+      const auto& grad = gradients[i];
+      if (!grad.has_value() || !grad->defined()) {
+        continue;
+      }
+      const auto& param = params_[i];
+      const bool fits = !grad->is_nested() && grad->scalar_type() == param.scalar_type() &&
+          grad->device() == param.device() && grad->sizes().equals(param.sizes());
+      TORCH_CHECK_VALUE(
+          fits, "ValueError: gradients[", i, "]: expected ", describe(param), " (like its parameter); got ",
+          describe(*grad));
+      if (grad->is_sparse()) {
+        TORCH_CHECK(!sparseErrors[g].has_value(), "RuntimeError: ", *sparseErrors[g]);
+        checked.sparse[g] = true;
+      }
+      checked.present[g].push_back(static_cast<size_t>(i));
+    }
+  }
+  return checked;
+}
+
+int64_t LocalOptimizer::groupOf(int64_t index) const {
+  int64_t g = 0;
+  while (offsets_[g + 1] <= index) {
+    ++g;
+  }
+  return g;
+}
+
+void LocalOptimizer::checkGroup(int64_t group) const {
+  const int64_t numGroups = static_cast<int64_t>(offsets_.size()) - 1;
+  TORCH_CHECK_VALUE(
+      group >= 0 && group < numGroups, "ValueError: parameter group ", group, " does not exist (the optimizer has ",
+      numGroups, " groups)");
+}
+
+Hyperparameters LocalOptimizer::updatedHyperparameters(int64_t group, const Hyperparameters& updates) const {
+  auto h = hparams_[group].copy();
+  for (const auto& item : updates) {
+    TORCH_CHECK_VALUE(
+        h.contains(item.key()), "ValueError: unknown hyperparameter '", item.key(), "'; this optimizer has ",
+        namesOf(hparams_[group]));
+    h.insert_or_assign(item.key(), item.value());
+  }
+  return h;
+}
+
+Options LocalOptimizer::updatedOptions(int64_t group, const Options& updates) const {
+  auto o = options_[group].copy();
+  for (const auto& item : updates) {
+    TORCH_CHECK_VALUE(
+        o.contains(item.key()), "ValueError: unknown option '", item.key(), "'; this optimizer has ",
+        namesOf(options_[group]));
+    TORCH_CHECK_VALUE(
+        item.value().has_value() || item.key() == "foreach" || item.key() == "fused", "ValueError: option '",
+        item.key(), "' must be True or False, not None");
+    o.insert_or_assign(item.key(), item.value());
+  }
+  TORCH_CHECK(
+      stepsFused(o), "RuntimeError: parameter group ", group,
+      " would no longer step through a fused kernel with these foreach and fused flags; a native local optimizer "
+      "steps only fused groups");
+  return o;
+}
+
+// --- steps ----------------------------------------------------------------------------
+
+void LocalOptimizer::syncTensorHyperparametersLocked() {
+  for (size_t g = 0; g < tensorHparams_.size(); ++g) {
+    for (const auto& item : tensorHparams_[g]) {
+      hparams_[g].insert_or_assign(item.key(), item.value().item<double>());
+    }
+  }
+}
+
+void LocalOptimizer::applyLocked(const MaybeGradients& gradients) {
+  auto checked = check(gradients, sparseErrors_);
+  syncTensorHyperparametersLocked();
+  for (size_t g = 0; g < checked.present.size(); ++g) {
+    const auto& present = checked.present[g];
+    if (present.empty()) {
+      continue;
+    }
+    std::vector<at::Tensor> params, grads;
+    std::vector<ParamState> states;  // handles: shared with state_
+    for (size_t i : present) {
+      params.push_back(params_[i]);
+      grads.push_back(*gradients[i]);
+      states.push_back(state_[i]);
+    }
+    stepGroup(kind_, hparams_[g], options_[g], params, grads, states, checked.sparse[g], initialAccumulatorValue_);
+  }
+}
+
+void LocalOptimizer::step(int64_t contextId) {
+  auto gradients = gradientsFor(contextId, params_);
+  Held held(locks_);
+  applyLocked(gradients);
+}
+
+int64_t LocalOptimizer::prepare(int64_t contextId, int64_t leaseMs) {
+  auto gradients = gradientsFor(contextId, params_);
+  std::vector<std::optional<std::string>> sparseErrors;
+  {
+    std::lock_guard<std::mutex> guard(sparseErrorsMu_);
+    sparseErrors = sparseErrors_;
+  }
+  check(gradients, sparseErrors);
+  return parkStep(std::move(gradients), leaseMs);
+}
+
+void LocalOptimizer::commit(int64_t token) {
+  auto gradients = takeStep(token);
+  Held held(locks_);
+  applyLocked(gradients);  // checks again: the values may have changed since the prepare
+}
+
+int64_t LocalOptimizer::stepChecked(int64_t contextId, int64_t version, int64_t deadlineMs) {
+  auto grads = checkedGradientsIfCurrent(contextId, version);
+  if (!grads.has_value()) {
+    return 1;  // changed since the backward pass checked them
+  }
+  auto gradients = gradientsOf(*grads, params_);
+  Held held(locks_);
+  if (deadlineMs >= 0 && wallClockMs() >= deadlineMs) {
+    return 2;
+  }
+  applyLocked(gradients);
+  return 0;
+}
+
+void LocalOptimizer::stepGradients(const MaybeGradients& gradients) {
+  Held held(locks_);
+  applyLocked(gradients);
+}
+
+// --- state and values ---------------------------------------------------------------------
+
+std::tuple<OptimizerState, c10::List<Hyperparameters>, c10::List<Options>> LocalOptimizer::state() {
+  Held held(locks_);
+  syncTensorHyperparametersLocked();
+  OptimizerState out;
+  for (size_t i = 0; i < state_.size(); ++i) {
+    if (state_[i].size() == 0) {
+      continue;
+    }
+    ParamState entry;
+    for (const auto& item : state_[i]) {
+      entry.insert(item.key(), item.value().clone());  // copies: sent after the locks are released
+    }
+    out.insert(static_cast<int64_t>(i), entry);
+  }
+  c10::List<Hyperparameters> hparams;
+  c10::List<Options> options;
+  for (size_t g = 0; g < hparams_.size(); ++g) {
+    hparams.push_back(hparams_[g].copy());
+    options.push_back(options_[g].copy());
+  }
+  return {out, hparams, options};
+}
+
+void LocalOptimizer::loadState(
+    const OptimizerState& state,
+    const c10::List<Hyperparameters>& hparams,
+    const c10::List<Options>& options) {
+  Held held(locks_);
+  const size_t numGroups = hparams_.size();
+  TORCH_CHECK_VALUE(
+      hparams.size() == numGroups && options.size() == numGroups, "ValueError: load_state: expected ", numGroups,
+      " dicts of hyperparameters and of options (one per parameter group); got ", hparams.size(), " and ",
+      options.size());
+  std::vector<Hyperparameters> newHparams;
+  std::vector<Options> newOptions;
+  for (size_t g = 0; g < numGroups; ++g) {
+    newHparams.push_back(updatedHyperparameters(static_cast<int64_t>(g), hparams.get(g)));
+    newOptions.push_back(updatedOptions(static_cast<int64_t>(g), options.get(g)));
+  }
+  // GroupedState.set_state's checks, then its copies (torch's casting rules, with the new flags)
+  const int64_t numParams = static_cast<int64_t>(params_.size());
+  for (const auto& item : state) {
+    const int64_t i = item.key();
+    TORCH_CHECK_VALUE(
+        i >= 0 && i < numParams, "ValueError: set_state: no parameter with index ", i, " (the optimizer has ",
+        numParams, " parameters)");
+    const auto& param = params_[i];
+    for (const auto& value : item.value()) {
+      TORCH_CHECK_VALUE(
+          value.value().dim() == 0 || value.value().sizes().equals(param.sizes()), "ValueError: set_state: state[", i,
+          "]['", value.key(), "'] has shape ", shapeText(value.value().sizes()), " but its parameter has shape ",
+          shapeText(param.sizes()));
+    }
+  }
+  std::vector<ParamState> newState(params_.size());
+  for (const auto& item : state) {
+    const int64_t i = item.key();
+    const auto& param = params_[i];
+    const bool fused = flagOf(newOptions[groupOf(i)], "fused");
+    ParamState copied;
+    for (const auto& value : item.value()) {
+      const auto& v = value.value();
+      if (value.key() == "step") {
+        copied.insert(value.key(), fused ? v.to(param.device(), at::kFloat, false, true) : v.clone());
+      } else if (param.is_floating_point()) {
+        copied.insert(value.key(), v.to(param.device(), param.scalar_type(), false, true));
+      } else {
+        copied.insert(value.key(), v.to(param.device(), v.scalar_type(), false, true));
+      }
+    }
+    newState[i] = copied;
+  }
+  // nothing below raises
+  state_ = std::move(newState);
+  std::lock_guard<std::mutex> guard(sparseErrorsMu_);
+  for (size_t g = 0; g < numGroups; ++g) {
+    for (const auto& item : hparams.get(g)) {
+      (void)tensorHparams_[g].erase(item.key());  // a number replaces a Tensor hyperparameter
+    }
+    hparams_[g] = newHparams[g];
+    options_[g] = newOptions[g];
+    sparseErrors_[g] = sparseErrorFor(kind_, hparams_[g], options_[g]);
+  }
+}
+
+std::tuple<c10::List<Hyperparameters>, c10::List<Options>> LocalOptimizer::hyperparameters() {
+  Held held(locks_);
+  syncTensorHyperparametersLocked();
+  c10::List<Hyperparameters> hparams;
+  c10::List<Options> options;
+  for (size_t g = 0; g < hparams_.size(); ++g) {
+    hparams.push_back(copyOf(hparams_[g]));
+    options.push_back(options_[g].copy());
+  }
+  return {hparams, options};
+}
+
+void LocalOptimizer::setGroup(
+    int64_t group,
+    const Hyperparameters& hparams,
+    const Options& options,
+    const TensorHyperparameters& tensorHparams) {
+  Held held(locks_);
+  checkGroup(group);
+  auto h = updatedHyperparameters(group, hparams);
+  auto o = updatedOptions(group, options);
+  for (const auto& item : tensorHparams) {
+    TORCH_CHECK_VALUE(
+        h.contains(item.key()), "ValueError: unknown hyperparameter '", item.key(), "'; this optimizer has ",
+        namesOf(hparams_[group]));
+    TORCH_CHECK_VALUE(
+        item.value().numel() == 1, "ValueError: hyperparameter '", item.key(),
+        "' given as a Tensor must have one element; got shape ", shapeText(item.value().sizes()));
+  }
+  for (const auto& item : tensorHparams) {
+    h.insert_or_assign(item.key(), item.value().item<double>());
+  }
+  std::lock_guard<std::mutex> guard(sparseErrorsMu_);
+  for (const auto& item : hparams) {
+    (void)tensorHparams_[group].erase(item.key());
+  }
+  for (const auto& item : tensorHparams) {
+    tensorHparams_[group].insert_or_assign(item.key(), item.value());
+  }
+  hparams_[group] = h;
+  options_[group] = o;
+  sparseErrors_[group] = sparseErrorFor(kind_, h, o);
+}
+
+bool LocalOptimizer::acceptsSparse() {
+  std::lock_guard<std::mutex> guard(sparseErrorsMu_);
+  for (const auto& error : sparseErrors_) {
+    if (error.has_value()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// --- the ops' kernels ----------------------------------------------------------------------
+
+namespace {
+
+void stepKernel(int64_t handle, int64_t contextId) {
+  LocalOptimizer::find(handle)->step(contextId);
+}
+
+int64_t prepareKernel(int64_t handle, int64_t contextId, int64_t leaseMs) {
+  return LocalOptimizer::find(handle)->prepare(contextId, leaseMs);
+}
+
+void commitKernel(int64_t handle, int64_t token) {
+  LocalOptimizer::find(handle)->commit(token);
+}
+
+bool dropKernel(int64_t handle, int64_t token) {
+  const bool dropped = dropStep(token);  // forgotten even when the optimizer is gone
+  LocalOptimizer::find(handle);
+  return dropped;
+}
+
+int64_t stepCheckedKernel(int64_t handle, int64_t contextId, int64_t version, int64_t deadlineMs) {
+  return LocalOptimizer::find(handle)->stepChecked(contextId, version, deadlineMs);
+}
+
+void stepGradientsKernel(int64_t handle, const c10::List<std::optional<at::Tensor>>& gradients) {
+  MaybeGradients held;
+  held.reserve(gradients.size());
+  for (const auto& g : gradients) {
+    held.push_back(g);
+  }
+  LocalOptimizer::find(handle)->stepGradients(held);
+}
+
+std::tuple<OptimizerState, c10::List<Hyperparameters>, c10::List<Options>> stateKernel(int64_t handle) {
+  return LocalOptimizer::find(handle)->state();
+}
+
+void loadStateKernel(
+    int64_t handle,
+    const OptimizerState& state,
+    const c10::List<Hyperparameters>& hparams,
+    const c10::List<Options>& options) {
+  LocalOptimizer::find(handle)->loadState(state, hparams, options);
+}
+
+std::tuple<c10::List<Hyperparameters>, c10::List<Options>> hyperparametersKernel(int64_t handle) {
+  return LocalOptimizer::find(handle)->hyperparameters();
+}
+
+void setGroupKernel(
+    int64_t handle,
+    int64_t group,
+    const Hyperparameters& hparams,
+    const Options& options,
+    const TensorHyperparameters& tensorHparams) {
+  LocalOptimizer::find(handle)->setGroup(group, hparams, options, tensorHparams);
+}
+
+bool acceptsSparseKernel(int64_t handle) {
+  return LocalOptimizer::find(handle)->acceptsSparse();
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(dist_engine, CompositeImplicitAutograd, m) {
+  m.impl("_optimizer_step", TORCH_FN(stepKernel));
+  m.impl("_optimizer_prepare", TORCH_FN(prepareKernel));
+  m.impl("_optimizer_commit", TORCH_FN(commitKernel));
+  m.impl("_optimizer_drop", TORCH_FN(dropKernel));
+  m.impl("_optimizer_step_checked", TORCH_FN(stepCheckedKernel));
+  m.impl("_optimizer_step_gradients", TORCH_FN(stepGradientsKernel));
+  m.impl("_optimizer_state", TORCH_FN(stateKernel));
+  m.impl("_optimizer_load_state", TORCH_FN(loadStateKernel));
+  m.impl("_optimizer_hyperparameters", TORCH_FN(hyperparametersKernel));
+  m.impl("_optimizer_set_group", TORCH_FN(setGroupKernel));
+  m.impl("_optimizer_accepts_sparse", TORCH_FN(acceptsSparseKernel));
+}
+
+}  // namespace dist_engine
