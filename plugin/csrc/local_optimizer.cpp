@@ -534,25 +534,31 @@ std::tuple<OptimizerState, c10::List<Hyperparameters>, c10::List<Options>> state
   return LocalOptimizer::find(handle)->state();
 }
 
-void loadStateKernel(
+// Answers whether the optimizer takes sparse gradients after the change (see ops.cpp).
+bool loadStateKernel(
     int64_t handle,
     const OptimizerState& state,
     const c10::List<Hyperparameters>& hparams,
     const c10::List<Options>& options) {
-  LocalOptimizer::find(handle)->loadState(state, hparams, options);
+  auto optimizer = LocalOptimizer::find(handle);
+  optimizer->loadState(state, hparams, options);
+  return optimizer->acceptsSparse();
 }
 
 std::tuple<c10::List<Hyperparameters>, c10::List<Options>> hyperparametersKernel(int64_t handle) {
   return LocalOptimizer::find(handle)->hyperparameters();
 }
 
-void setGroupKernel(
+// Answers whether the optimizer takes sparse gradients after the change (see ops.cpp).
+bool setGroupKernel(
     int64_t handle,
     int64_t group,
     const Hyperparameters& hparams,
     const Options& options,
     const TensorHyperparameters& tensorHparams) {
-  LocalOptimizer::find(handle)->setGroup(group, hparams, options, tensorHparams);
+  auto optimizer = LocalOptimizer::find(handle);
+  optimizer->setGroup(group, hparams, options, tensorHparams);
+  return optimizer->acceptsSparse();
 }
 
 bool acceptsSparseKernel(int64_t handle) {

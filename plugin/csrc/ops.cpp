@@ -125,18 +125,21 @@ TORCH_LIBRARY(dist_engine, m) {
       "Dict(str, bool?)[])");
   // Replaces all state with copies of `state` (torch's casting rules) and sets each group's
   // hyperparameters (a number unbinds a Tensor of that name) and flags, at once; checks every
-  // index, shape and name first and changes nothing when one fails. Values validated by the caller.
+  // index, shape and name first and changes nothing when one fails. Values validated by the
+  // caller. Returns whether the optimizer now takes sparse gradients (as _optimizer_accepts_sparse:
+  // the caller's checked step needs it, and the new values may change it).
   def(m,
       "_optimizer_load_state(int handle, Dict(int, Dict(str, Tensor)) state, Dict(str, float)[] hparams, "
-      "Dict(str, bool?)[] options) -> ()");
+      "Dict(str, bool?)[] options) -> bool");
   // Each group's hyperparameters (functional names; Tensor ones read now) and flags.
   def(m, "_optimizer_hyperparameters(int handle) -> (Dict(str, float)[], Dict(str, bool?)[])");
   // Sets values of one group: numbers (unbinding a Tensor of that name), flags, and Tensors to
   // follow (1 element each, read before every step). Validated by the caller; unknown group or
-  // name, or flags that would take the group off the fused kernels, raise.
+  // name, or flags that would take the group off the fused kernels, raise. Returns whether the
+  // optimizer now takes sparse gradients (as _optimizer_load_state).
   def(m,
       "_optimizer_set_group(int handle, int group, Dict(str, float) hparams, Dict(str, bool?) options, "
-      "Dict(str, Tensor) tensor_hparams) -> ()");
+      "Dict(str, Tensor) tensor_hparams) -> bool");
   // Whether every group takes sparse gradients.
   def(m, "_optimizer_accepts_sparse(int handle) -> bool");
   // torch.classes.dist_engine.LocalOptimizer(name, groups, hparams, options, tensor_hparams,

@@ -372,7 +372,7 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
             else:
                 local_sd = {"state": local_state, "param_groups": [dict(hyper, params=list(range(len(indices))))]}
                 futures[owner] = self._owners[owner].load_state(local_sd)
-        wait_all(futures, "load_state_dict()")
+        self._note_accepts_sparse(wait_all(futures, "load_state_dict()"))
         # torch.optim takes the saved group's keys wholesale: keep those the owners do not hold
         self._forget_param_groups(extras=hyper)
 
@@ -412,10 +412,22 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         have them. Checked first, before anything is sent, when an owner is native."""
         if self._has_native_owner():
             current = self._native_current_group()
-            _local.check_group_values(self._optimizer_class, dict(current["hparams"], **hparams),
-                                      dict(current["options"], **options))
+            try:
+                _local.check_group_values(self._optimizer_class, dict(current["hparams"], **hparams),
+                                          dict(current["options"], **options))
+            except (ValueError, TypeError, RuntimeError) as e:
+                raise type(e)(f"DistributedOptimizer: {what}: {e} (checked before anything was sent; no owner "
+                              f"changed)") from e
         futures = OrderedDict((name, owner.set_group(hparams, options)) for name, owner in self._owners.items())
-        wait_all(futures, what)
+        self._note_accepts_sparse(wait_all(futures, what))
+
+    def _note_accepts_sparse(self, answers: "OrderedDict[str, Any]") -> None:
+        """Native owners answer a change of hyperparameters or state with whether their local
+        optimizer now takes sparse gradients (Adagrad's weight_decay, SGD's fused flag change
+        it), which decides whether a checked step may cover a pass that found sparse ones."""
+        for name, answer in answers.items():
+            if self._owners[name].kind == "native":
+                self._owners[name].accepts_sparse = bool(answer)
 
     # --- the torch.optim.Optimizer face (for torch.optim.lr_scheduler); see _param_groups.py ---
     # (zero_grad, add_param_group, state and the state-dict hooks: functional_optim/_torch_face.py)
