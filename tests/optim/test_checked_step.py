@@ -255,7 +255,7 @@ def test_a_pass_that_fails_on_another_worker_leaves_no_check(cluster):
             plugin.autograd.backward(ctx, [squares(owners, names, torch.ones(3, **F64))])
             assert checked(opt, ctx)
             failing = rpc.rpc_sync("worker2", graphs.udf_failing_backward, args=(torch.ones(3, **F64).requires_grad_(),))
-            with pytest.raises(ValueError, match="boom in FailingBackward"):
+            with pytest.raises(plugin.autograd.BackwardError, match="boom in FailingBackward"):
                 plugin.autograd.backward(ctx, [failing.sum() + squares(owners, names, torch.ones(3, **F64))])
             assert not checked(opt, ctx)
     finally:

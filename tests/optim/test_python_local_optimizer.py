@@ -115,8 +115,10 @@ def test_one_warning_per_class(cluster, monkeypatch):
     ours = [w for w in caught if issubclass(w.category, PythonStepWarning)]
     assert [w.filename for w in ours] == [__file__, __file__]
     first, second = (str(w.message) for w in ours)
-    assert first.startswith("tests.support.user_optim.HeavyBall has no functional counterpart")
-    assert second.startswith("tests.support.user_optim.FailsHalfway has no functional counterpart")
+    assert first.startswith("tests.support.user_optim.HeavyBall steps in Python on its owners because it has no "
+                            "functional counterpart")
+    assert second.startswith("tests.support.user_optim.FailsHalfway steps in Python on its owners because it has no "
+                             "functional counterpart")
     assert "hold the owner's GIL" in first
     assert "functional_optim.register_functional_optimizer(HeavyBall, YourFunctionalClass)" in first
 
