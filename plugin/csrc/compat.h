@@ -49,6 +49,10 @@
 //                             JIT IR (Graph::insert, CompilationUnit::create_function) that
 //                             builds a function of one op call without compiling TorchScript
 //
+// scriptCallMessage, replyValue, ownedTensor and addOpFunction (the native RPC functions and
+// local optimizers) were checked on torch 2.13.0 and 2.14.1 only, also with torch.jit's
+// Python entry points raising; not yet on 2.11.
+//
 // The Python side relies on a few torch internals too; each sits in one named function
 // (checked on torch 2.11 and 2.13):
 //   plugin/rpc.py _fresh_torch_keys_after_a_restart
