@@ -97,8 +97,9 @@ class LocalOptimizer:
         params: the parameters on this worker, as for ``torch.optim``: a list of leaf tensors
             (any shape; float32, float64, bfloat16 or float16; on the CPU, or CUDA for SGD,
             Adam, AdamW and Adagrad) or of param-group dicts.
-        *args, **kwargs: the optimizer's hyperparameters, as for the class (numbers or
+        *args: the optimizer's positional hyperparameters, as for the class (numbers or
             1-element Tensors, which the steps follow).
+        **kwargs: its keyword hyperparameters, likewise.
 
     Raises:
         ValueError: ``functional_class`` is not built in, a configuration that does not step
