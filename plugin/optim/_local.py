@@ -28,7 +28,7 @@ from functional_optim._param_groups import TensorRules, split_values
 from functional_optim.state_protocol import _torch_group
 
 from .. import ops
-from ._native import LocalOptimizer
+from ._native import LocalOptimizer, state_entry_as_tensors
 from ._python import PythonLocalOptimizer
 from ._scripted import ScriptLocalOptimizer, interface_type, scripted_functions
 
@@ -241,17 +241,7 @@ def native_state(local_state: Dict[int, Dict[str, Any]]) -> Dict[int, Dict[str, 
     Raises:
         ValueError: another value that is not a tensor (its index and key named).
     """
-    converted: Dict[int, Dict[str, Tensor]] = {}
-    for i, entry in local_state.items():
-        out: Dict[str, Tensor] = {}
-        for key, value in entry.items():
-            if not isinstance(value, Tensor):
-                if key != "step" and key != "mu_product":
-                    raise ValueError(f"state[{i}]['{key}'] is not a tensor: {value!r}")
-                value = torch.tensor(float(value))
-            out[key] = value
-        converted[int(i)] = out
-    return converted
+    return {int(i): state_entry_as_tensors(i, entry) for i, entry in local_state.items()}
 
 
 def check_group_values(optimizer_class: type, hparams: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:

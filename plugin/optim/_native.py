@@ -72,6 +72,25 @@ def _functional_names(tensors: Dict[str, Any]) -> Dict[str, Tensor]:
     return out
 
 
+
+def state_entry_as_tensors(index: Any, entry: Dict[str, Any]) -> Dict[str, Tensor]:
+    """One parameter's entry of a ``torch.optim`` state dict (``index`` its key there) as a
+    native local optimizer loads it: every value a Tensor (an old-style number ``'step'`` or
+    ``'mu_product'`` becomes a 0-dim float tensor, as ``functional_optim.load_state_dict``
+    converts it).
+
+    Raises:
+        ValueError: another value that is not a tensor (its index and key named).
+    """
+    converted: Dict[str, Tensor] = {}
+    for key, value in entry.items():
+        if not isinstance(value, Tensor):
+            if key != "step" and key != "mu_product":
+                raise ValueError(f"state[{index}]['{key}'] is not a tensor: {value!r}")
+            value = torch.tensor(float(value))
+        converted[key] = value
+    return converted
+
 class LocalOptimizer:
     """One worker's share of a distributed optimizer, stepped natively (C++, the fused kernels).
 
@@ -335,18 +354,10 @@ class LocalOptimizer:
         id_map = {}
         for saved, indices in zip(saved_groups, self._indices):
             id_map.update(zip(saved["params"], indices))
-        new_state: Dict[int, Dict[str, Tensor]] = {}
-        for saved_id, entry in state_dict["state"].items():
-            if saved_id not in id_map:
-                continue
-            converted = {}
-            for key, value in entry.items():
-                if not isinstance(value, Tensor):
-                    if key != "step" and key != "mu_product":
-                        raise ValueError(f"state[{saved_id}]['{key}'] is not a tensor: {value!r}")
-                    value = torch.tensor(float(value))
-                converted[key] = value
-            new_state[id_map[saved_id]] = converted
+        new_state: Dict[int, Dict[str, Tensor]] = {
+            id_map[saved_id]: state_entry_as_tensors(saved_id, entry)
+            for saved_id, entry in state_dict["state"].items() if saved_id in id_map
+        }
         current_h, current_o = self._values()
         updates_h, updates_o, bound = [], [], []
         for g, saved in enumerate(saved_groups):
