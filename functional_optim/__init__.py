@@ -1,8 +1,9 @@
 """TorchScript-compatible functional optimizers (gradients passed in, never read from ``.grad``).
 
-Ten optimizers with ``torch.optim``'s hyperparameters, defaults and results: :class:`SGD`,
+Eleven optimizers with ``torch.optim``'s hyperparameters, defaults and results: :class:`SGD`,
 :class:`Adam`, :class:`AdamW`, :class:`Adagrad`, :class:`RMSprop`, :class:`Adamax`,
-:class:`Adadelta`, :class:`Rprop`, :class:`NAdam`, :class:`RAdam`. Each works eagerly (with
+:class:`Adadelta`, :class:`Rprop`, :class:`NAdam`, :class:`RAdam`, :class:`SparseAdam` (sparse
+gradients only; SGD and Adagrad also take sparse gradients). Each works eagerly (with
 torch-style param groups, ``param_groups`` and ``state_dict``) and as a TorchScript class, with
 single-tensor, multi-tensor (``torch._foreach_*``) and, where torch has kernels, fused
 (``torch._fused_*``) implementations, all usable inside TorchScript. Each module also has the
@@ -27,11 +28,12 @@ from .rmsprop import RMSprop
 from .rprop import Rprop
 from .scripting import OptimizerModule, script_optimizer
 from .sgd import SGD
+from .sparse_adam import SparseAdam
 from .state_protocol import load_state_dict, state_dict
 from .torch_optimizer import as_torch_optimizer
 
 __all__ = [
-    "SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adamax", "Adadelta", "Rprop", "NAdam", "RAdam",
+    "SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adamax", "Adadelta", "Rprop", "NAdam", "RAdam", "SparseAdam",
     "functional_optimizer_for", "register_functional_optimizer", "registered_optimizers",
     "OptimizerModule", "script_optimizer", "state_dict", "load_state_dict", "as_torch_optimizer",
 ]

@@ -25,10 +25,11 @@ import re
 from typing import List, Optional
 
 import torch
+from torch import Tensor
 
 __all__ = [
     "LIBRARY_ENV_VAR", "library_in", "find_library", "load", "available", "OPTIMIZERS", "TORCH_FUSED",
-    "FUSED_DTYPES", "torch_kernel_on_cpu", "fused_devices",
+    "FUSED_DTYPES", "torch_kernel_on_cpu", "fused_devices", "SPARSE_OPS", "sparse_kernel_usable",
 ]
 
 # A library built elsewhere (the CMake build, say) to load instead of the package's own.
@@ -38,6 +39,11 @@ LIBRARY_ENV_VAR = "GILFREE_OPTIM_LIBRARY"
 OPTIMIZERS: List[str] = [
     "sgd", "adam", "adamw", "adagrad", "rmsprop", "adamax", "adadelta", "rprop", "nadam", "radam",
 ]
+
+# The fused CPU steps for sparse (COO) gradients: op torch.ops.gilfree_optim.<name>_
+# (csrc/cpu/fused_sparse.cpp), used by SparseAdam and by the sparse paths of Adagrad (without
+# weight decay) and SGD (without momentum and weight decay); torch has no such kernels.
+SPARSE_OPS: List[str] = ["sparse_adam", "sparse_adagrad", "sparse_sgd"]
 
 # The optimizers for which torch has fused kernels (``torch._fused_<name>_``, CPU and CUDA).
 TORCH_FUSED: List[str] = ["sgd", "adam", "adamw", "adagrad"]
@@ -190,6 +196,17 @@ def eager_available() -> bool:
 def eager_load() -> None:
     """:func:`load`, callable from code that TorchScript compiles (eagerly only)."""
     load()
+
+
+def sparse_kernel_usable(param: Tensor) -> bool:
+    """Whether the fused sparse CPU kernels (``torch.ops.gilfree_optim.sparse_<name>_``) can step
+    ``param``: a contiguous floating-point CPU tensor of a fused dtype, with the op library loaded.
+    Compiled by TorchScript (where the library is loaded: scripting needs it)."""
+    if param.device.type != "cpu" or not param.is_contiguous() or not fused_dtype(param.dtype):
+        return False
+    if torch.jit.is_scripting():
+        return True
+    return eager_available()
 
 
 def op_for(name: str):

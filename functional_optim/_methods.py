@@ -285,6 +285,10 @@ def state_dict(self) -> Dict[str, Any]:
     Raises nothing.
     """
     result = state_protocol.state_dict(self)
+    if self._s.name == "sparse_adam":  # torch.optim.SparseAdam keeps 'step' as a Python int
+        for entry in result["state"].values():
+            if "step" in entry:
+                entry["step"] = int(entry["step"].item())
     for group, packed in zip(self.param_groups, result["param_groups"]):
         params = packed.pop("params")
         for key, value in group.items():

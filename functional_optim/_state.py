@@ -41,6 +41,10 @@ __all__ = [
     "flag", "take", "scalar_list", "new_step", "foreach_gradients",
 ]
 
+# torch.optim.SparseAdam's message (RuntimeError) for a dense gradient (written out where it is
+# raised too: TorchScript reads no Python globals).
+DENSE_GRADIENT_ERROR = "SparseAdam does not support dense gradients, please consider Adam instead"
+
 # torch.optim keeps these hyperparameters as pairs; the typed dicts keep their two halves.
 TUPLE_HYPERPARAMETERS = {
     "betas": ("beta1", "beta2"),
@@ -164,6 +168,8 @@ class GroupedState:
             ValueError: a non-leaf, sparse or complex parameter, or one already in a group
                 (torch's message); nothing is changed then.
         """
+        if self.name == "sparse_adam":
+            _validation.check_sparse_adam_params(len(self.offsets) - 1, group)
         _validation.check_params(group)
         seen: Dict[Tensor, int] = {}
         for p in group:
@@ -253,13 +259,21 @@ class GroupedState:
         A group whose gradients are all present gets ``full_indices[g]`` itself (not a copy) as
         its indices: read it, never modify it.
         """
-        return _validation.check_gradients(
+        result = _validation.check_gradients(
             self.params, gradients, self.offsets, self.sparse_errors, self.cache_params, self.full_indices
         )
+        if self.name == "sparse_adam":  # SparseAdam takes sparse gradients only (torch's message)
+            for group_grads in result[1]:
+                for grad in group_grads:
+                    if not grad.is_sparse:
+                        raise RuntimeError("SparseAdam does not support dense gradients, please consider Adam instead")
+        return result
 
     def check_gradient(self, i: int, grad: Tensor) -> None:
         """:func:`functional_optim._validation.check_one_gradient` for flat parameter ``i``."""
         _validation.check_one_gradient(i, self.params[i], grad, self.sparse_errors[self.group_of[i]])
+        if self.name == "sparse_adam" and not grad.is_sparse:
+            raise RuntimeError("SparseAdam does not support dense gradients, please consider Adam instead")
 
     def params_at(self, indices: List[int]) -> List[Tensor]:
         out: List[Tensor] = []
@@ -486,7 +500,9 @@ class GroupedState:
     def flags_impl(self, group: int, options: Dict[str, Optional[bool]]) -> str:
         """The implementation torch's rule gives group ``group`` with ``options``
         (:func:`choose_impl`): what its steps with sparse gradients use."""
-        return choose_impl(self.cache_params[group], options["foreach"], _validation.option(options, "fused"))
+        return choose_impl(
+            self.cache_params[group], _validation.option(options, "foreach"), _validation.option(options, "fused")
+        )
 
     def choose_group_impl(self, group: int, options: Dict[str, Optional[bool]]) -> str:
         """The implementation group ``group`` would use with ``options``.
@@ -502,7 +518,7 @@ class GroupedState:
         """
         params = self.cache_params[group]
         devices = _kernels.fused_devices(self.name)
-        if options["foreach"] is None and _validation.option(options, "fused") is None:
+        if _validation.option(options, "foreach") is None and _validation.option(options, "fused") is None:
             usable = len(params) > 0
             for p in params:
                 if not (_kernels.fused_dtype(p.dtype) and p.device.type in devices and not p.is_sparse):

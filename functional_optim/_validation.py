@@ -22,6 +22,7 @@ __all__ = [
     "check_gradients",
     "check_one_gradient",
     "check_params",
+    "check_sparse_adam_params",
     "check_lr",
     "check_non_negative",
     "check_betas",
@@ -179,6 +180,32 @@ def check_params(params: List[Tensor]) -> None:
             raise ValueError(
                 "params[" + str(i) + "]: complex parameters are not supported by functional_optim"
             )
+
+
+def check_sparse_adam_params(group: int, params: List[Tensor]) -> None:
+    """``torch.optim.SparseAdam``'s checks of group ``group``'s parameters (its messages, with
+    ``[group, index]`` pairs), made before :func:`check_params`.
+
+    Raises:
+        ValueError: ``"Sparse params at indices [[0, 1]]: SparseAdam requires dense parameter
+            tensors"``; ``"Complex params at indices [[0, 1]]: SparseAdam does not support
+            complex parameters"``.
+    """
+    sparse_at: List[List[int]] = []
+    complex_at: List[List[int]] = []
+    for i in range(len(params)):
+        if params[i].is_sparse:
+            sparse_at.append([group, i])
+        if params[i].is_complex():
+            complex_at.append([group, i])
+    if len(sparse_at) > 0:
+        raise ValueError(
+            "Sparse params at indices " + str(sparse_at) + ": SparseAdam requires dense parameter tensors"
+        )
+    if len(complex_at) > 0:
+        raise ValueError(
+            "Complex params at indices " + str(complex_at) + ": SparseAdam does not support complex parameters"
+        )
 
 
 def check_lr(lr: float) -> None:

@@ -86,6 +86,15 @@ def adagrad(
             param = params[i]
             state_sum = state_sums[i]
             step_t = state_steps[i]
+            if grads[i].is_sparse and weight_decay == 0 and _kernels.sparse_kernel_usable(param):
+                # the fused sparse kernel: only the rows present (it counts the step itself). The
+                # lists come from take(), which TorchScript's dead-code elimination keeps (see there)
+                one = [i]
+                torch.ops.gilfree_optim.sparse_adagrad_(
+                    take(params, one), take(grads, one), take(state_sums, one), take(state_steps, one), lr=lr,
+                    lr_decay=lr_decay, eps=eps, maximize=maximize,
+                )
+                continue
             step_t.add_(1)
             step = float(step_t.item())
             grad = grads[i] if not maximize else -grads[i]
@@ -143,7 +152,10 @@ class Adagrad:
     {_keyword_only_doc}
 
     Sparse (COO) gradients are accepted as torch accepts them: not with ``weight_decay != 0``
-    and not with ``fused=True``.
+    and not with ``fused=True``. A sparse gradient of a contiguous CPU parameter is stepped by
+    the fused sparse kernel (``torch.ops.gilfree_optim.sparse_adagrad_``: coalesced once, then
+    only the rows present are read and written), torch's arithmetic with IEEE square roots
+    (torch's CPU ``sqrt`` is MKL's, within an ulp: results agree with torch's to rounding).
 
     State per parameter, created at construction for every parameter (as torch): ``'step'``
     (0-dim, float32 on the CPU, or on the parameter's device when fused) and ``'sum'`` (like the

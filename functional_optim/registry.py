@@ -2,7 +2,7 @@
 
 Like ``torch.distributed.optim.utils.functional_optim_map``: code that is handed a
 ``torch.optim`` class (``DistributedOptimizer(torch.optim.Adam, ...)``) looks up the class that
-can run as TorchScript. All ten built-in pairs are registered at import; other libraries can add
+can run as TorchScript. All eleven built-in pairs are registered at import; other libraries can add
 theirs with :func:`register_functional_optimizer`.
 """
 from typing import Dict
@@ -19,6 +19,7 @@ from .radam import RAdam
 from .rmsprop import RMSprop
 from .rprop import Rprop
 from .sgd import SGD
+from .sparse_adam import SparseAdam
 
 __all__ = ["register_functional_optimizer", "functional_optimizer_for", "registered_optimizers"]
 
@@ -82,7 +83,7 @@ def registered_optimizers() -> Dict[type, type]:
 
     Returns:
         Dict[type, type]: user-facing class -> functional class, for every registered pair (the
-        ten ``torch.optim`` classes, and any added with :func:`register_functional_optimizer`).
+        eleven ``torch.optim`` classes, and any added with :func:`register_functional_optimizer`).
 
     Raises nothing.
     """
@@ -100,6 +101,7 @@ for _torch_class, _ours in [
     (torch.optim.Rprop, Rprop),
     (torch.optim.NAdam, NAdam),
     (torch.optim.RAdam, RAdam),
+    (torch.optim.SparseAdam, SparseAdam),
 ]:
     register_functional_optimizer(_torch_class, _ours)
 del _torch_class, _ours

@@ -138,6 +138,12 @@ def sgd(
     if impl == "single":
         for i in range(len(params)):
             param = params[i]
+            if grads[i].is_sparse and momentum == 0 and weight_decay == 0 and _kernels.sparse_kernel_usable(param):
+                # the fused sparse kernel: only the rows present (the lists from take(), which
+                # TorchScript's dead-code elimination keeps: see there)
+                one = [i]
+                torch.ops.gilfree_optim.sparse_sgd_(take(params, one), take(grads, one), lr=lr, maximize=maximize)
+                continue
             grad = grads[i] if not maximize else -grads[i]
             if weight_decay != 0:
                 grad = grad.add(param, alpha=weight_decay)
@@ -226,7 +232,10 @@ class SGD:
     ``maximize`` ... ``fused``
     {_keyword_only_doc}
 
-    Sparse (COO) gradients are accepted, as torch accepts them, except with ``fused=True``.
+    Sparse (COO) gradients are accepted, as torch accepts them: not with ``fused=True`` and not
+    with ``weight_decay != 0`` (torch's messages, raised before any change). Without momentum,
+    a sparse gradient of a contiguous CPU parameter is stepped by the fused sparse kernel
+    (``torch.ops.gilfree_optim.sparse_sgd_``: only the rows present).
 
     State per parameter: ``'momentum_buffer'`` (like the parameter) once the parameter has
     stepped with momentum != 0; no state otherwise (as torch).
@@ -321,4 +330,8 @@ class SGD:
     def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
         if impl == "fused":
             return "`_fused_sgd` does not support sparse gradients"
+        if h["weight_decay"] != 0:
+            # what torch's step raises at grad.add(param) (torch 2.13, every implementation),
+            # here before anything changes
+            return "add(sparse, dense) is not supported. Use add(dense, sparse) instead."
         return None

@@ -52,4 +52,13 @@ TORCH_LIBRARY(gilfree_optim, m) {
       "radam_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
       "Tensor(d!)[] state_steps, *, float lr, float beta1, float beta2, float weight_decay, float eps, "
       "bool decoupled_weight_decay, bool maximize) -> ()");
+  // Sparse-gradient steps (cpu/fused_sparse.cpp): `grads` are sparse COO tensors; the
+  // parameters (and state) dense and contiguous; only the rows present are read and written.
+  m.def(
+      "sparse_adam_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
+      "Tensor(d!)[] state_steps, *, float lr, float beta1, float beta2, float eps, bool maximize) -> ()");
+  m.def(
+      "sparse_adagrad_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] state_sums, Tensor(c!)[] state_steps, "
+      "*, float lr, float lr_decay, float eps, bool maximize) -> ()");
+  m.def("sparse_sgd_(Tensor(a!)[] params, Tensor[] grads, *, float lr, bool maximize) -> ()");
 }

@@ -232,6 +232,9 @@ LocalOptimizer::Checked LocalOptimizer::check(
       if (grad->is_sparse()) {
         TORCH_CHECK(!sparseErrors[g].has_value(), "RuntimeError: ", *sparseErrors[g]);
         checked.sparse[g] = true;
+      } else {
+        const auto denseError = denseErrorFor(kind_);
+        TORCH_CHECK(!denseError.has_value(), "RuntimeError: ", *denseError);
       }
       checked.present[g].push_back(static_cast<size_t>(i));
     }

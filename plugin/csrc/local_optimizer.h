@@ -103,7 +103,8 @@ class LocalOptimizer : public torch::CustomClassHolder {
   };
 
   // check_gradients: the count, then each gradient in flat order (shape, dtype, device;
-  // sparse only where `sparseErrors[g]` is nullopt). Raises the first failure.
+  // sparse only where `sparseErrors[g]` is nullopt; dense only where denseErrorFor(kind_) is
+  // nullopt, i.e. not for SparseAdam). Raises the first failure.
   Checked check(const MaybeGradients& gradients, const std::vector<std::optional<std::string>>& sparseErrors) const;
   // Checks and applies; the caller holds the locks.
   void applyLocked(const MaybeGradients& gradients);

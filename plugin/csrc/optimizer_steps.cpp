@@ -127,6 +127,14 @@ void sgdFused(
   }
 }
 
+// functional_optim._kernels.sparse_kernel_usable: whether the fused sparse kernels step this
+// parameter (a contiguous CPU tensor of a fused dtype; the library is loaded by then).
+bool sparseKernelUsable(const at::Tensor& param) {
+  const auto dtype = param.scalar_type();
+  return param.device().is_cpu() && param.is_contiguous() &&
+      (dtype == at::kFloat || dtype == at::kDouble || dtype == at::kBFloat16 || dtype == at::kHalf);
+}
+
 // sgd()'s single-tensor path (functional_optim/sgd.py), which a group with a sparse gradient
 // takes (its flags' implementation on the CPU).
 void sgdSingle(
@@ -138,8 +146,13 @@ void sgdSingle(
   const double lr = get(h, "lr"), momentum = get(h, "momentum"), dampening = get(h, "dampening");
   const double weightDecay = get(h, "weight_decay");
   const bool nesterov = flagOf(o, "nesterov"), maximize = flagOf(o, "maximize");
+  static const auto sparseOp = functionalOptimOp<void(L, L, double, bool)>("gilfree_optim::sparse_sgd_");
   for (size_t k = 0; k < params.size(); ++k) {
     auto param = params[k];
+    if (grads[k].is_sparse() && momentum == 0 && weightDecay == 0 && sparseKernelUsable(param)) {
+      sparseOp.call({param}, {grads[k]}, lr, maximize);  // only the rows present
+      continue;
+    }
     at::Tensor grad = maximize ? grads[k].neg() : grads[k];
     if (weightDecay != 0) {
       grad = grad.add(param, weightDecay);
@@ -190,10 +203,16 @@ void adagradSingle(
   const double lr = get(h, "lr"), weightDecay = get(h, "weight_decay"), lrDecay = get(h, "lr_decay");
   const double eps = get(h, "eps");
   const bool maximize = flagOf(o, "maximize");
+  static const auto sparseOp =
+      functionalOptimOp<void(L, L, L, L, double, double, double, bool)>("gilfree_optim::sparse_adagrad_");
   for (size_t k = 0; k < params.size(); ++k) {
     auto param = params[k];
     auto stateSum = states[k].at("sum");
     auto stepT = states[k].at("step");
+    if (grads[k].is_sparse() && weightDecay == 0 && sparseKernelUsable(param)) {
+      sparseOp.call({param}, {grads[k]}, {stateSum}, {stepT}, lr, lrDecay, eps, maximize);  // it counts the step
+      continue;
+    }
     stepT.add_(1);
     const double step = stepT.item<double>();
     at::Tensor grad = maximize ? grads[k].neg() : grads[k];
@@ -381,6 +400,25 @@ void radamFused(
   }
 }
 
+// --- SparseAdam (functional_optim's sparse kernel) ------------------------------------------
+
+void sparseAdamFused(
+    const Hyperparameters& h,
+    const Options& o,
+    const std::vector<at::Tensor>& params,
+    const std::vector<at::Tensor>& grads,
+    std::vector<ParamState>& states) {
+  static const auto op = functionalOptimOp<void(L, L, L, L, L, double, double, double, double, bool)>(
+      "gilfree_optim::sparse_adam_");
+  initState(params, states, {{"exp_avg", 0.0}, {"exp_avg_sq", 0.0}});
+  for (const auto& part : splitByDeviceDtype(params)) {
+    op.call(
+        take(params, part), take(grads, part), stateList(states, part, "exp_avg"),
+        stateList(states, part, "exp_avg_sq"), stateList(states, part, "step"), get(h, "lr"), get(h, "beta1"),
+        get(h, "beta2"), get(h, "eps"), flagOf(o, "maximize"));
+  }
+}
+
 }  // namespace
 
 OptimizerKind optimizerKindNamed(const std::string& name) {
@@ -389,6 +427,7 @@ OptimizerKind optimizerKindNamed(const std::string& name) {
       {"adagrad", OptimizerKind::kAdagrad}, {"rmsprop", OptimizerKind::kRmsprop},
       {"adamax", OptimizerKind::kAdamax},   {"adadelta", OptimizerKind::kAdadelta},
       {"rprop", OptimizerKind::kRprop},     {"nadam", OptimizerKind::kNAdam}, {"radam", OptimizerKind::kRAdam},
+      {"sparse_adam", OptimizerKind::kSparseAdam},
   };
   for (const auto& [known, kind] : kNames) {
     if (name == known) {
@@ -397,7 +436,7 @@ OptimizerKind optimizerKindNamed(const std::string& name) {
   }
   TORCH_CHECK_VALUE(
       false, "ValueError: LocalOptimizer: no optimizer named '", name,
-      "' (known: sgd, adam, adamw, adagrad, rmsprop, adamax, adadelta, rprop, nadam, radam)");
+      "' (known: sgd, adam, adamw, adagrad, rmsprop, adamax, adadelta, rprop, nadam, radam, sparse_adam)");
 }
 
 bool flagOf(const Options& options, const std::string& name) {
@@ -417,7 +456,13 @@ std::optional<std::string> sparseErrorFor(OptimizerKind kind, const Hyperparamet
   const bool fused = flagOf(options, "fused");  // the flags' implementation is "fused" only for fused=True
   switch (kind) {
     case OptimizerKind::kSgd:
-      return fused ? std::optional<std::string>("`_fused_sgd` does not support sparse gradients") : std::nullopt;
+      if (fused) {
+        return "`_fused_sgd` does not support sparse gradients";
+      }
+      if (hparams.at("weight_decay") != 0) {  // torch's grad.add(param) raises this
+        return "add(sparse, dense) is not supported. Use add(dense, sparse) instead.";
+      }
+      return std::nullopt;
     case OptimizerKind::kAdagrad:
       if (hparams.at("weight_decay") != 0) {
         return "weight_decay option is not compatible with sparse gradients";
@@ -438,6 +483,15 @@ std::optional<std::string> sparseErrorFor(OptimizerKind kind, const Hyperparamet
       return "NAdam does not support sparse gradients";
     case OptimizerKind::kRAdam:
       return "RAdam does not support sparse gradients";
+    case OptimizerKind::kSparseAdam:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> denseErrorFor(OptimizerKind kind) {
+  if (kind == OptimizerKind::kSparseAdam) {
+    return "SparseAdam does not support dense gradients, please consider Adam instead";
   }
   return std::nullopt;
 }
@@ -485,6 +539,8 @@ void stepGroup(
       return nadamFused(hparams, options, params, grads, states);
     case OptimizerKind::kRAdam:
       return radamFused(hparams, options, params, grads, states);
+    case OptimizerKind::kSparseAdam:
+      return sparseAdamFused(hparams, options, params, grads, states);
   }
 }
 

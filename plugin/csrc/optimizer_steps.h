@@ -18,8 +18,11 @@
 // So the results are bitwise those of a functional_optim eager instance with the same
 // arguments. Sparse (COO) gradients: SGD and Adagrad step a group with any sparse gradient
 // with the single-tensor code of functional_optim's sgd() and adagrad() (ported to ATen calls,
-// the same ops in the same order); every other optimizer rejects them (sparseErrorFor, checked
-// before anything changes). (On CUDA functional_optim steps such a group with its multi-tensor
+// the same ops in the same order), in which a sparse gradient of a contiguous CPU parameter
+// goes to the fused sparse kernel gilfree_optim::sparse_sgd_ (no momentum, no weight decay)
+// or sparse_adagrad_ (no weight decay), as there; SparseAdam steps only sparse gradients, with
+// gilfree_optim::sparse_adam_ (denseErrorFor); every other optimizer rejects them
+// (sparseErrorFor, checked before anything changes). (On CUDA functional_optim steps such a group with its multi-tensor
 // code, which makes the same per-tensor calls for sparse gradients; not checked on CUDA.)
 #pragma once
 
@@ -32,8 +35,20 @@
 
 namespace dist_engine {
 
-// The ten optimizers (functional_optim._kernels.OPTIMIZERS).
-enum class OptimizerKind { kSgd, kAdam, kAdamW, kAdagrad, kRmsprop, kAdamax, kAdadelta, kRprop, kNAdam, kRAdam };
+// The eleven optimizers (functional_optim._kernels.OPTIMIZERS and SparseAdam).
+enum class OptimizerKind {
+  kSgd,
+  kAdam,
+  kAdamW,
+  kAdagrad,
+  kRmsprop,
+  kAdamax,
+  kAdadelta,
+  kRprop,
+  kNAdam,
+  kRAdam,
+  kSparseAdam
+};
 
 // The kind named `name` ("sgd", "adam", ...); raises ValueError for another name.
 OptimizerKind optimizerKindNamed(const std::string& name);
@@ -48,6 +63,10 @@ using Options = c10::Dict<std::string, std::optional<bool>>;
 // the group takes sparse gradients (SGD and Adagrad, unless fused=True; Adagrad not with
 // weight_decay != 0).
 std::optional<std::string> sparseErrorFor(OptimizerKind kind, const Hyperparameters& hparams, const Options& options);
+
+// The message of the RuntimeError for a dense gradient (SparseAdam's, torch's text), or
+// nullopt when the optimizer takes dense gradients (all the others).
+std::optional<std::string> denseErrorFor(OptimizerKind kind);
 
 // Whether a group with these options steps dense gradients through a fused kernel (what
 // GroupedState.choose_group_impl gives for parameters that a fused kernel takes, which the

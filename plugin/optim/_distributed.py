@@ -2,7 +2,7 @@
 steps run on the workers that own the parameters, natively, without their GIL.
 
 :class:`DistributedOptimizer` takes RRefs to parameters, groups them by owner and has each owner
-build its local optimizer (``plugin/optim/_local.py``): for the ten built-in optimizers a native
+build its local optimizer (``plugin/optim/_local.py``): for the eleven built-in optimizers a native
 :class:`~plugin.optim.LocalOptimizer`, which reads the context's gradients and steps through
 the fused kernels in C++. ``step(context_id)`` calls every owner by RPC; the owner answers on an
 RPC thread, without its GIL and without TorchScript.

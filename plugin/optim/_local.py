@@ -4,7 +4,7 @@ kinds (the native kind needs none: its ops have native RPC functions).
 
 Each owner builds its local optimizer itself (:func:`build`, run by RPC, in Python, once):
 
-* **native** (:class:`~plugin.optim.LocalOptimizer`) for the ten built-in optimizers whenever
+* **native** (:class:`~plugin.optim.LocalOptimizer`) for the eleven built-in optimizers whenever
   every parameter group steps through a fused kernel, which is their default for dense
   floating-point parameters (every optimizer on the CPU; SGD, Adam, AdamW and Adagrad on CUDA):
   the steps and every other call run in C++, without the owner's GIL;
@@ -39,7 +39,7 @@ __all__ = [
 
 
 def builtin_torch_class(functional_class: type) -> Optional[type]:
-    """The ``torch.optim`` class of one of the ten built-in functional optimizers (``None`` for
+    """The ``torch.optim`` class of one of the eleven built-in functional optimizers (``None`` for
     any other class)."""
     return _BUILTIN.get(functional_class)
 
@@ -54,6 +54,7 @@ _BUILTIN: Dict[type, type] = {
     functional_optim.Adadelta: torch.optim.Adadelta,
     functional_optim.Rprop: torch.optim.Rprop,
     functional_optim.NAdam: torch.optim.NAdam,
+    functional_optim.SparseAdam: torch.optim.SparseAdam,
     functional_optim.RAdam: torch.optim.RAdam,
 }
 

@@ -1,5 +1,5 @@
 """The native local optimizer: an owner's share of a :class:`~plugin.optim.DistributedOptimizer`
-over one of the ten built-in optimizers, stepped in C++ (``torch.classes.dist_engine.LocalOptimizer``,
+over one of the eleven built-in optimizers, stepped in C++ (``torch.classes.dist_engine.LocalOptimizer``,
 ``plugin/csrc/local_optimizer.h``) through the fused kernels, without the GIL and without
 TorchScript.
 
@@ -26,12 +26,12 @@ from .. import ops  # noqa: F401  (loads the op library: torch.ops.dist_engine, 
 
 __all__ = ["LocalOptimizer"]
 
-# The ten built-in functional classes, by the name their kernels have (functional_optim._kernels.OPTIMIZERS).
+# The eleven built-in functional classes, by the name their kernels have (functional_optim._kernels.OPTIMIZERS).
 _NAMES: Dict[type, str] = {
     functional_optim.SGD: "sgd", functional_optim.Adam: "adam", functional_optim.AdamW: "adamw",
     functional_optim.Adagrad: "adagrad", functional_optim.RMSprop: "rmsprop", functional_optim.Adamax: "adamax",
     functional_optim.Adadelta: "adadelta", functional_optim.Rprop: "rprop", functional_optim.NAdam: "nadam",
-    functional_optim.RAdam: "radam",
+    functional_optim.RAdam: "radam", functional_optim.SparseAdam: "sparse_adam",
 }
 
 
@@ -108,10 +108,14 @@ class LocalOptimizer:
     same state (keys, dtypes, devices, lazily created at a parameter's first step), the same
     checks and messages. Algorithms: ``torch.optim`` (the class of the same name), as the fused
     kernels implement them. Sparse (COO) gradients: SGD and Adagrad step them as
-    ``functional_optim`` does (``torch.optim``'s single-tensor code); the others reject them.
+    ``functional_optim`` does (``torch.optim``'s single-tensor code, a contiguous CPU
+    parameter's sparse gradient through the fused sparse kernel ``gilfree_optim::sparse_sgd_``
+    without momentum and weight decay, ``sparse_adagrad_`` without weight decay); SparseAdam
+    steps only sparse gradients (``gilfree_optim::sparse_adam_``, contiguous CPU parameters;
+    a dense gradient raises torch's ``RuntimeError``); the others reject them.
 
     Args:
-        functional_class (type): one of the ten built-in ``functional_optim`` classes
+        functional_class (type): one of the eleven built-in ``functional_optim`` classes
             (``functional_optim.Adam``, ...).
         params: the parameters on this worker, as for ``torch.optim``: a list of leaf tensors
             (any shape; float32, float64, bfloat16 or float16; on the CPU, or CUDA for SGD,
@@ -129,7 +133,7 @@ class LocalOptimizer:
 
     def __init__(self, functional_class: type, params: Any, *args: Any, **kwargs: Any) -> None:
         if functional_class not in _NAMES:
-            raise ValueError(f"LocalOptimizer: {functional_class!r} is not one of the ten built-in functional optimizers")
+            raise ValueError(f"LocalOptimizer: {functional_class!r} is not one of the eleven built-in functional optimizers")
         _kernels.load()  # the C++ calls functional_optim's kernels through the dispatcher
         eager = functional_class(params, *args, **kwargs)
         reason = _reason(eager, functional_class)
@@ -155,7 +159,7 @@ class LocalOptimizer:
     def why_not_native(functional_class: type, params: Any, *args: Any, **kwargs: Any) -> Optional[str]:
         """Why :class:`LocalOptimizer` cannot step this configuration, in words; ``None`` when it can.
 
-        It can when ``functional_class`` is one of the ten built-in classes and every param group
+        It can when ``functional_class`` is one of the eleven built-in classes and every param group
         steps through a fused kernel: ``functional_optim``'s default for dense floating-point
         parameters (every optimizer on the CPU; SGD, Adam, AdamW and Adagrad on CUDA), or
         ``fused=True``. Builds the eager instance to decide (``params`` must be a list, not an
@@ -322,7 +326,12 @@ class LocalOptimizer:
                 packed.setdefault(key, value)
             packed["params"] = list(indices)
             groups.append(packed)
-        return {"state": {int(i): dict(entry) for i, entry in state.items()}, "param_groups": groups}
+        result = {"state": {int(i): dict(entry) for i, entry in state.items()}, "param_groups": groups}
+        if self._name == "sparse_adam":  # torch.optim.SparseAdam keeps 'step' as a Python int
+            for entry in result["state"].values():
+                if "step" in entry:
+                    entry["step"] = int(entry["step"].item())
+        return result
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Loads a ``torch.optim``-format state dict (saved from this class, the eager
@@ -502,6 +511,11 @@ def _reason(eager: Any, functional_class: type) -> Optional[str]:
     s = eager._s
     many = s.num_groups() > 1
     for g in range(s.num_groups()):
+        if s.impl[g] == "fused" and s.name == "sparse_adam":
+            for p in s.cache_params[g]:
+                if not p.is_contiguous():  # the sparse kernel addresses rows of contiguous parameters
+                    reason = "a non-contiguous parameter (the fused sparse kernel needs contiguous ones)"
+                    return f"{reason} (param group {g})" if many else reason
         if s.impl[g] == "fused":
             continue
         o = s.options[g]

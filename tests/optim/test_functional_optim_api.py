@@ -172,9 +172,11 @@ def test_protocol_on_scripted_module():
 def test_registry():
     assert F.functional_optimizer_for(torch.optim.Adam) is F.Adam
     assert F.functional_optimizer_for(F.AdamW) is F.AdamW
-    assert len(F.registered_optimizers()) == 10
-    with pytest.raises(KeyError, match="no functional optimizer registered for 'SparseAdam'"):
-        F.functional_optimizer_for(torch.optim.SparseAdam)
+    # eleven pairs: torch.optim.SparseAdam among them (issue 22), LBFGS (closure-based) not
+    assert len(F.registered_optimizers()) == 11
+    assert F.functional_optimizer_for(torch.optim.SparseAdam) is F.SparseAdam
+    with pytest.raises(KeyError, match="no functional optimizer registered for 'LBFGS'"):
+        F.functional_optimizer_for(torch.optim.LBFGS)
 
     class MySGD(torch.optim.SGD):
         pass
@@ -185,7 +187,7 @@ def test_registry():
         with pytest.raises(ValueError, match="already mapped"):
             F.register_functional_optimizer(MySGD, F.Adam)
         with pytest.raises(TypeError, match="lacks the protocol methods"):
-            F.register_functional_optimizer(torch.optim.SparseAdam, object)
+            F.register_functional_optimizer(torch.optim.LBFGS, object)
     finally:
         from functional_optim import registry
 

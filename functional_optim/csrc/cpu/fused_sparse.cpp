@@ -1,0 +1,216 @@
+// Fused CPU steps for sparse (COO) gradients: SparseAdam, Adagrad's and SGD's sparse paths
+// (schemas in ops.cpp; machinery in fused_optim.h).
+//
+// Each op touches only the rows a gradient holds: it coalesces the gradient once (at::Tensor::
+// coalesce, the call torch.optim makes, so duplicate indices are summed in torch's order),
+// then loops over the coalesced entries with at::parallel_for, each entry one contiguous
+// block of the parameter and of its state (the parameter is contiguous; its leading
+// `sparse_dim` dimensions are the gradient's indices, the rest the block). The indices of a
+// coalesced gradient are distinct, so no two threads write the same element.
+//
+// The per-element arithmetic is torch.optim's (torch 2.13) op by op, each intermediate
+// rounded to the parameter's dtype as torch's tensor ops round it (bfloat16/float16: computed
+// in float32, rounded after each op; a Python-float factor is cast to the math type first):
+//
+// sparse_adam_ (torch/optim/_functional.py, sparse_adam), with step counted here:
+//   g = maximize ? -grad : grad
+//   um = (g - m) * (1 - beta1);           m = m + um
+//   uv = (g * g - v) * (1 - beta2);       v = v + uv
+//   p = p + (-step_size) * ((um + m_old) / (sqrt(uv + v_old) + eps)),
+//   step_size = lr * sqrt(1 - beta2^step) / (1 - beta1^step)
+//   (a gradient without entries changes nothing but its step counter, as torch's)
+// sparse_adagrad_ (torch/optim/adagrad.py, _single_tensor_adagrad's sparse branch):
+//   s = s + g * g;   p = p + (-clr) * (g / (sqrt(s) + eps)),   clr = lr / (1 + (step - 1) * lr_decay)
+// sparse_sgd_ (torch/optim/sgd.py without momentum and weight decay):
+//   p = p + (-lr) * g
+//
+// torch adds the last sparse update into the dense parameter with cpublas::axpy (BLAS for
+// float32/float64), which may fuse the multiply and the add: there the results can differ
+// from torch's in the last bit (sparse_adagrad_, sparse_sgd_; sparse_adam_'s factor is 1,
+// exact either way). SGD's sparse path in torch does not coalesce either: with duplicate
+// indices torch adds each entry separately, here their sum is added once.
+#include "fused_loop.h"
+
+#include <ATen/OpMathType.h>
+
+namespace gilfree_optim {
+inline namespace CPU_CAPABILITY {
+namespace {
+
+// The checks of a sparse op, before anything changes: `params` dense, contiguous, floating,
+// with `state` lists alike (checkTensorLists); each gradient a sparse COO tensor with its
+// parameter's shape, dtype and device.
+void checkSparse(const char* op, at::TensorList params, at::TensorList grads, std::initializer_list<NamedList> state) {
+  TORCH_CHECK(
+      grads.size() == params.size(), "gilfree_optim::", op, ": expected ", params.size(), " grads (one per parameter), got ",
+      grads.size());
+  checkTensorLists(op, params, state);
+  for (const auto i : c10::irange(params.size())) {
+    const auto& p = params[i];
+    const auto& g = grads[i];
+    TORCH_CHECK(
+        p.is_contiguous(), "gilfree_optim::", op, ": params[", i, "] must be contiguous (sparse steps address rows)");
+    TORCH_CHECK(
+        g.layout() == at::kSparse, "gilfree_optim::", op, ": grads[", i, "] must be a sparse COO tensor, got layout ",
+        g.layout());
+    TORCH_CHECK(
+        g.scalar_type() == p.scalar_type() && g.device() == p.device() && g.sizes() == p.sizes(), "gilfree_optim::", op,
+        ": grads[", i, "] has dtype ", g.scalar_type(), ", device ", g.device(), ", shape ", g.sizes(),
+        "; its parameter has ", p.scalar_type(), ", ", p.device(), ", ", p.sizes());
+  }
+}
+
+// Calls `body(offset, values)` for each entry of the coalesced `grad`, in parallel: `offset`
+// is the entry's first element in the (contiguous) parameter, `values` its `block` values.
+template <class T, class Body>
+void forEachRow(const at::Tensor& param, const at::Tensor& coalesced, const at::Tensor& values, const Body& body) {
+  const int64_t nnz = coalesced._nnz();
+  if (nnz == 0) {
+    return;
+  }
+  const int64_t sparseDim = coalesced.sparse_dim();
+  const at::Tensor indices = coalesced._indices().contiguous();
+  const int64_t* idx = indices.data_ptr<int64_t>();
+  const T* val = values.data_ptr<T>();
+  const int64_t block = values.numel() / nnz;
+  std::vector<int64_t> strides(param.strides().begin(), param.strides().begin() + sparseDim);
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(block, 1));
+  at::parallel_for(0, nnz, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      int64_t offset = 0;
+      for (int64_t d = 0; d < sparseDim; ++d) {
+        offset += idx[d * nnz + k] * strides[d];
+      }
+      body(offset, val + k * block, block);
+    }
+  });
+}
+
+// `grad` coalesced, its values contiguous.
+std::pair<at::Tensor, at::Tensor> coalescedValues(const at::Tensor& grad) {
+  at::Tensor c = grad.coalesce();
+  return {c, c._values().contiguous()};
+}
+
+void sparseAdamKernel(
+    at::TensorList params, at::TensorList grads, at::TensorList expAvgs, at::TensorList expAvgSqs,
+    at::TensorList steps, double lr, double beta1, double beta2, double eps, bool maximize) {
+  const char* op = "sparse_adam_";
+  checkSparse(op, params, grads, {{"exp_avgs", expAvgs}, {"exp_avg_sqs", expAvgSqs}});
+  const std::vector<double> stepValues = startStep(op, params, steps);
+  for (const auto i : c10::irange(stepValues.size())) {
+    const double step = stepValues[i];
+    const double stepSize = lr * std::sqrt(1 - std::pow(beta2, step)) / (1 - std::pow(beta1, step));
+    auto [coalesced, values] = coalescedValues(grads[i]);
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, params[i].scalar_type(), "gilfree_optim::sparse_step", [&] {
+      using T = scalar_t;
+      using M = at::opmath_type<T>;
+      T* p = params[i].data_ptr<T>();
+      T* m = expAvgs[i].data_ptr<T>();
+      T* v = expAvgSqs[i].data_ptr<T>();
+      const M oneMinusBeta1 = static_cast<M>(1 - beta1), oneMinusBeta2 = static_cast<M>(1 - beta2);
+      const M epsM = static_cast<M>(eps), minusStepSize = static_cast<M>(-stepSize);
+      forEachRow<T>(params[i], coalesced, values, [&](int64_t offset, const T* g, int64_t n) {
+        T* pr = p + offset;
+        T* mr = m + offset;
+        T* vr = v + offset;
+        for (int64_t j = 0; j < n; ++j) {
+          const M gj = maximize ? -static_cast<M>(g[j]) : static_cast<M>(g[j]);
+          const M mOld = static_cast<M>(mr[j]), vOld = static_cast<M>(vr[j]);
+          const M um = static_cast<M>(static_cast<T>(static_cast<M>(static_cast<T>(gj - mOld)) * oneMinusBeta1));
+          const M gg = static_cast<M>(static_cast<T>(gj * gj));
+          const M uv = static_cast<M>(static_cast<T>(static_cast<M>(static_cast<T>(gg - vOld)) * oneMinusBeta2));
+          mr[j] = static_cast<T>(mOld + um);
+          vr[j] = static_cast<T>(vOld + uv);
+          const M numer = static_cast<M>(static_cast<T>(um + mOld));
+          const M root = static_cast<M>(static_cast<T>(std::sqrt(static_cast<M>(static_cast<T>(uv + vOld)))));
+          const M denom = static_cast<M>(static_cast<T>(root + epsM));
+          const M update = static_cast<M>(static_cast<T>(minusStepSize * static_cast<M>(static_cast<T>(numer / denom))));
+          pr[j] = static_cast<T>(static_cast<M>(pr[j]) + update);
+        }
+      });
+    });
+  }
+}
+
+void sparseAdagradKernel(
+    at::TensorList params, at::TensorList grads, at::TensorList stateSums, at::TensorList steps, double lr,
+    double lrDecay, double eps, bool maximize) {
+  const char* op = "sparse_adagrad_";
+  checkSparse(op, params, grads, {{"state_sums", stateSums}});
+  const std::vector<double> stepValues = startStep(op, params, steps);
+  for (const auto i : c10::irange(stepValues.size())) {
+    const double clr = lr / (1 + (stepValues[i] - 1) * lrDecay);
+    auto [coalesced, values] = coalescedValues(grads[i]);
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, params[i].scalar_type(), "gilfree_optim::sparse_step", [&] {
+      using T = scalar_t;
+      using M = at::opmath_type<T>;
+      T* p = params[i].data_ptr<T>();
+      T* s = stateSums[i].data_ptr<T>();
+      const M epsM = static_cast<M>(eps), minusClr = static_cast<M>(-clr);
+      forEachRow<T>(params[i], coalesced, values, [&](int64_t offset, const T* g, int64_t n) {
+        T* pr = p + offset;
+        T* sr = s + offset;
+        for (int64_t j = 0; j < n; ++j) {
+          const M gj = maximize ? -static_cast<M>(g[j]) : static_cast<M>(g[j]);
+          const M sNew = static_cast<M>(static_cast<T>(static_cast<M>(sr[j]) + static_cast<M>(static_cast<T>(gj * gj))));
+          sr[j] = static_cast<T>(sNew);
+          const M std = static_cast<M>(static_cast<T>(static_cast<M>(static_cast<T>(std::sqrt(sNew))) + epsM));
+          const M ratio = static_cast<M>(static_cast<T>(gj / std));
+          pr[j] = static_cast<T>(static_cast<M>(pr[j]) + static_cast<M>(static_cast<T>(minusClr * ratio)));
+        }
+      });
+    });
+  }
+}
+
+void sparseSgdKernel(at::TensorList params, at::TensorList grads, double lr, bool maximize) {
+  const char* op = "sparse_sgd_";
+  checkSparse(op, params, grads, {});
+  if (isMeta(params)) {
+    return;
+  }
+  startStep(op, params);
+  for (const auto i : c10::irange(params.size())) {
+    auto [coalesced, values] = coalescedValues(grads[i]);
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, params[i].scalar_type(), "gilfree_optim::sparse_step", [&] {
+      using T = scalar_t;
+      using M = at::opmath_type<T>;
+      T* p = params[i].data_ptr<T>();
+      const M minusLr = static_cast<M>(-lr);
+      forEachRow<T>(params[i], coalesced, values, [&](int64_t offset, const T* g, int64_t n) {
+        T* pr = p + offset;
+        for (int64_t j = 0; j < n; ++j) {
+          const M gj = maximize ? -static_cast<M>(g[j]) : static_cast<M>(g[j]);
+          pr[j] = static_cast<T>(static_cast<M>(pr[j]) + static_cast<M>(static_cast<T>(minusLr * gj)));
+        }
+      });
+    });
+  }
+}
+
+}  // namespace
+}  // namespace CPU_CAPABILITY
+
+GILFREE_FUSED_OP(sparse_adam_, sparseAdamKernel)
+GILFREE_FUSED_OP(sparse_adagrad_, sparseAdagradKernel)
+GILFREE_FUSED_OP(sparse_sgd_, sparseSgdKernel)
+
+// The sparse gradients make the dispatcher pick the SparseCPU (SparseMeta) key: the same
+// kernels serve it.
+#if defined(CPU_CAPABILITY_DEFAULT)
+#define GILFREE_SPARSE_KEY_(name, kernel) \
+  m.impl(#name, TORCH_FN((IsaDispatch<name##Op, std::remove_pointer_t<decltype(&kernel)>>::call)))
+TORCH_LIBRARY_IMPL(gilfree_optim, SparseCPU, m) {
+  GILFREE_SPARSE_KEY_(sparse_adam_, sparseAdamKernel);
+  GILFREE_SPARSE_KEY_(sparse_adagrad_, sparseAdagradKernel);
+  GILFREE_SPARSE_KEY_(sparse_sgd_, sparseSgdKernel);
+}
+TORCH_LIBRARY_IMPL(gilfree_optim, SparseMeta, m) {
+  m.impl("sparse_adam_", TORCH_FN(sparseAdamKernel));
+  m.impl("sparse_adagrad_", TORCH_FN(sparseAdagradKernel));
+  m.impl("sparse_sgd_", TORCH_FN(sparseSgdKernel));
+}
+#endif
+
+}  // namespace gilfree_optim
