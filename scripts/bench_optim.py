@@ -55,7 +55,23 @@ the calling thread, and on a machine shared with other jobs this leaves out the 
 waits for a core (the bandwidth the others use still counts). The 2-thread rows stay on the wall
 clock (CPU time would leave out the second thread). The report records the clock.
 
-Usage: ``python scripts/bench_optim.py [--kernels [--thread-clock]] [--quick] [--out PATH] [--only Adam,SGD]``
+Sparse gradients (issue 22, ``--sparse``; also part of the default run): an embedding-style
+table of 1M x 64 float32 (``--quick``: 64K x 64) whose gradient touches 1,000 distinct rows (a
+sparse COO gradient, rows in random order), stepped by SparseAdam, Adagrad and SGD (no momentum):
+``torch`` (``torch.optim`` with the gradient on ``.grad``), ``ours-kernel`` (the fused op
+``torch.ops.gilfree_optim.sparse_<name>_`` called directly) and ``ours-eager`` (the
+``functional_optim`` class's ``step``), interleaved step by step (ABBA rounds, as ``--kernels``).
+Each row gives the median step and its bandwidth floor: the bytes the step must read and write
+for the touched rows (parameter and state rows read and written, gradient values read, int64
+indices read) divided by the memory bandwidth of a copy (``dst.copy_(src)`` of 64M float32,
+reading and writing: 2 x 4 bytes per element, with the same thread count); ``ours/floor`` is
+the target (issue 22: at most 2x), ``ours/torch`` the median of per-round ratios. The time of
+``index_select`` + ``index_copy_`` of the same rows of a table of the same size (``rows-copy``:
+gathering and scattering them once, no arithmetic) is printed beside it as a second reference.
+With ``--sparse`` only this case runs and its report is written to the ``sparse`` entry of
+``--out`` (default results/bench_optim.json; its other entries are kept).
+
+Usage: ``python scripts/bench_optim.py [--kernels [--thread-clock]] [--sparse] [--quick] [--out PATH] [--only Adam,SGD]``
 """
 import argparse
 import json
@@ -338,6 +354,131 @@ def kernel_rows(
     return out
 
 
+# --- Sparse gradients (issue 22): only the rows present ---------------------------------------
+
+# name -> (torch class, our class, kwargs, our op, words read or written per touched element:
+# parameter and state rows read and written, the gradient's values read)
+SPARSE_OPTIMIZERS: Dict[str, Tuple[type, type, Dict[str, Any], str, int]] = {
+    "SparseAdam": (torch.optim.SparseAdam, F.SparseAdam, {"lr": 1e-3}, "sparse_adam_", 7),
+    "Adagrad": (torch.optim.Adagrad, F.Adagrad, {"lr": 1e-3}, "sparse_adagrad_", 5),
+    "SGD": (torch.optim.SGD, F.SGD, {"lr": 1e-3}, "sparse_sgd_", 3),
+}
+
+
+def measure_copy_bandwidth(numel: int, repeats: int) -> float:
+    """GB/s of ``dst.copy_(src)`` on float32 tensors of ``numel`` elements (2 x 4 bytes per element)."""
+    src = torch.ones(numel)
+    dst = torch.empty(numel)
+    times = []
+    for _ in range(repeats + 2):
+        start = CLOCK()
+        dst.copy_(src)
+        times.append(CLOCK() - start)
+    return 2 * 4 * numel / statistics.median(times[2:]) / 1e9
+
+
+def sparse_variants(name: str, rows: int, cols: int, touched: int) -> Dict[str, Callable[[], None]]:
+    """torch / ours-kernel / ours-eager steps of optimizer ``name`` on their own ``rows`` x ``cols``
+    tables, all with one sparse gradient of ``touched`` distinct rows; and ``rows-copy``."""
+    torch_class, ours, kwargs, op_name, _ = SPARSE_OPTIMIZERS[name]
+    gen = torch.Generator().manual_seed(0)
+    base = torch.randn(rows, cols, generator=gen)
+    index = torch.randperm(rows, generator=gen)[:touched]
+    grad = torch.sparse_coo_tensor(index.unsqueeze(0), torch.randn(touched, cols, generator=gen) * 1e-2, (rows, cols))
+    variants: Dict[str, Callable[[], None]] = {}
+    p = torch.nn.Parameter(base.clone())
+    p.grad = grad.clone()
+    variants["torch"] = torch_class([p], **kwargs).step
+    q = base.clone()
+    op = getattr(torch.ops.gilfree_optim, op_name)
+    lr = kwargs["lr"]
+    if name == "SparseAdam":
+        m, v, step = torch.zeros_like(q), torch.zeros_like(q), torch.zeros(())
+        variants["ours-kernel"] = lambda: op([q], [grad], [m], [v], [step], lr=lr, beta1=0.9, beta2=0.999, eps=1e-8,
+                                             maximize=False)
+    elif name == "Adagrad":
+        sums, step = torch.zeros_like(q), torch.zeros(())
+        variants["ours-kernel"] = lambda: op([q], [grad], [sums], [step], lr=lr, lr_decay=0.0, eps=1e-10,
+                                             maximize=False)
+    else:
+        variants["ours-kernel"] = lambda: op([q], [grad], lr=lr, maximize=False)
+    r = base.clone()
+    eager = ours([r], **kwargs)
+    variants["ours-eager"] = lambda: eager.step([grad])
+    table = base.clone()
+    variants["rows-copy"] = lambda: table.index_copy_(0, index, table.index_select(0, index))
+    return variants
+
+
+def sparse_rows(quick: bool, names: Optional[List[str]] = None) -> Dict[str, Any]:
+    """The sparse case for 1 and 2 intra-op threads: per optimizer, the median step of each
+    variant, the bandwidth floor of the touched rows and the ratios (see the module docstring)."""
+    rows, cols, touched = (1 << 16, 64, 100) if quick else (1 << 20, 64, 1000)
+    rounds, warmup = (4, 2) if quick else (200, 20)
+    bw_numel = 1 << 20 if quick else 64 * 1024 * 1024
+    out: Dict[str, Any] = {"rows": rows, "cols": cols, "touched_rows": touched, "dtype": "float32", "threads": {}}
+    saved = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            bandwidth = measure_copy_bandwidth(bw_numel, 5 if quick else 10)
+            per_threads: Dict[str, Any] = {"bandwidth_copy_GBps": bandwidth}
+            for name in names or list(SPARSE_OPTIMIZERS):
+                words = SPARSE_OPTIMIZERS[name][4]
+                nbytes = words * 4 * touched * cols + 8 * touched
+                floor_ms = nbytes / (bandwidth * 1e9) * 1e3
+                variants = sparse_variants(name, rows, cols, touched)
+                samples = time_variants(variants, rounds, 1, warmup, raw=True, alternate=True)
+                del variants
+                timed = summarize(samples)
+                row: Dict[str, Any] = {"bytes": nbytes, "floor_ms": floor_ms, "variants": timed}
+                row["ours/floor"] = timed["ours-kernel"]["median_ms"] / floor_ms
+                row["ours-eager/floor"] = timed["ours-eager"]["median_ms"] / floor_ms
+                row["torch/floor"] = timed["torch"]["median_ms"] / floor_ms
+                row["rows-copy/floor"] = timed["rows-copy"]["median_ms"] / floor_ms
+                row["ours/torch"] = statistics.median(o / t for o, t in zip(samples["ours-kernel"], samples["torch"]))
+                row["ours-eager/torch"] = statistics.median(
+                    o / t for o, t in zip(samples["ours-eager"], samples["torch"]))
+                per_threads[name] = row
+                print(f"  [{threads} thread(s)] {name}: copy {bandwidth:.1f} GB/s, {nbytes / 1e6:.2f} MB -> floor "
+                      f"{floor_ms:.4f} ms; " + ", ".join(f"{k} {v['median_ms']:.4f} ms" for k, v in timed.items())
+                      + "; " + ", ".join(f"{k} {v:.2f}x" for k, v in row.items() if "/" in k))
+            out["threads"][str(threads)] = per_threads
+    finally:
+        torch.set_num_threads(saved)
+    return out
+
+
+def print_sparse_targets(sparse: Dict[str, Any]) -> None:
+    print(f"\n== sparse ({sparse['rows']:,} x {sparse['cols']} float32, {sparse['touched_rows']:,} rows touched): "
+          "target ours/floor <= 2.0 ==")
+    for threads, per in sparse["threads"].items():
+        for name, row in per.items():
+            if isinstance(row, dict):
+                print(f"{name} [{threads} thread(s)]: ours {row['ours/floor']:.2f}x floor "
+                      f"(eager step {row['ours-eager/floor']:.2f}x, torch {row['torch/floor']:.2f}x, "
+                      f"rows-copy {row['rows-copy/floor']:.2f}x); ours/torch {row['ours/torch']:.3f}x")
+
+
+def main_sparse(args: argparse.Namespace) -> Dict[str, Any]:
+    """``--sparse``: the sparse case alone, merged into ``--out`` under ``sparse``."""
+    print(f"torch {torch.__version__}; our kernels' build: {active_isa()}")
+    print("\n== sparse gradients: torch.optim vs our fused sparse kernels, 1 and 2 threads ==")
+    sparse = sparse_rows(args.quick)
+    sparse["quick"] = args.quick
+    print_sparse_targets(sparse)
+    report: Dict[str, Any] = {}
+    if os.path.exists(args.out):
+        with open(args.out) as f:
+            report = json.load(f)
+    report["sparse"] = sparse
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=1)
+    print(f"\nwrote {args.out} (its 'sparse' entry)")
+    return report
+
+
 def summarize(times: Dict[str, List[float]]) -> Dict[str, Dict[str, float]]:
     out = {}
     for key, values in times.items():
@@ -385,12 +526,16 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
                              "results/bench_optim_kernels.json)")
     parser.add_argument("--thread-clock", action="store_true",
                         help="with --kernels: time the 1-thread rows with the thread's CPU time (loaded machines)")
+    parser.add_argument("--sparse", action="store_true",
+                        help="only the sparse-gradient case (issue 22), merged into --out under 'sparse'")
     parser.add_argument("--only", default="", help="comma-separated optimizer names (default: all)")
     parser.add_argument("--same-process", action="store_true",
                         help="time every optimizer in this process (default: each in a fresh one)")
     args = parser.parse_args(argv)
     if args.out is None:
         args.out = os.path.join("results", "bench_optim_kernels.json" if args.kernels else "bench_optim.json")
+    if args.sparse:
+        return main_sparse(args)
     names = [n for n in OPTIMIZERS if not args.only or n in args.only.split(",")]
     if len(names) > 1 and not args.same_process:
         return run_isolated(names, args)
@@ -483,6 +628,10 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         "ratios": ratios,
         "targets": targets,
     }
+    if not args.only:  # every optimizer in this process: the sparse case too
+        print("\n== sparse gradients ==")
+        report["sparse"] = sparse_rows(args.quick)
+        print_sparse_targets(report["sparse"])
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
@@ -565,8 +714,16 @@ def run_isolated(names: List[str], args: argparse.Namespace) -> Dict[str, Any]:
                 for workload, per_name in report["ratios"].items():
                     merged["ratios"].setdefault(workload, {}).update(per_name)
                 merged["targets"].update(report["targets"])
+        if not args.kernels and not args.only:  # the sparse case, in a fresh process too
+            out = os.path.join(tmp, "sparse.json")
+            cmd = [sys.executable, os.path.abspath(__file__), "--sparse", "--out", out] + (["--quick"] if args.quick else [])
+            subprocess.run(cmd, check=True)
+            with open(out) as f:
+                sparse = json.load(f)["sparse"]
     assert merged is not None
     merged["isolated"] = True
+    if not args.kernels and not args.only:
+        merged["sparse"] = sparse
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(merged, f, indent=1)
@@ -578,6 +735,8 @@ def run_isolated(names: List[str], args: argparse.Namespace) -> Dict[str, Any]:
     for name, t in merged["targets"].items():
         print(f"{name}: A eager {t['A_ours-eager-fused/torch-fused']:.3f}x, A script "
               f"{t['A_ours-script-fused/torch-fused']:.3f}x, B script {t['B_ours-script-fused/torch-fused']:.3f}x")
+    if "sparse" in merged:
+        print_sparse_targets(merged["sparse"])
     print(f"\nwrote {args.out}")
     return merged
 

@@ -320,7 +320,7 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         for owner, indices in self._indices.items():
             sd = local[owner]
             if self._owners[owner].kind == "native":
-                sd = _local.state_dict_of(sd, len(indices))
+                sd = _local.state_dict_of(sd, len(indices), self._int_steps())
             for local_index, entry in sd["state"].items():
                 state[indices[local_index]] = entry
             owner_group = {k: v for k, v in sd["param_groups"][0].items() if k != "params"}
@@ -420,6 +420,13 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
                               f"changed)") from e
         futures = OrderedDict((name, owner.set_group(hparams, options)) for name, owner in self._owners.items())
         self._note_accepts_sparse(wait_all(futures, what))
+
+    def _int_steps(self) -> bool:
+        """Whether the state dict holds each ``'step'`` as a Python int (SparseAdam, as torch's)."""
+        try:
+            return functional_optim.functional_optimizer_for(self._optimizer_class) is functional_optim.SparseAdam
+        except KeyError:
+            return False
 
     def _note_accepts_sparse(self, answers: "OrderedDict[str, Any]") -> None:
         """Native owners answer a change of hyperparameters or state with whether their local

@@ -225,13 +225,19 @@ def group_of(hparams: List[Dict[str, float]], options: List[Dict[str, Optional[b
 
 
 def state_dict_of(raw: Tuple[Dict[int, Dict[str, Tensor]], List[Dict[str, float]], List[Dict[str, Optional[bool]]]],
-                  num_params: int) -> Dict[str, Any]:
+                  num_params: int, int_steps: bool = False) -> Dict[str, Any]:
     """A native local optimizer's ``_optimizer_state`` answer as a ``torch.optim`` state dict of
-    one group over its ``num_params`` parameters."""
+    one group over its ``num_params`` parameters; ``int_steps``: each ``'step'`` as a Python int
+    (``torch.optim.SparseAdam``'s format)."""
     state, hparams, options = raw
     group = _torch_group(dict(hparams[0]), dict(options[0]))
     group["params"] = list(range(num_params))
-    return {"state": {int(i): dict(entry) for i, entry in state.items()}, "param_groups": [group]}
+    entries = {int(i): dict(entry) for i, entry in state.items()}
+    if int_steps:
+        for entry in entries.values():
+            if "step" in entry:
+                entry["step"] = int(entry["step"].item())
+    return {"state": entries, "param_groups": [group]}
 
 
 def native_state(local_state: Dict[int, Dict[str, Any]]) -> Dict[int, Dict[str, Tensor]]:

@@ -366,3 +366,44 @@ def test_native_local_optimizer_steps_sparse_adam_like_functional_optim():
         assert torch.equal(mine["state"][i]["exp_avg"], theirs["state"][i]["exp_avg"])
     assert mine["param_groups"] == theirs["param_groups"]
     assert LocalOptimizer.why_not_native(F.SparseAdam, [torch.randn(4, 3).t()]) is not None
+
+
+# ----------------------------------------------------------------------------- distributed
+
+
+def test_distributed_sparse_adam_steps_natively_with_the_checked_step(cluster):
+    """DistributedOptimizer(torch.optim.SparseAdam, ...) over embedding tables on two owners:
+    each owner's local optimizer is native, every step after the plugin's backward pass is the
+    checked step (one round trip: SparseAdam takes sparse gradients), and the tables equal
+    torch.optim.SparseAdam's on the same lookups (duplicate rows included)."""
+    import torch.distributed.autograd as dist_autograd
+    import torch.distributed.rpc as rpc
+
+    import plugin
+    from plugin.optim import DistributedOptimizer
+    from tests.support import optim_remote
+
+    owners, names = ["worker1", "worker2"], ["sparse_adam_t1", "sparse_adam_t2"]
+    rrefs = [rpc.rpc_sync(o, optim_remote.make_param, args=(n, (50, 4), 200 + i)) for i, (o, n) in enumerate(zip(owners, names))]
+    local = [rpc.rpc_sync(o, optim_remote.param_value, args=(n,)).requires_grad_() for o, n in zip(owners, names)]
+    opt = DistributedOptimizer(torch.optim.SparseAdam, rrefs, lr=0.05, betas=(0.8, 0.99))
+    assert [owner.kind for owner in opt._owners.values()] == ["native", "native"]
+    reference = torch.optim.SparseAdam(local, lr=0.05, betas=(0.8, 0.99))
+    gen = torch.Generator().manual_seed(5)
+    weight = torch.randn(4, dtype=torch.float64, generator=gen)
+    for step in range(3):
+        lookups = [torch.randint(0, 50, (7,), generator=gen) for _ in owners]
+        for lookup in lookups:
+            lookup[-1] = lookup[0]  # a duplicate row
+        with dist_autograd.context() as ctx:
+            rows = [rpc.rpc_sync(o, optim_remote.use_param_sparse, args=(idx, n)) for o, n, idx in zip(owners, names, lookups)]
+            plugin.autograd.backward(ctx, [sum((r * weight).sum() for r in rows)])
+            assert opt._checked_versions(ctx)  # the one-round-trip step covers the sparse gradients
+            opt.step(ctx)
+        reference.zero_grad()
+        sum((torch.nn.functional.embedding(idx, p, sparse=True) * weight).sum() for p, idx in zip(local, lookups)).backward()
+        reference.step()
+    for o, n, p in zip(owners, names, local):
+        torch.testing.assert_close(rpc.rpc_sync(o, optim_remote.param_value, args=(n,)), p.detach(), **PARAM_TOL[torch.float64])
+    state = opt.state_dict()
+    assert state["state"][0]["step"] == 3 and type(state["state"][0]["step"]) is int
