@@ -15,7 +15,7 @@ from torch import Tensor
 from . import _docs, _kernels, _methods, _validation
 from ._state import DENSE_GRADIENT_ERROR
 
-__all__ = ["SparseAdam", "sparse_adam", "DENSE_GRADIENT_ERROR"]
+__all__ = ["SparseAdam", "sparse_adam"]
 
 
 def _sparse_adam_composite(

@@ -52,6 +52,47 @@ OPTIM_VARIANTS = [
 
 
 def render_bench_optim(data: Dict[str, Any]) -> str:
+    dense = _render_bench_optim_dense(data) if "results" in data else ""
+    if "sparse" not in data:
+        return dense
+    return (dense + "\n\n" if dense else "") + _render_bench_optim_sparse(data["sparse"])
+
+
+def _render_bench_optim_sparse(sparse: Dict[str, Any]) -> str:
+    """The sparse case (issue 22; ``scripts/bench_optim.py --sparse``)."""
+    out = [
+        f"Sparse gradients (issue 22): a {sparse['rows']:,} x {sparse['cols']} {sparse['dtype']} table whose "
+        f"gradient touches {sparse['touched_rows']:,} distinct rows (a sparse COO gradient)"
+        + (" (a `--quick` smoke run: sizes and repeats are too small to mean anything)" if sparse.get("quick") else "")
+        + ". `torch`: `torch.optim` with the gradient on `.grad`; `ours`: the fused op "
+        "`torch.ops.gilfree_optim.sparse_<name>_`; `ours eager`: the `functional_optim` class's `step`. "
+        "Floor: the bytes the step must read and write for the touched rows (parameter and state rows read "
+        "and written, gradient values and int64 indices read) divided by the bandwidth of a large "
+        "`copy_` with the same thread count; `rows-copy`: `index_select` + `index_copy_` of the same rows. "
+        "Target: ours at most 2x the floor.",
+        "",
+    ]
+    rows = []
+    for threads, per in sparse["threads"].items():
+        for name, row in per.items():
+            if not isinstance(row, dict):
+                continue
+            v = row["variants"]
+            rows.append([
+                name, threads, f"{per['bandwidth_copy_GBps']:.1f}", f"{row['floor_ms']:.4f}",
+                _ms(v["torch"]["median_ms"]), _ms(v["ours-kernel"]["median_ms"]), _ms(v["ours-eager"]["median_ms"]),
+                _ms(v["rows-copy"]["median_ms"]),
+                f"{row['ours/floor']:.2f}x, {_verdict(row['ours/floor'], 2.0)}", f"{row['ours/torch']:.3f}x",
+            ])
+    out.append(_table(
+        ["optimizer", "threads", "copy GB/s", "floor ms", "`torch` ms", "`ours` ms", "`ours eager` ms",
+         "`rows-copy` ms", "ours / floor (<= 2x)", "ours / torch"],
+        rows,
+    ))
+    return "\n".join(out)
+
+
+def _render_bench_optim_dense(data: Dict[str, Any]) -> str:
     out = []
     w = data["workloads"]
     t = data["timing"]

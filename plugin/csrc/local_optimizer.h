@@ -1,5 +1,5 @@
 // The native local optimizer: one owner's share of a DistributedOptimizer over one of the
-// ten built-in optimizers, stepped in C++ through the fused kernels (optimizer_steps.h),
+// eleven built-in optimizers, stepped in C++ through the fused kernels (optimizer_steps.h),
 // without the GIL and without TorchScript.
 //
 // torch.classes.dist_engine.LocalOptimizer(name, groups, hparams, options, tensor_hparams,

@@ -31,7 +31,7 @@ __all__ = ["DistributedOptimizer"]
 class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
     """Runs an optimizer on every worker that owns some of the parameters.
 
-    Like ``torch.distributed.optim.DistributedOptimizer``, with these differences: the ten
+    Like ``torch.distributed.optim.DistributedOptimizer``, with these differences: the eleven
     built-in optimizers (``functional_optim``'s classes, or their ``torch.optim``
     counterparts) step natively on the owners (:class:`LocalOptimizer`: C++, the fused
     kernels), so no owner takes its GIL for a step or any other call, and nothing depends on
