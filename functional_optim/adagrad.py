@@ -155,7 +155,7 @@ class Adagrad:
     and not with ``fused=True``. A sparse gradient of a contiguous CPU parameter is stepped by
     the fused sparse kernel (``torch.ops.gilfree_optim.sparse_adagrad_``: coalesced once, then
     only the rows present are read and written), torch's arithmetic with IEEE square roots
-    (torch's CPU ``sqrt`` is MKL's, within an ulp: results agree with torch's to rounding).
+    (torch's CPU ``sqrt`` is not always correctly rounded: results agree with torch's to rounding).
 
     State per parameter, created at construction for every parameter (as torch): ``'step'``
     (0-dim, float32 on the CPU, or on the parameter's device when fused) and ``'sum'`` (like the

@@ -4,10 +4,11 @@ sparse paths of Adagrad and SGD against torch.optim's, the fused sparse CPU kern
 optimizer over SparseAdam.
 
 Tolerances. torch's composite path (our ``fused=False``) makes torch's calls, so it is compared
-bitwise. The fused kernels compute IEEE square roots and plain multiply-adds, where torch's CPU
-code takes ``sqrt`` from MKL's vector math (``vsSqrt``: within 1 ulp, not always correctly
-rounded; checked on torch 2.13 with ATEN_CPU_CAPABILITY avx512 and default) and adds the sparse
-update with BLAS ``axpy`` (which may fuse the multiply-add): a few ulp per step on the
+bitwise. The fused kernels compute IEEE square roots and separate multiplies and adds, where
+torch's CPU ``sqrt`` of a float32 tensor is not always correctly rounded (observed on torch
+2.13 with ATEN_CPU_CAPABILITY avx512 and default: ``torch.sqrt(x) != torch.sqrt(x.double())
+.float()`` for some x; ATen takes it from MKL's vector math) and torch adds the sparse update
+with BLAS ``axpy`` (which may fuse the multiply-add): a few ulp per step on the
 parameters, so the parameters are compared within ``PARAM_TOL`` (float32: rtol 1e-6, atol 1e-7
 at values of order 1 and updates of order lr = 1e-2 over 6 steps). SparseAdam's moments involve
 no square root and no scaled add, so they are compared bitwise for every dtype, and so are

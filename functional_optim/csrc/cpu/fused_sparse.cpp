@@ -24,11 +24,14 @@
 // sparse_sgd_ (torch/optim/sgd.py without momentum and weight decay):
 //   p = p + (-lr) * g
 //
-// torch adds the last sparse update into the dense parameter with cpublas::axpy (BLAS for
-// float32/float64), which may fuse the multiply and the add: there the results can differ
-// from torch's in the last bit (sparse_adagrad_, sparse_sgd_; sparse_adam_'s factor is 1,
-// exact either way). SGD's sparse path in torch does not coalesce either: with duplicate
-// indices torch adds each entry separately, here their sum is added once.
+// Where the parameters can differ from torch's in the last bits: the square roots here are
+// IEEE (correctly rounded) while torch's CPU sqrt of a float32 tensor is not always (observed
+// on torch 2.13, ATEN_CPU_CAPABILITY avx512 and default; ATen takes it from MKL's vector math
+// where MKL is built in); torch adds a scaled sparse update into the dense parameter with
+// cpublas::axpy (BLAS), which may fuse the multiply and the add (sparse_adagrad_,
+// sparse_sgd_; sparse_adam_'s factor there is 1, exact either way); and SGD's sparse path in
+// torch does not coalesce: with duplicate indices torch adds each entry separately, here
+// their sum is added once. The state (moments, sums) involves neither and equals torch's.
 #include "fused_loop.h"
 
 #include <ATen/OpMathType.h>
