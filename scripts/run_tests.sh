@@ -13,6 +13,6 @@ bash scripts/setup_env.sh
   tests/optim/test_native_local_optimizer.py tests/optim/test_distributed_optimizer.py \
   tests/optim/test_checked_step.py tests/optim/test_optimizer_faults.py \
   tests/optim/test_python_local_optimizer.py tests/optim/test_lr_schedulers.py \
-  tests/optim/test_clip_grad_norm.py tests/docs/test_docs_examples.py \
+  tests/optim/test_clip_grad_norm.py tests/optim/test_sparse_optim.py tests/docs/test_docs_examples.py \
   --deselect tests/build/test_build.py::test_cmake_builds_the_same_library "$@"
 "$PYTHON" -m sphinx -W --keep-going -b html docs docs/_build/html
