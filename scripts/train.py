@@ -79,15 +79,13 @@ def make_optimizer(args, params):
         warnings.showwarning = show
 
 
-def setup_trainer(trainer_index, shards, args, optimizer_state=None):
-    """Runs on each trainer: keeps the shards, its share of the training set and its optimizer
-    (restored from ``optimizer_state`` when resuming); returns the size of its share."""
+def setup_trainer(trainer_index, shards, args):
+    """Runs on each trainer: keeps the shards, its share of the training set and its optimizer;
+    returns the size of its share."""
     workload = workloads.get(args.workload)
     train, _ = workload.load_data(args)
     params = [p for rref in shards for p in rpc.rpc_sync(rref.owner(), workloads.shard_parameter_rrefs, args=(rref,))]
     optimizer = make_optimizer(args, params)
-    if optimizer_state is not None:
-        optimizer.load_state_dict(optimizer_state)
     _TRAINER.update(index=trainer_index, shards=shards, data=[t[trainer_index:: args.trainers] for t in train],
                     optimizer=optimizer, args=args, workload=workload)
     return len(_TRAINER["data"][0])
@@ -176,9 +174,9 @@ def train_epoch(epoch):
     return end_epoch()
 
 
-def optimizer_state():
-    """Runs on each trainer: its DistributedOptimizer's state (every owner's part)."""
-    return _TRAINER["optimizer"].state_dict()
+def optimizer_rrefs():
+    """Runs on each trainer: its local optimizers on the servers (what they checkpoint)."""
+    return train_checkpoint.local_optimizer_rrefs(_TRAINER["optimizer"])
 
 
 def _on(name, fn, *args):
@@ -197,20 +195,19 @@ def coordinate(args):
     checkpoint = train_checkpoint.load(args)
     shards = [rpc.remote(server, cls, args=ctor_args)
               for server, (cls, ctor_args) in zip(servers, workload.shard_specs(args))]
-    if checkpoint is not None:
-        train_checkpoint.restore_shards(shards, checkpoint)
     train, held_out = workload.load_data(args)
-    optimizer_states = checkpoint["optimizers"] if checkpoint is not None else [None] * len(trainers)
-    setups = [rpc.rpc_async(name, setup_trainer, args=(k, shards, args, optimizer_states[k]))
-              for k, name in enumerate(trainers) if k > 0]
-    setup_trainer(0, shards, args, optimizer_states[0])
+    setups = [rpc.rpc_async(name, setup_trainer, args=(k, shards, args)) for k, name in enumerate(trainers) if k > 0]
+    setup_trainer(0, shards, args)
     train_size = len(_TRAINER["data"][0]) + sum(f.wait() for f in setups)
+    local_optimizers = [_on(name, optimizer_rrefs) for name in trainers] if args.checkpoint_dir else None
+    if checkpoint is not None:
+        train_checkpoint.restore(checkpoint, shards, local_optimizers)
     print(f"{workload.describe(args, train_size, len(held_out[0]))}; batch {args.batch_size}; "
           f"{args.optimizer} lr={args.lr:g}; stack={args.stack}" + (f" ({args.mode} mode)" if args.stack == "plugin" else ""),
           flush=True)
     history = list(checkpoint["history"]) if checkpoint is not None else []
     if checkpoint is not None:
-        print(f"resumed from {train_checkpoint.where(args)} after epoch {len(history)}", flush=True)
+        print(f"resumed from {checkpoint['path']} after epoch {len(history)}", flush=True)
     first_epoch, job_start = len(history), time.perf_counter()
     profile = Profile(args, names) if args.profile else None
     for epoch in range(first_epoch, args.epochs):
@@ -239,7 +236,7 @@ def coordinate(args):
         print(f"epoch {epoch + 1:>2}/{args.epochs}  loss {history[-1]['loss']:.4f}  {workload.epoch_summary(measures)}  "
               f"samples/s {samples / seconds:,.0f}  ({seconds:.1f} s)", flush=True)
         if args.checkpoint_dir and ((epoch + 1) % args.checkpoint_every == 0 or epoch + 1 == args.epochs):
-            train_checkpoint.save(args, shards, [_on(name, optimizer_state) for name in trainers], history)
+            train_checkpoint.save(args, shards, local_optimizers, history)
     if not history:
         raise SystemExit("train.py: no epoch to report")
     total = time.perf_counter() - job_start

@@ -55,3 +55,25 @@ def test_short_movielens_runs_on_both_stacks_with_sparse_gradients(tmp_path, sta
 def test_the_movielens_job_refuses_an_optimizer_without_sparse_gradients(tmp_path):
     r = run_job(MOVIELENS + ["--optimizer", "adam"] + outputs(tmp_path, "x"), timeout=60)
     assert r.returncode == 2 and "--optimizer must be one of adagrad, sgd, sparse_adam" in r.stderr, r.stderr
+
+
+def test_a_resumed_movielens_run_equals_an_uninterrupted_one(tmp_path):
+    """Sparse Adagrad's state and the tables, sharded over the servers in DCP format: 2 epochs
+    in one run against 1 epoch, then a second start for the other; every server's tables and
+    every trainer's optimizer state there are equal, exactly."""
+    from tests.rpc.test_main_job import assert_same_checkpoint, load_checkpoint
+
+    job = MOVIELENS + ["--max-batches", "3", "--cross-buckets", "4096", "--deterministic", "--trainers", "2"]
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    r = run_job(job + ["--epochs", "2", "--checkpoint-dir", str(whole)] + outputs(tmp_path, "whole"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = run_job(job + ["--epochs", "1", "--checkpoint-dir", str(split)] + outputs(tmp_path, "split1"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = run_job(job + ["--epochs", "2", "--checkpoint-dir", str(split)] + outputs(tmp_path, "split2"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"resumed from {split / 'epoch-1'} after epoch 1" in r.stdout
+    a, b = load_checkpoint(whole), load_checkpoint(split)
+    assert a["epochs_done"] == 2
+    assert any(k.endswith(".sum") for k in a["servers"][0]), sorted(a["servers"][0])  # Adagrad's state
+    assert_same_checkpoint(a, b)
+    assert a["servers"][0]["model.tables.cross.weight"].shape == (2048, 33)
