@@ -199,7 +199,7 @@ def coordinate(args):
     setups = [rpc.rpc_async(name, setup_trainer, args=(k, shards, args)) for k, name in enumerate(trainers) if k > 0]
     setup_trainer(0, shards, args)
     train_size = len(_TRAINER["data"][0]) + sum(f.wait() for f in setups)
-    local_optimizers = [_on(name, optimizer_rrefs) for name in trainers] if args.checkpoint_dir else None
+    local_optimizers = [_on(name, optimizer_rrefs) for name in trainers] if args.stack == "plugin" else None
     if checkpoint is not None:
         train_checkpoint.restore(checkpoint, shards, local_optimizers)
     print(f"{workload.describe(args, train_size, len(held_out[0]))}; batch {args.batch_size}; "
@@ -258,6 +258,7 @@ def coordinate(args):
     }
     if args.workload == "digits":
         metrics["layers"] = workload.layer_sizes(args)
+    metrics["servers_memory"] = train_checkpoint.servers_memory(shards, local_optimizers)
     write_outputs(metrics, args, workload.PLOT)
     if profile is not None:
         profile.write()

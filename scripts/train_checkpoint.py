@@ -176,3 +176,28 @@ def restore(checkpoint, shards, optimizer_rrefs):
         futs.append(rpc.rpc_async(server, load_on_server, args=(rref, mine, path)))
     for f in futs:
         f.wait()
+
+
+def memory_on_server(shard_rref, optimizer_rrefs):
+    """Runs on a server: its resident memory (RSS, bytes; measured first), and the bytes of its
+    shard's parameters and of its local optimizers' state tensors."""
+    from train_profile import resident_bytes
+
+    rss = resident_bytes()
+    params = sum(p.numel() * p.element_size() for p in shard_rref.local_value().parameters())
+    state = 0
+    for r in optimizer_rrefs.values():
+        for entry in r.local_value().state_dict()["state"].values():
+            state += sum(t.numel() * t.element_size() for t in entry.values() if hasattr(t, "numel"))
+    return {"rss_bytes": rss, "parameter_bytes": params, "optimizer_state_bytes": state}
+
+
+def servers_memory(shards, optimizer_rrefs):
+    """``{server: memory_on_server(...)}``; the optimizer state is counted on the plugin stack
+    only (``optimizer_rrefs`` None: torch's local optimizers are out of reach, counted as 0)."""
+    out = {}
+    for rref in shards:
+        server = rref.owner().name
+        mine = {f"trainer{k}": rrefs[server] for k, rrefs in enumerate(optimizer_rrefs or [])}
+        out[server] = rpc.rpc_sync(server, memory_on_server, args=(rref, mine))
+    return out
