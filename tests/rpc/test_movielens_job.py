@@ -37,6 +37,7 @@ def test_the_movielens_job_beats_the_item_mean_baseline_with_sparse_gradients(tm
 
 @pytest.mark.parametrize("stack,optimizer", [
     ("plugin", "sgd"),
+    ("plugin", "sparse_adam"),  # torch.optim.SparseAdam: steps in Python on the servers until a native one lands
     # torch 2.13's torch.distributed.optim scripts its functional optimizers at import
     pytest.param("torch", "adagrad", marks=pytest.mark.torchscript),
 ])
