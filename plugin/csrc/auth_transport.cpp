@@ -139,6 +139,34 @@ bool sendAll(int fd, const void* data, size_t length) {
   return true;
 }
 
+// Sends the buffers in order, with as few system calls as the socket allows (one frame is
+// header, payload and tag: one sendmsg on a socket with room).
+bool sendAllv(int fd, iovec* parts, size_t count) {
+  while (count > 0) {
+    msghdr message{};
+    message.msg_iov = parts;
+    message.msg_iovlen = count;
+    ssize_t n = ::sendmsg(fd, &message, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      return false;
+    }
+    size_t sent = static_cast<size_t>(n);
+    while (count > 0 && sent >= parts->iov_len) {
+      sent -= parts->iov_len;
+      ++parts;
+      --count;
+    }
+    if (count > 0) {
+      parts->iov_base = static_cast<char*>(parts->iov_base) + sent;
+      parts->iov_len -= sent;
+    }
+  }
+  return true;
+}
+
 bool recvAll(int fd, void* data, size_t length, std::chrono::steady_clock::time_point* deadline = nullptr) {
   char* p = static_cast<char*>(data);
   while (length > 0) {
@@ -413,8 +441,9 @@ class Link : public std::enable_shared_from_this<Link> {
       std::memcpy(header + 8, tag.data(), kTagSize);
       Tag trailer = payloadTag(*sendMac_, sequence, op.length, op.ptr);
       ++sequence;
-      if (!sendAll(fd_, header, kHeaderSize) || !sendAll(fd_, op.ptr, op.length) ||
-          !sendAll(fd_, trailer.data(), kTagSize)) {
+      iovec parts[3] = {
+          {header, kHeaderSize}, {const_cast<void*>(op.ptr), op.length}, {trailer.data(), kTagSize}};
+      if (!sendAllv(fd_, parts, 3)) {
         Error error = transportError("write to " + peer_ + " failed: " + std::strerror(errno));
         op.fn(error);
         fail(error);
