@@ -300,6 +300,10 @@ def init_rpc(
     _choose_interfaces(master_addr)
     if key is not None:
         _configure_auth_transport(key, master_addr)  # registers the transport, for the options below
+    elif _auth_configured:
+        # A keyless start after a keyed one in this process: the registered transport
+        # must not be offered (without a key it reports itself not viable; torch skips it).
+        torch.ops.dist_engine._configure_auth_transport("", "", "")
 
     extra = {}
     if key is not None:
@@ -351,6 +355,12 @@ def _configure_auth_transport(key: bytes, master_addr: str) -> None:
         )
     transport_key = hmac.new(key, b"gilfree-rpc transport v1", hashlib.sha256).hexdigest()
     torch.ops.dist_engine._configure_auth_transport(transport_key, _libcrypto_path(), host)
+    global _auth_configured
+    _auth_configured = True
+
+
+# Whether this process has configured the authenticating transport (and so registered it).
+_auth_configured = False
 
 
 def _fresh_torch_keys_after_a_restart() -> None:

@@ -64,7 +64,9 @@
 //                             counter init_rpc names its PrefixStore after
 //   plugin/rpc.py _worker_names
 //                             rpc.api._get_current_rpc_agent().get_worker_infos()
-//   plugin/rpc.py init_rpc    TensorPipeRpcBackendOptions' _transports option
+//   plugin/rpc.py init_rpc    TensorPipeRpcBackendOptions' _transports option, and with
+//                             a key its _channels option (["basic"], "cuda_basic" too;
+//                             checked on torch 2.13.0 and 2.14.1)
 //   plugin/_rendezvous.py _uses_agent_store
 //                             TORCHELASTIC_USE_AGENT_STORE, read as torch's tcp:// does
 #pragma once
