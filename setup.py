@@ -123,6 +123,9 @@ setup(
             plugin_sources,
             include_dirs=[os.path.join(HERE, "plugin", "csrc")],
             extra_compile_args={"cxx": cxx_flags},
+            # dlopen: the authenticating transport loads libcrypto at run time
+            # (plugin/csrc/message_auth.h; no OpenSSL headers needed)
+            libraries=["dl"],
         ),
     ],
     cmdclass={"build_ext": BuildWithIsaKernels},

@@ -31,6 +31,13 @@ The protocol, on the store (keys under a prefix that is unique to this start-up)
    ``compare_set``, so that a rank 0 arriving later cannot start a group that the others
    have given up on, and writes the verdict.
 
+With an authentication key (``init_rpc(auth_key=...)``), each record also says that its
+process has a key and carries a proof of it (an HMAC under the key of the record's prefix,
+rank, process id and host); rank 0 checks every proof against its own key, so workers whose
+keys differ, or a worker without a key among workers with one, make the verdict an error
+that names them. The key itself never enters the store. torch's own start-up then gets the
+store behind :class:`AuthenticatedStore`, whose values carry a MAC.
+
 The key prefix counts the start-ups of this process, as torch's own ``rpc.init_rpc``
 does: processes that call ``init_rpc`` again (after a shutdown) must all do so.
 
@@ -39,17 +46,21 @@ hosts one there (torchrun sets ``TORCHELASTIC_USE_AGENT_STORE=True``; torch's ow
 ``tcp://`` rendezvous reads the same variable), in which case every rank is a client.
 """
 import datetime
+import errno
+import hashlib
+import hmac
 import json
 import os
 import socket
 import threading
 import time
+import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 from urllib.parse import urlparse
 
 import torch.distributed as dist
 
-__all__ = ["RendezvousError", "check_group", "init_method_for"]
+__all__ = ["RendezvousError", "check_group", "init_method_for", "listening_socket"]
 
 # Added to the arrival counter to seal it: an arrival number above it came after the verdict.
 SEAL = 1 << 40
@@ -107,6 +118,10 @@ def _problems(judge: dict, records: Sequence[dict]) -> Optional[str]:
                 f"the processes disagree on worker_names: {_describe(r)} has {r['worker_names']}, "
                 f"{_describe(judge)} has {judge['worker_names']} ({_names_differ(judge['worker_names'], r['worker_names'])})"
             )
+    for r in records:
+        problem = _key_problem(judge, r)
+        if problem:
+            return problem
     by_rank: Dict[int, dict] = {}
     for r in records:
         if r["rank"] in by_rank:
@@ -115,6 +130,42 @@ def _problems(judge: dict, records: Sequence[dict]) -> Optional[str]:
                 f"{_describe(r)}"
             )
         by_rank[r["rank"]] = r
+    return None
+
+
+def _key_proof(key: bytes, prefix: str, record: dict) -> str:
+    """An HMAC under the authentication key of what identifies one record of one start-up."""
+    text = f"gilfree-rpc start-up\0{prefix}\0{record['rank']}\0{record['pid']}\0{record['host']}"
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+
+
+# The judge's key, which never enters the store (set by check_group for its own call).
+_judge_keys: Dict[str, Optional[bytes]] = {}
+
+
+def _key_problem(judge: dict, record: dict) -> Optional[str]:
+    """Whether ``record``'s process was started with another authentication key than the
+    judge's (or one of them without a key)."""
+    if record is judge:
+        return None
+    judge_keyed, keyed = judge.get("keyed", False), record.get("keyed", False)
+    if judge_keyed and not keyed:
+        return (
+            f"{_describe(record)} was started without an authentication key, {_describe(judge)} with one "
+            f"(give every worker the same auth_key, GILFREE_RPC_AUTH_KEY or GILFREE_RPC_AUTH_KEY_FILE)"
+        )
+    if keyed and not judge_keyed:
+        return (
+            f"{_describe(record)} was started with an authentication key, {_describe(judge)} without one "
+            f"(give every worker the same auth_key, GILFREE_RPC_AUTH_KEY or GILFREE_RPC_AUTH_KEY_FILE)"
+        )
+    if keyed:
+        key = _judge_keys.get(judge["prefix"])
+        if key is None or not hmac.compare_digest(_key_proof(key, judge["prefix"], record), record.get("key_proof", "")):
+            return (
+                f"{_describe(record)} was started with another authentication key than {_describe(judge)} "
+                f"(every worker needs the same key)"
+            )
     return None
 
 
@@ -157,12 +208,22 @@ def _open_store(host: str, port: int, rank: int, timeout: float, deadline: float
     span = datetime.timedelta(seconds=timeout)
     if rank == 0 and not _uses_agent_store():
         try:
-            return dist.TCPStore(host, port, None, True, span, wait_for_workers=False, multi_tenant=True)
-        except RuntimeError as e:
-            if "EADDRINUSE" not in str(e):
+            listener = listening_socket(host, port)
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE:
                 raise RendezvousError(f"init_rpc(): rank 0 could not host the rendezvous store on {where}: {e}") from e
             # Another process holds the port: another rank 0 of this group, or something
             # else. Join it as a client; a second rank 0 is then reported as a duplicate.
+        else:
+            try:
+                # torch's TCPStore binds every interface; given a socket bound here, it
+                # listens on that one only (master_listen_fd; the store owns the fd).
+                return dist.TCPStore(
+                    host, port, None, True, span, wait_for_workers=False, multi_tenant=True,
+                    master_listen_fd=listener.detach(),
+                )
+            except RuntimeError as e:
+                raise RendezvousError(f"init_rpc(): rank 0 could not host the rendezvous store on {where}: {e}") from e
     if not _wait_for_port(host, port, deadline):
         who = "torchrun's agent" if _uses_agent_store() else "rank 0"
         raise RendezvousError(
@@ -175,6 +236,36 @@ def _open_store(host: str, port: int, rank: int, timeout: float, deadline: float
         return dist.TCPStore(host, port, None, False, remaining, wait_for_workers=False)
     except RuntimeError as e:
         raise RendezvousError(f"init_rpc(): rank {rank} could not join the rendezvous store at {where}: {e}") from e
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket listening on ``host``'s IPv4 address (the address ``host`` resolves to:
+    ``127.0.0.1`` for ``localhost``), port ``port``; only that interface, never every one.
+
+    When that address is not one of this host's (``EADDRNOTAVAIL``: ``host`` names another
+    machine, or an address translated on the way), it listens on every interface, as torch's
+    ``TCPStore`` does, and warns. Raises OSError (``EADDRINUSE`` when the port is taken)."""
+    address = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((address, port))
+        except OSError as e:
+            if e.errno != errno.EADDRNOTAVAIL:
+                raise
+            warnings.warn(
+                f"init_rpc(): {host} ({address}) is not an address of this host: the rendezvous store "
+                f"listens on every interface (port {port})",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            sock.bind(("", port))
+        sock.listen(2048)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def _prefix() -> str:
@@ -201,20 +292,25 @@ def _verdict(store: dist.Store, prefix: str) -> Optional[dict]:
 
 
 def check_group(
-    host: str, port: int, rank: int, world_size: int, name: str, worker_names: Sequence[str], timeout: float
+    host: str, port: int, rank: int, world_size: int, name: str, worker_names: Sequence[str], timeout: float,
+    auth_key: Optional[bytes] = None,
 ) -> dist.Store:
     """Runs the start-up check; returns the store, for torch's rendezvous, when the group
-    is complete and consistent. Raises RendezvousError otherwise: within ``timeout``
-    seconds of this call when rank 0 has not arrived, else within ``timeout`` seconds of
-    rank 0's arrival (plus ``_ACK_WAIT`` on rank 0 after an error)."""
+    is complete and consistent (and, with ``auth_key``, every process holds that key).
+    Raises RendezvousError otherwise: within ``timeout`` seconds of this call when rank 0
+    has not arrived, else within ``timeout`` seconds of rank 0's arrival (plus
+    ``_ACK_WAIT`` on rank 0 after an error)."""
     deadline = time.monotonic() + timeout
     where = f"{host}:{port}"
     store = _open_store(host, port, rank, timeout, deadline)
     prefix = _prefix()
     mine = {
         "rank": rank, "world_size": world_size, "name": name, "worker_names": list(worker_names),
-        "host": socket.gethostname(), "pid": os.getpid(),
+        "host": socket.gethostname(), "pid": os.getpid(), "keyed": auth_key is not None, "prefix": prefix,
     }
+    if auth_key is not None:
+        mine["key_proof"] = _key_proof(auth_key, prefix, mine)
+        _judge_keys[prefix] = auth_key
     try:
         number = store.add(prefix + "joined", 1)
         store.set(f"{prefix}record/{number}", json.dumps(mine))
@@ -228,6 +324,8 @@ def check_group(
         raise
     except RuntimeError as e:  # the store went away (its host exited), or a store timeout
         raise RendezvousError(f"init_rpc(): the start-up check of {_describe(mine)} failed: {e}") from e
+    finally:
+        _judge_keys.pop(prefix, None)
     return store
 
 
@@ -349,6 +447,82 @@ def _follow(store, prefix, mine, timeout, deadline, where) -> None:
         time.sleep(_POLL)
 
 
+class AuthenticatedStore(dist.Store):
+    """A key-value store whose values carry a MAC: ``HMAC-SHA256(key, "store value" | name |
+    value)`` (32 bytes) before each value, checked on every read, so a value written or
+    moved by a process without the key (the store's port is reachable by anyone who can
+    reach the host) is refused, naming the key. Counters (``add``, and ``get`` of a name
+    this process added to) and key names carry no MAC (a counter cannot). torch's own start-up (the workers' names and addresses, its Gloo
+    group's rendezvous) runs over it when RPC starts with a key.
+
+    Args:
+        store (torch.distributed.Store): the store that holds the values.
+        key (bytes): the MAC key.
+    """
+
+    def __init__(self, store: dist.Store, key: bytes):
+        super().__init__()
+        self._store = store
+        self._key = key
+        self._counters = set()  # names this process used as counters: read without a MAC
+
+    def _tag(self, name: str, value: bytes) -> bytes:
+        return hmac.new(self._key, b"store value\0" + name.encode() + b"\0" + value, hashlib.sha256).digest()
+
+    @staticmethod
+    def _bytes(value) -> bytes:
+        return value.encode() if isinstance(value, str) else bytes(value)
+
+    def _open(self, name: str, raw: bytes) -> bytes:
+        tag, value = raw[:32], raw[32:]
+        if len(raw) < 32 or not hmac.compare_digest(tag, self._tag(name, value)):
+            raise RuntimeError(
+                f"plugin.rpc: the rendezvous store's value of {name!r} fails its MAC: it was written by a "
+                f"process without this job's authentication key"
+            )
+        return value
+
+    def set(self, key, value):
+        value = self._bytes(value)
+        self._store.set(key, self._tag(key, value) + value)
+
+    def get(self, key):
+        raw = self._store.get(key)
+        # torch's shutdown reads the counters it adds to (syncCallCount)
+        return raw if key in self._counters else self._open(key, raw)
+
+    def add(self, key, value):
+        self._counters.add(key)
+        return self._store.add(key, value)
+
+    def compare_set(self, key, expected_value, desired_value):
+        expected = self._bytes(expected_value)
+        desired = self._bytes(desired_value)
+        if expected:
+            current = self._store.get(key) if self._store.check([key]) else b""
+            if current and self._open(key, current) == expected:
+                expected = current
+        result = self._store.compare_set(key, expected, self._tag(key, desired) + desired)
+        return self._open(key, result) if result else result
+
+    def check(self, keys):
+        return self._store.check(keys)
+
+    def wait(self, keys, timeout=None):
+        if timeout is None:
+            return self._store.wait(keys)
+        return self._store.wait(keys, timeout)
+
+    def delete_key(self, key):
+        return self._store.delete_key(key)
+
+    def num_keys(self):
+        return self._store.num_keys()
+
+    def set_timeout(self, timeout):
+        return self._store.set_timeout(timeout)
+
+
 def _handler(url: str, **kwargs):
     token = urlparse(url).netloc
     with _lock:
@@ -357,9 +531,12 @@ def _handler(url: str, **kwargs):
     raise RuntimeError("plugin.rpc: the checked store cannot be used for a second rendezvous")
 
 
-def init_method_for(store: dist.Store, rank: int, world_size: int) -> str:
-    """An ``init_method`` URL that hands ``store`` to torch's ``rpc.init_rpc`` (once)."""
+def init_method_for(store: dist.Store, rank: int, world_size: int, auth_key: Optional[bytes] = None) -> str:
+    """An ``init_method`` URL that hands ``store`` to torch's ``rpc.init_rpc`` (once);
+    behind an :class:`AuthenticatedStore` under a key derived from ``auth_key`` if given."""
     global _registered
+    if auth_key is not None:
+        store = AuthenticatedStore(store, hmac.new(auth_key, b"gilfree-rpc store v1", hashlib.sha256).digest())
     with _lock:
         if not _registered:
             dist.register_rendezvous_handler(_SCHEME, _handler)

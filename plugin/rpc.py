@@ -5,7 +5,7 @@ import os
 import threading
 import time
 import warnings
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 import torch
 import torch.distributed.rpc as _rpc
@@ -14,7 +14,99 @@ from ._device_maps import resolve_device_maps
 from ._errors import remote_error_summary
 from ._rendezvous import RendezvousError, check_group, init_method_for
 
-__all__ = ["RendezvousError", "init_rpc", "resolve_device_maps", "shutdown"]
+__all__ = ["RendezvousError", "init_rpc", "read_auth_key_file", "resolve_device_maps", "shutdown"]
+
+# The TensorPipe transport that authenticates every connection (plugin/csrc/auth_transport.h).
+AUTH_TRANSPORT = "gilfree_auth"
+# Fewest bytes of key accepted (128 bits as hex or raw).
+_MIN_KEY_BYTES = 16
+
+
+def read_auth_key_file(path: str) -> bytes:
+    """Reads an authentication key from the file at ``path``: its bytes, less trailing
+    whitespace (a key written with ``openssl rand -hex 32 > key`` ends with a newline).
+
+    Pass the result as ``init_rpc(auth_key=...)``, or name the file in the environment
+    variable ``GILFREE_RPC_AUTH_KEY_FILE``, which :func:`init_rpc` reads the same way.
+
+    Args:
+        path (str): the key file; readable by the job's user only, ideally (``chmod 600``).
+
+    Returns:
+        bytes: the key, at least 16 bytes.
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: the key is shorter than 16 bytes (the message names the file).
+    """
+    with open(path, "rb") as f:
+        key = f.read().rstrip()
+    if len(key) < _MIN_KEY_BYTES:
+        raise ValueError(
+            f"init_rpc(): the authentication key in {path!r} has {len(key)} bytes; at least {_MIN_KEY_BYTES} "
+            f"are needed (for example: openssl rand -hex 32 > {path})"
+        )
+    return key
+
+
+def _auth_key(auth_key) -> Optional[bytes]:
+    """The key from the argument, else ``GILFREE_RPC_AUTH_KEY``, else the file named by
+    ``GILFREE_RPC_AUTH_KEY_FILE``; None when none is given."""
+    if auth_key is not None:
+        if isinstance(auth_key, str):
+            auth_key = auth_key.encode()
+        if not isinstance(auth_key, (bytes, bytearray)):
+            raise TypeError(f"init_rpc(): auth_key must be str or bytes, got {type(auth_key).__name__}")
+        if len(auth_key) < _MIN_KEY_BYTES:
+            raise ValueError(
+                f"init_rpc(): auth_key has {len(auth_key)} bytes; at least {_MIN_KEY_BYTES} are needed "
+                f"(for example: openssl rand -hex 32)"
+            )
+        return bytes(auth_key)
+    if os.environ.get("GILFREE_RPC_AUTH_KEY"):
+        key = os.environ["GILFREE_RPC_AUTH_KEY"].encode()
+        if len(key) < _MIN_KEY_BYTES:
+            raise ValueError(
+                f"init_rpc(): GILFREE_RPC_AUTH_KEY has {len(key)} bytes; at least {_MIN_KEY_BYTES} are needed"
+            )
+        return key
+    if os.environ.get("GILFREE_RPC_AUTH_KEY_FILE"):
+        return read_auth_key_file(os.environ["GILFREE_RPC_AUTH_KEY_FILE"])
+    return None
+
+
+def _libcrypto_path() -> str:
+    """Path of the OpenSSL libcrypto that Python's hashlib has loaded into this process (so
+    the plugin's transport uses the same one), else the one the loader finds."""
+    import _hashlib  # noqa: F401 (loads libcrypto)
+
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split()[-1] if len(line.split()) >= 6 else ""
+                if "/libcrypto.so" in path:
+                    return path
+    except OSError:
+        pass
+    import ctypes.util
+
+    found = ctypes.util.find_library("crypto")
+    if found is None:
+        raise RuntimeError("init_rpc(): authentication needs OpenSSL's libcrypto, which this machine lacks")
+    return found
+
+
+def _ipv4_of_interface(ifname: str) -> Optional[str]:
+    import fcntl
+    import socket
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            request = struct.pack("256s", ifname.encode()[:15])
+            return socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, request)[20:24])  # SIOCGIFADDR
+        except OSError:
+            return None
 
 
 def _setting(value, env: str, what: str, convert=str, default=None):
@@ -40,24 +132,16 @@ def _interface_toward(master_addr: str) -> Optional[str]:
     on other hosts cannot connect. The address toward the master is one they can reach.
     Linux only (``SIOCGIFADDR``); IPv4 only.
     """
-    import fcntl
     import socket
-    import struct
 
     try:
         target = socket.getaddrinfo(master_addr, None, socket.AF_INET, socket.SOCK_DGRAM)[0][4][0]
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.connect((target, 9))  # UDP: picks the route and source address, sends nothing
             source = s.getsockname()[0]
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            for _, ifname in socket.if_nameindex():
-                try:
-                    request = struct.pack("256s", ifname.encode()[:15])
-                    address = socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, request)[20:24])  # SIOCGIFADDR
-                except OSError:  # no IPv4 address on this interface
-                    continue
-                if address == source:
-                    return ifname
+        for _, ifname in socket.if_nameindex():
+            if _ipv4_of_interface(ifname) == source:  # None: no IPv4 address there
+                return ifname
     except OSError:
         return None
     return None
@@ -87,6 +171,7 @@ def init_rpc(
     worker_names: Optional[Sequence[str]] = None,
     transports: Optional[Sequence[str]] = None,
     init_timeout: float = 120.0,
+    auth_key: Optional[Union[str, bytes]] = None,
 ) -> _rpc.WorkerInfo:
     """Starts TensorPipe RPC on this process and returns its ``WorkerInfo``.
 
@@ -139,6 +224,20 @@ def init_rpc(
             processes the polling competes with the work).
         init_timeout (float): seconds to wait for every rank to arrive at the start-up
             check (rank 0's store first, then the others). Default: 120.
+        auth_key (str or bytes, optional): the job's authentication key (at least 16
+            bytes; every worker needs the same). Default: the environment variable
+            ``GILFREE_RPC_AUTH_KEY``, else the file named by ``GILFREE_RPC_AUTH_KEY_FILE``
+            (:func:`read_auth_key_file`), else none. With a key, workers talk over the
+            transport ``"gilfree_auth"`` only (TCP; every connection proves the key in a
+            challenge-response and every message carries an HMAC-SHA256 checked before
+            TensorPipe reads it; the basic channels, so tensors travel through the same
+            authenticated connections), and the rendezvous store's values carry a MAC. Not
+            encrypted. See ``docs/security.md``.
+
+    Listening sockets: rank 0's rendezvous store listens on the address ``master_addr``
+    resolves to (only on that interface; loopback for ``localhost``), TensorPipe (and the
+    Gloo group torch starts for its start-up barriers) on the interface toward
+    ``master_addr`` (below).
 
     Network interface: TensorPipe listens on the address of the interface named by the
     ``TP_SOCKET_IFNAME`` environment variable, and the Gloo group its agent starts on that of
@@ -157,11 +256,13 @@ def init_rpc(
             the device-map table is invalid: unknown worker, a map from a worker to
             itself, a map that cannot be inverted, two rows that disagree, or a device that
             does not exist on this worker. Nothing has started when it raises.
-        TypeError: ``device_maps`` is not nested dicts.
+        TypeError: ``device_maps`` is not nested dicts, or ``auth_key`` is not str or bytes.
         RendezvousError: the start-up check failed: ranks that disagree on the world size
             or on ``worker_names``, a rank started twice, a rank (or rank 0's store) that
-            did not arrive within ``init_timeout``, or this process arrived after its group
-            had started. RPC has not started.
+            did not arrive within ``init_timeout``, this process arrived after its group
+            had started, or the workers' authentication keys differ (or some have none).
+            RPC has not started.
+        RuntimeError: a key was given and this machine has no OpenSSL libcrypto.
     """
     rank = _setting(rank, "RANK", "rank", int)
     world_size = _setting(world_size, "WORLD_SIZE", "world size", int)
@@ -190,8 +291,29 @@ def init_rpc(
     if cuda_count and local_rank is not None:
         torch.cuda.set_device(int(local_rank) % cuda_count)
 
+    key = _auth_key(auth_key)
+    if key is not None and transports is not None and list(transports) != [AUTH_TRANSPORT]:
+        raise ValueError(
+            f"init_rpc(): with an authentication key the only transport is {AUTH_TRANSPORT!r}, got transports={list(transports)}"
+        )
+
+    _choose_interfaces(master_addr)
+    if key is not None:
+        _configure_auth_transport(key, master_addr)  # registers the transport, for the options below
+    elif _auth_configured:
+        # A keyless start after a keyed one in this process: the registered transport
+        # must not be offered (without a key it reports itself not viable; torch skips it).
+        torch.ops.dist_engine._configure_auth_transport("", "", "")
+
     extra = {}
-    if transports is not None:
+    if key is not None:
+        # Only the authenticating transport, and channels that send through the pipe's own
+        # connections (no listener of their own): basic, and cuda_basic for CUDA maps
+        # (it copies to the CPU and sends through the basic channel).
+        extra["_transports"] = [AUTH_TRANSPORT]
+        extra["_channels"] = ["basic"] + (["cuda_basic"] if any(
+            d.type == "cuda" for mapping in maps.values() for d in mapping) else [])
+    elif transports is not None:
         # TensorPipe's transport list is an underscore-prefixed option of
         # TensorPipeRpcBackendOptions (torch documents no other way to choose it).
         extra["_transports"] = list(transports)
@@ -205,10 +327,8 @@ def init_rpc(
     if devices:
         options.set_devices(sorted(devices, key=lambda d: d.index))
 
-    _choose_interfaces(master_addr)
-
-    store = check_group(master_addr, master_port, rank, world_size, name, names, init_timeout)
-    options.init_method = init_method_for(store, rank, world_size)
+    store = check_group(master_addr, master_port, rank, world_size, name, names, init_timeout, auth_key=key)
+    options.init_method = init_method_for(store, rank, world_size, auth_key=key)
     with _arrivals:
         _arrived.clear()
     _fresh_torch_keys_after_a_restart()
@@ -217,6 +337,30 @@ def init_rpc(
         warnings.filterwarnings("ignore", message="You are using a Backend .* as a ProcessGroup", category=UserWarning)
         _rpc.init_rpc(name, rank=rank, world_size=world_size, rpc_backend_options=options)
     return _rpc.get_worker_info()
+
+
+def _configure_auth_transport(key: bytes, master_addr: str) -> None:
+    """Gives the plugin's transport its key (a key of its own, derived from the job's) and
+    its listening address: that of ``TP_SOCKET_IFNAME``'s interface, as torch's uv
+    transport would use."""
+    import hashlib
+    import hmac
+
+    interface = os.environ.get("TP_SOCKET_IFNAME")
+    host = _ipv4_of_interface(interface) if interface else None
+    if host is None:
+        raise ValueError(
+            f"init_rpc(): cannot tell which IPv4 address to listen on toward master_addr={master_addr!r} "
+            f"(TP_SOCKET_IFNAME={interface!r}); set TP_SOCKET_IFNAME to the interface other workers reach"
+        )
+    transport_key = hmac.new(key, b"gilfree-rpc transport v1", hashlib.sha256).hexdigest()
+    torch.ops.dist_engine._configure_auth_transport(transport_key, _libcrypto_path(), host)
+    global _auth_configured
+    _auth_configured = True
+
+
+# Whether this process has configured the authenticating transport (and so registered it).
+_auth_configured = False
 
 
 def _fresh_torch_keys_after_a_restart() -> None:

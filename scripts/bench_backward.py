@@ -4,7 +4,11 @@ Graphs (each worker a separate process, TensorPipe on loopback):
   (i)   latency-bound: 2 workers, 10 round trips of 1,000-element tensors;
   (ii)  compute-bound: 3 workers, a 3-shard MLP with 1M-parameter layers (batch 256);
   (iii) the design note's unused-RPC example: smart mode against torch, which waits
-        for its RPC timeout (run here with a short timeout, reported beside it).
+        for its RPC timeout (run here with a short timeout, reported beside it);
+  (iv)  auth_round_trips: graph (i), smart engine, started with plugin.rpc.init_rpc over
+        TCP without a key (transports=["uv"]) and with a key (the authenticating
+        transport "gilfree_auth", docs/security.md), alternately in fresh processes within
+        the same run; reports the median of each repeat's keyed/unkeyed ratio.
 
 Only the backward call is timed; every iteration builds its forward pass in a fresh
 context. The engines take turns within each iteration, in a rotating order, so drift
@@ -155,22 +159,41 @@ def worker(rank, world_size, port, args, queue):
     import plugin  # noqa: F401
 
     torch.set_num_threads(1)
-    opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=8, rpc_timeout=60)
-    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=world_size, rpc_backend_options=opts)
+    auth = getattr(args, "auth", None)
+    if auth is None:
+        opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=8, rpc_timeout=60)
+        rpc.init_rpc(f"worker{rank}", rank=rank, world_size=world_size, rpc_backend_options=opts)
+    else:
+        import plugin.rpc
+
+        plugin.rpc.init_rpc(
+            rank=rank, world_size=world_size, master_addr="127.0.0.1", master_port=port, num_worker_threads=8,
+            rpc_timeout=60, transports=["uv"] if auth == "uv" else None,
+            auth_key=BENCH_KEY if auth == "key" else None,
+        )
     if rank == 0:
         engines = ["torch", "fast", "smart"]
         result = {}
-        if args.graph == "round_trips":
+        if auth is not None:
+            result = time_engines(forward_round_trips, ["smart"], args.iters, args.warmup)
+        elif args.graph == "round_trips":
             result = time_engines(forward_round_trips, engines, args.iters, args.warmup)
         elif args.graph == "mlp":
             result = time_engines(forward_mlp, engines, max(args.iters // 4, 5), max(args.warmup // 4, 2))
         else:
             result = time_unused_rpc()
         queue.put(result)
-    rpc.shutdown()
+    if auth is None:
+        rpc.shutdown()
+    else:
+        plugin.rpc.shutdown()
 
 
-def run_graph(graph, world_size, args):
+# The key of the auth_round_trips graph's keyed runs (any 16 bytes or more).
+BENCH_KEY = "bench-backward-key-0123456789abcdef"
+
+
+def run_graph(graph, world_size, args, auth=None):
     from socket import socket
 
     with socket() as s:
@@ -179,6 +202,7 @@ def run_graph(graph, world_size, args):
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     args.graph = graph
+    args.auth = auth
     procs = [ctx.Process(target=worker, args=(r, world_size, port, args, queue)) for r in range(world_size)]
     for p in procs:
         p.start()
@@ -195,14 +219,32 @@ def main():
     parser.add_argument("--repeats", type=int, default=5, help="fresh process groups per graph (medians of their ratios)")
     parser.add_argument("--quick", action="store_true", help="a few iterations, to check the script runs")
     parser.add_argument("--out", default=os.path.join("results", "bench_backward.json"))
-    parser.add_argument("--graphs", default="round_trips,mlp,unused_rpc", help="comma-separated subset to run")
+    parser.add_argument("--graphs", default="round_trips,mlp,unused_rpc,auth_round_trips",
+                        help="comma-separated subset to run")
     args = parser.parse_args()
     if args.quick:
         args.iters, args.warmup, args.repeats = 8, 2, 1
 
-    world = {"round_trips": 2, "mlp": 3, "unused_rpc": 2}
+    world = {"round_trips": 2, "mlp": 3, "unused_rpc": 2, "auth_round_trips": 2}
     results = {}
     for graph in args.graphs.split(","):
+        if graph == "auth_round_trips":
+            # keyed and unkeyed groups alternate (which goes first alternates too), each
+            # repeat's ratio compares two groups timed back to back in this run
+            runs = []
+            for repeat in range(args.repeats):
+                order = ("uv", "key") if repeat % 2 == 0 else ("key", "uv")
+                timed = {auth: run_graph("round_trips", 2, args, auth=auth)["smart"] for auth in order}
+                runs.append(timed)
+            ratios = [r["key"]["median_ms"] / r["uv"]["median_ms"] for r in runs]
+            results[graph] = {
+                "runs": runs,
+                "uv": {"median_ms": statistics.median(r["uv"]["median_ms"] for r in runs)},
+                "key": {"median_ms": statistics.median(r["key"]["median_ms"] for r in runs)},
+                "ratio_runs": ratios,
+                "ratio": statistics.median(ratios),
+            }
+            continue
         if graph == "unused_rpc":
             results[graph] = run_graph(graph, world[graph], args)
             continue
@@ -230,6 +272,13 @@ def main():
         print(f"{graph:<14}{t:>12.3f}{f:>12.3f}{s:>12.3f}{q['fast/torch']:>12.3f}{q['smart/torch']:>13.3f}{q['smart/fast']:>12.3f}")
         for name, values in r["ratio_runs"].items():
             print(f"{'':<14}{name} per run: " + ", ".join(f"{v:.3f}" for v in values))
+    if "auth_round_trips" in results:
+        a = results["auth_round_trips"]
+        print(
+            f"round trips with a key (gilfree_auth) against without (uv): {a['key']['median_ms']:.3f} ms vs "
+            f"{a['uv']['median_ms']:.3f} ms, key/no-key {a['ratio']:.3f} (per run: "
+            + ", ".join(f"{v:.3f}" for v in a["ratio_runs"]) + ")"
+        )
     if "unused_rpc" in results:
         u = results["unused_rpc"]
         print(

@@ -43,6 +43,10 @@
 //                             (what TorchScript's RRef.local_value() reads)
 //   swapCurrentContext        that every RPC sent while a context is current carries
 //                             autograd metadata, and makes the receiver create it
+//   registerTensorPipeTransport  torch's TensorPipeTransportRegistry (tensorpipe_agent.h,
+//                             built with USE_TENSORPIPE) and its TransportRegistration;
+//                             TensorPipe's own transport interfaces are declared in
+//                             tensorpipe_abi.h (auth_transport.cpp only)
 //   addOpFunction             the process-wide TorchScript compilation unit in which torch's
 //                             RPC agent looks up the function a SCRIPT_CALL names
 //                             (torch::jit::get_python_cu, a Python-binding helper), and the
@@ -60,7 +64,9 @@
 //                             counter init_rpc names its PrefixStore after
 //   plugin/rpc.py _worker_names
 //                             rpc.api._get_current_rpc_agent().get_worker_infos()
-//   plugin/rpc.py init_rpc    TensorPipeRpcBackendOptions' _transports option
+//   plugin/rpc.py init_rpc    TensorPipeRpcBackendOptions' _transports option, and with
+//                             a key its _channels option (["basic"], "cuda_basic" too;
+//                             checked on torch 2.13.0 and 2.14.1)
 //   plugin/_rendezvous.py _uses_agent_store
 //                             TORCHELASTIC_USE_AGENT_STORE, read as torch's tcp:// does
 #pragma once
@@ -406,7 +412,9 @@ inline at::Tensor ownedTensor(const c10::intrusive_ptr<c10::RRefInterface>& rref
 // handler raised, or the faulty test agent injected a failure. The RPC layer has no
 // error type for it (getRPCErrorType says UNKNOWN_ERROR); TensorPipe ends such futures
 // with its own error text, which always carries "(this error originated at
-// tensorpipe/...)" (tensorpipe/common/error.h). Checked on torch 2.13.
+// tensorpipe/...)" (tensorpipe/common/error.h). Checked on torch 2.13. The errors of this
+// library's own transport (auth_transport.cpp) name "tensorpipe transport gilfree_auth" as
+// their origin, so they read the same.
 inline bool isPeerUnreachable(const c10::ivalue::Future& done) {
   return done.hasError() && !isRpcTimeout(done) &&
       done.tryRetrieveErrorMessage().find("originated at tensorpipe") != std::string::npos;
@@ -472,3 +480,28 @@ inline int64_t workerScopedId(int64_t workerId, int64_t sequence) {
 }
 
 }  // namespace dist_engine
+
+// --- TensorPipe transports (auth_transport.cpp only) ----------------------------------
+#ifdef GILFREE_TENSORPIPE_TRANSPORT
+// tensorpipe_agent.h declares its classes only when torch was built with TensorPipe
+// (USE_TENSORPIPE, on in the Linux wheels); the macro selects that part of the header,
+// which then matches libtorch.
+#ifndef USE_TENSORPIPE
+#define USE_TENSORPIPE 1
+#endif
+#include <torch/csrc/distributed/rpc/tensorpipe_agent.h>
+
+namespace dist_engine {
+
+// Registers `create` under `name` in torch's registry of TensorPipe transports: an agent
+// started with TensorPipeRpcBackendOptions(_transports=[name]) calls it once, at start-up,
+// and listens on the address it returns. The registry (TORCH_DECLARE_REGISTRY in
+// tensorpipe_agent.h) is exported from libtorch_cpu. Checked on torch 2.13.0 and 2.14.1.
+inline void registerTensorPipeTransport(
+    const std::string& name,
+    std::unique_ptr<torch::distributed::rpc::TransportRegistration> (*create)()) {
+  torch::distributed::rpc::TensorPipeTransportRegistry()->Register(name, create);
+}
+
+}  // namespace dist_engine
+#endif  // GILFREE_TENSORPIPE_TRANSPORT

@@ -1,0 +1,72 @@
+"""A two-worker training job for the security tests, started with plugin.rpc.init_rpc.
+
+    python tests/support/security_job.py --rank R --port P --out DIR [--steps N] [--pause S]
+
+The authentication key comes from the environment (GILFREE_RPC_AUTH_KEY or
+GILFREE_RPC_AUTH_KEY_FILE), as a torchrun job would pass it. worker1 owns a parameter;
+worker0 trains it (forward by RPC, plugin.autograd.backward, DistributedOptimizer/SGD) for
+N steps on a fixed-seed data set, pausing S seconds between steps, and writes
+DIR/ready.<rank> once RPC runs and DIR/final.pt (the parameter) at the end.
+"""
+import argparse
+import os
+import time
+import warnings
+
+import torch
+import torch.distributed.autograd as dist_autograd
+import torch.distributed.rpc as rpc
+
+warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+import plugin  # noqa: E402
+import plugin.optim  # noqa: E402
+import plugin.rpc  # noqa: E402
+
+
+def make_parameter():
+    torch.manual_seed(0)
+    return torch.randn(8, 4, requires_grad=True)
+
+
+def apply(weight_rref, x):
+    return x @ weight_rref.local_value()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rank", type=int, required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--pause", type=float, default=0.0)
+    parser.add_argument("--init-timeout", type=float, default=60.0)
+    args = parser.parse_args()
+    plugin.rpc.init_rpc(
+        rank=args.rank, world_size=2, master_addr="127.0.0.1", master_port=args.port, num_worker_threads=4,
+        rpc_timeout=30, init_timeout=args.init_timeout,
+    )
+    with open(os.path.join(args.out, f"ready.{args.rank}"), "w") as f:
+        f.write(str(os.getpid()))
+    if args.rank == 0:
+        weight = rpc.remote("worker1", make_parameter)
+        optimizer = plugin.optim.DistributedOptimizer(torch.optim.SGD, [weight], lr=0.05)
+        generator = torch.Generator().manual_seed(1)
+        data = torch.randn(64, 8, generator=generator)
+        target = torch.randn(64, 4, generator=generator)
+        for step in range(args.steps):
+            batch = slice((step * 16) % 64, (step * 16) % 64 + 16)
+            with dist_autograd.context() as context_id:
+                out = rpc.rpc_sync("worker1", apply, args=(weight, data[batch]))
+                loss = ((out - target[batch]) ** 2).mean()
+                plugin.autograd.backward(context_id, [loss])
+                optimizer.step(context_id)
+            time.sleep(args.pause)
+        final = weight.to_here()
+        torch.save(final, os.path.join(args.out, "final.pt"))
+        print(f"DONE steps={args.steps}", flush=True)
+    plugin.rpc.shutdown()
+
+
+if __name__ == "__main__":
+    main()
