@@ -16,11 +16,13 @@ and cache effects hit all of them alike.
 Each graph runs --repeats times, each time in fresh processes; a run's ratios compare
 engines timed in that same run, and the report gives the median of those ratios (and
 each run's). Writes JSON (default results/bench_backward.json), which
-docs/benchmarks.md quotes.
+docs/benchmarks.md quotes; a run of some graphs (``--graphs``) replaces those graphs' entries
+in an existing file, each with its own ``meta``, and keeps the others.
 
     python scripts/bench_backward.py [--iters N] [--repeats R] [--quick] [--out PATH]
 """
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -285,7 +287,17 @@ def main():
             f"unused RPC: smart {u['smart']['median_ms']:.3f} ms; torch {u['torch_s']:.2f} s "
             f"with a {u['torch_rpc_timeout_s']:.0f} s RPC timeout ({u['torch_outcome']})"
         )
-    results["meta"] = run_meta(iters=args.iters, repeats=args.repeats, quick=args.quick)
+    meta = run_meta(iters=args.iters, repeats=args.repeats, quick=args.quick)
+    if set(args.graphs.split(",")) != set(world) and os.path.exists(args.out):
+        # a subset of the graphs: the file's other graphs stay, and these carry their own meta
+        with open(args.out) as f:
+            existing = json.load(f)
+        for graph in results:
+            results[graph]["meta"] = meta
+        existing.update(results)
+        results = existing
+    else:
+        results["meta"] = meta
     write_results(args.out, results)
 
 

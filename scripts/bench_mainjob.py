@@ -17,10 +17,16 @@ bytes of the tables plus the optimizer state (counted on the plugin run: the sam
 optimizer on both stacks). Targets: plugin / torch >= 1.5x samples/s; servers' RSS <= 1.5x the
 tables' and optimizer state's bytes.
 
-Writes JSON (default results/bench_mainjob.json), which docs/benchmarks.md quotes; the digits
-job's run is the file's top level, a movielens run goes under its ``"movielens"`` key.
+``--auth`` (issue 21) alternates the plugin's stack with an authentication key
+(``train.py --auth-key-file``, a fresh random key: the authenticating transport, every message
+MACed) against the same stack without one, on the chosen workload. Target: with a key at most
+5 % slower (keyed / unkeyed samples/s >= 0.95, the median over pairs).
 
-    python scripts/bench_mainjob.py [--workload W] [--pairs N] [--out PATH] [--note TEXT] [-- extra train.py options]
+Writes JSON (default results/bench_mainjob.json), which docs/benchmarks.md quotes; the digits
+job's run is the file's top level, a movielens run goes under its ``"movielens"`` key, an
+``--auth`` run under ``"auth"`` (``"auth_movielens"`` for that workload).
+
+    python scripts/bench_mainjob.py [--workload W] [--auth] [--pairs N] [--out PATH] [--note TEXT] [-- extra train.py options]
 """
 import argparse
 import json
@@ -37,13 +43,17 @@ from bench_results import split_at_dashes
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = 1.3
 TARGET_MOVIELENS = 1.5
+TARGET_AUTH = 0.95  # keyed / unkeyed samples/s: at most 5 % slower
 MEMORY_TARGET = 1.5
 
 
 def run(stack, extra, workdir, tag, workload="digits"):
+    """One run of train.py in a fresh process tree; ``stack`` is "plugin", "torch" or
+    "plugin+key" (the plugin's stack with ``--auth-key-file``)."""
     metrics = os.path.join(workdir, f"{tag}.json")
-    cmd = [sys.executable, os.path.join(REPO, "scripts", "train.py"), "--stack", stack, "--metrics-out", metrics,
-           "--plot-out", os.path.join(workdir, f"{tag}.png"), "--workload", workload, *extra]
+    key = ["--auth-key-file", os.path.join(workdir, "auth.key")] if stack == "plugin+key" else []
+    cmd = [sys.executable, os.path.join(REPO, "scripts", "train.py"), "--stack", stack.split("+")[0], *key,
+           "--metrics-out", metrics, "--plot-out", os.path.join(workdir, f"{tag}.png"), "--workload", workload, *extra]
     start = time.perf_counter()
     r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     wall = time.perf_counter() - start
@@ -83,6 +93,9 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workload", choices=["digits", "movielens"], default="digits",
                    help="the job of scripts/train.py to run (default digits)")
+    p.add_argument("--auth", action="store_true",
+                   help="compare the plugin's stack with an authentication key against it without one "
+                        "(instead of against torch's stack)")
     p.add_argument("--pairs", type=int, default=3, help="runs per stack, in alternating order (default 3)")
     p.add_argument("--out", default=os.path.join(REPO, "results", "bench_mainjob.json"),
                    help="where to write the JSON (default results/bench_mainjob.json)")
@@ -93,9 +106,12 @@ def main(argv=None):
 
     load_start = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     runs, ratios = [], []
+    a, b = ("plugin+key", "plugin") if args.auth else ("plugin", "torch")
     with tempfile.TemporaryDirectory() as workdir:
+        with open(os.open(os.path.join(workdir, "auth.key"), os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write(os.urandom(32).hex())
         for pair in range(args.pairs):
-            order = ("plugin", "torch") if pair % 2 == 0 else ("torch", "plugin")
+            order = (a, b) if pair % 2 == 0 else (b, a)
             result = {}
             for stack in order:
                 r = run(stack, extra, workdir, f"{pair}-{stack}", args.workload)
@@ -103,38 +119,67 @@ def main(argv=None):
                 runs.append(r)
                 result[stack] = r
                 measure = (f"RMSE {r['rmse']:.4f}" if args.workload == "movielens" else f"accuracy {r['accuracy']:.4f}")
-                print(f"pair {pair + 1}/{args.pairs}  {stack:<6}  {r['samples_per_s']:8,.0f} samples/s  "
+                print(f"pair {pair + 1}/{args.pairs}  {stack:<10}  {r['samples_per_s']:8,.0f} samples/s  "
                       f"{measure}  training {r['training_seconds']:.1f} s  "
                       f"(process {r['process_seconds']:.1f} s)", flush=True)
-            ratios.append(result["plugin"]["samples_per_s"] / result["torch"]["samples_per_s"])
-            print(f"pair {pair + 1}/{args.pairs}  plugin/torch {ratios[-1]:.3f}x", flush=True)
+            ratios.append(result[a]["samples_per_s"] / result[b]["samples_per_s"])
+            print(f"pair {pair + 1}/{args.pairs}  {a}/{b} {ratios[-1]:.3f}x", flush=True)
 
     median = statistics.median(ratios)
+    if args.auth:
+        return _write_auth(args, extra, runs, ratios, median, load_start)
     if args.workload == "movielens":
         return _write_movielens(args, extra, runs, ratios, median, load_start)
-    data = {
-        "meta": {
-            "torch": __import__("torch").__version__,
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "pairs": args.pairs,
-            "train_options": extra,
-            "job": runs[0]["job"],
-            "parameters": runs[0]["parameters"],
-            "note": args.note,
-            "load_average": {"start": load_start,
-                             "end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
-        },
-        "runs": runs,
-        "ratios": ratios,
-        "median_ratio": median,
-        "target": TARGET,
-    }
+    data = {"meta": _meta(args, extra, runs, load_start), "runs": runs, "ratios": ratios, "median_ratio": median,
+            "target": TARGET}
+    # the digits run is the file's top level; the other runs' keys stay
+    existing = {}
+    if os.path.exists(args.out):
+        with open(args.out) as f:
+            existing = json.load(f)
+    data.update({k: v for k, v in existing.items() if k in ("movielens", "auth", "auth_movielens")})
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(data, f, indent=2)
     print(f"median plugin/torch samples/s over {args.pairs} pairs: {median:.3f}x (target >= {TARGET}x); "
           f"pairs: {', '.join(f'{r:.3f}' for r in ratios)}; wrote {args.out}")
+    return 0
+
+
+def _meta(args, extra, runs, load_start):
+    return {
+        "torch": __import__("torch").__version__,
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "pairs": args.pairs,
+        "train_options": extra,
+        "workload": args.workload,
+        "job": runs[0]["job"],
+        "parameters": runs[0]["parameters"],
+        "note": args.note,
+        "load_average": {"start": load_start, "end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
+    }
+
+
+def _merge(out, key, data):
+    """Writes ``data`` under ``key`` of the JSON file ``out``, keeping its other entries."""
+    existing = {}
+    if os.path.exists(out):
+        with open(out) as f:
+            existing = json.load(f)
+    existing[key] = data
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(existing, f, indent=2)
+
+
+def _write_auth(args, extra, runs, ratios, median, load_start):
+    key = "auth" if args.workload == "digits" else f"auth_{args.workload}"
+    data = {"meta": _meta(args, extra, runs, load_start), "runs": runs, "ratios": ratios, "median_ratio": median,
+            "target": TARGET_AUTH}
+    _merge(args.out, key, data)
+    print(f"{args.workload}: median keyed/unkeyed samples/s over {args.pairs} pairs: {median:.3f}x (target >= "
+          f"{TARGET_AUTH}x); pairs: {', '.join(f'{r:.3f}' for r in ratios)}; wrote {args.out} (key \"{key}\")")
     return 0
 
 
@@ -152,34 +197,9 @@ def _memory(runs):
 
 def _write_movielens(args, extra, runs, ratios, median, load_start):
     memory = _memory(runs)
-    data = {
-        "meta": {
-            "torch": __import__("torch").__version__,
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "pairs": args.pairs,
-            "train_options": extra,
-            "job": runs[0]["job"],
-            "parameters": runs[0]["parameters"],
-            "note": args.note,
-            "load_average": {"start": load_start,
-                             "end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
-        },
-        "runs": runs,
-        "ratios": ratios,
-        "median_ratio": median,
-        "target": TARGET_MOVIELENS,
-        "memory": memory,
-        "memory_target": MEMORY_TARGET,
-    }
-    existing = {}
-    if os.path.exists(args.out):
-        with open(args.out) as f:
-            existing = json.load(f)
-    existing["movielens"] = data
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(existing, f, indent=2)
+    data = {"meta": _meta(args, extra, runs, load_start), "runs": runs, "ratios": ratios, "median_ratio": median,
+            "target": TARGET_MOVIELENS, "memory": memory, "memory_target": MEMORY_TARGET}
+    _merge(args.out, "movielens", data)
     print(f"movielens: median plugin/torch samples/s over {args.pairs} pairs: {median:.3f}x (target >= "
           f"{TARGET_MOVIELENS}x); pairs: {', '.join(f'{r:.3f}' for r in ratios)}")
     print(f"servers' RSS / (tables + optimizer state, {memory['model_and_state_bytes'] / 2**20:,.0f} MiB): plugin "

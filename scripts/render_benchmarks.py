@@ -6,7 +6,8 @@
 
 Each result file has a part of the page between ``<!-- BEGIN <name> -->`` and
 ``<!-- END <name> -->`` (``bench_optim``, ``bench_optim_kernels``, ``bench_backward``, ``bench_gil``,
-``bench_mainjob``, ``profile_mainjob``); the text around
+``bench_mainjob``, ``profile_mainjob``; ``<file>.<key>`` for an entry of a file, such as
+``bench_mainjob.movielens``); the text around
 the markers is written by hand. A file that does not exist yet renders as a note saying so, and
 a file without a dedicated renderer below renders as a generic listing of its numbers, so the
 page always quotes exactly what is committed. ``tests/docs/test_benchmarks_page.py`` fails when the
@@ -238,6 +239,11 @@ def render_bench_backward(data: Dict[str, Any]) -> str:
         if graph in data:
             v = data[graph]["ratios"]["smart/fast"]
             rows.append(["issue 6", f"smart/fast on {graph}", "<= 1.2", f"{v:.3f}", _verdict(v, 1.2)])
+    a = data.get("auth_round_trips")
+    if a:
+        rows.append(["issue 21", f"round trips (i), smart engine: with a key ({a['key']['median_ms']:.3f} ms) / "
+                     f"without ({a['uv']['median_ms']:.3f} ms), median of {len(a['ratio_runs'])} runs' ratios",
+                     "<= 1.10", f"{a['ratio']:.3f}", _verdict(a["ratio"], 1.10)])
     u = data.get("unused_rpc")
     if u:
         s = u["smart"]["median_ms"]
@@ -464,6 +470,79 @@ def render_bench_mainjob(data: Any) -> str:
     return "\n".join(out)
 
 
+MOVIELENS_TARGET = ("Targets (issue 22): on `scripts/train.py --workload movielens`, the plugin's stack at least 1.5x "
+                    "torch's stack in samples/s (the median over alternated pairs); the servers' resident memory at "
+                    "most 1.5x the bytes of the tables plus the optimizer state.")
+AUTH_TARGET = ("Target (issue 21): the main job with an authentication key (`--auth-key-file`) at most 5 % slower "
+               "than without one: keyed / unkeyed samples/s at least 0.95, the median over alternated pairs.")
+
+
+def _conditions(meta: Dict[str, Any]) -> str:
+    return ((f" {meta['note']}" if meta.get("note") else "")
+            + (f" Load average (1, 5, 15 min) at the start: {_loads(meta['load_average']['start'])}; at the end: "
+               f"{_loads(meta['load_average']['end'])}." if meta.get("load_average") else ""))
+
+
+def render_bench_mainjob_movielens(data: Any) -> str:
+    meta, job, mem = data["meta"], data["meta"]["job"], data["memory"]
+    out = [MOVIELENS_TARGET, ""]
+    out.append(
+        f"Measured with torch {meta['torch']}, Python {meta['python']}, {meta['cpus']} CPUs; {meta['pairs']} pairs of "
+        f"runs in fresh processes, the order alternating within pairs. Job: {job['trainers']} trainers, "
+        f"{job['servers']} servers, embedding tables of {meta['parameters']:,} parameters (width {job['dim']}, "
+        f"{job['cross_buckets']:,} hashed cross rows), batch {job['batch_size']}, {job['optimizer']} lr={job['lr']:g}, "
+        f"{job['epochs']} epochs"
+        + (f"; `scripts/train.py` options {' '.join(meta['train_options'])}" if meta["train_options"] else "")
+        + ". Throughput: training samples over the seconds of the training epochs." + _conditions(meta)
+    )
+    out.append("")
+    rows = [[str(r["pair"] + 1), r["stack"], f"{r['samples_per_s']:.0f}", f"{r['training_seconds']:.1f}",
+             f"{r['rmse']:.4f}", f"{r['baseline_rmse']:.4f}",
+             f"{sum(m['rss_bytes'] for m in r['servers_memory'].values()) / 2**20:,.0f}"] for r in data["runs"]]
+    out.append(_table(["pair", "stack", "samples/s", "training s", "held-out RMSE", "item-mean RMSE",
+                       "servers' RSS MiB"], rows))
+    out.append("")
+    out.append("Ratios plugin / torch per pair: " + ", ".join(f"{x:.3f}" for x in data["ratios"]))
+    out.append("")
+    v = data["median_ratio"]
+    model = mem["model_and_state_bytes"]
+    rows = [["plugin / torch samples/s (median of pairs)", f">= {data['target']}x", f"{v:.2f}x",
+             _verdict(v, data["target"], below=False) + _loaded(meta)]]
+    for stack in ("plugin", "torch"):
+        m = mem[stack]
+        rows.append([f"{stack}: servers' RSS / (tables + optimizer state, {model / 2**20:,.0f} MiB)",
+                     f"<= {data['memory_target']}x", f"{m['ratio']:.2f}x ({m['servers_rss_bytes'] / 2**20:,.0f} MiB)",
+                     _verdict(m["ratio"], data["memory_target"])])
+    out.append(_table(["target (issue 22)", "bound", "measured", "verdict"], rows))
+    return "\n".join(out)
+
+
+def render_bench_mainjob_auth(data: Any) -> str:
+    meta, job = data["meta"], data["meta"]["job"]
+    out = [AUTH_TARGET, ""]
+    out.append(
+        f"Measured with torch {meta['torch']}, Python {meta['python']}, {meta['cpus']} CPUs; {meta['pairs']} pairs of "
+        f"runs of `scripts/train.py --workload {meta.get('workload', 'digits')}` on the plugin's stack, in fresh "
+        f"processes, with a fresh 32-byte key (`plugin+key`: the authenticating transport, every message MACed) "
+        f"and without one (`plugin`: TensorPipe's uv transport), the order alternating within pairs; "
+        f"{job['trainers']} trainers, {job['servers']} servers, {meta['parameters']:,} parameters, "
+        f"{job['optimizer']}, {job['epochs']} epochs"
+        + (f"; options {' '.join(meta['train_options'])}" if meta["train_options"] else "") + "." + _conditions(meta)
+    )
+    out.append("")
+    rows = [[str(r["pair"] + 1), r["stack"], f"{r['samples_per_s']:.0f}", f"{r['training_seconds']:.1f}"]
+            for r in data["runs"]]
+    out.append(_table(["pair", "run", "samples/s", "training s"], rows))
+    out.append("")
+    out.append("Ratios keyed / unkeyed per pair: " + ", ".join(f"{x:.3f}" for x in data["ratios"]))
+    out.append("")
+    v = data["median_ratio"]
+    out.append(_table(["target (issue 21)", "bound", "measured", "verdict"],
+                      [["keyed / unkeyed samples/s (median of pairs)", f">= {data['target']}x", f"{v:.3f}x",
+                        _verdict(v, data["target"], below=False) + _loaded(meta)]]))
+    return "\n".join(out)
+
+
 # --- results/profile_mainjob.json (scripts/profile_mainjob.py) ---------------------------------
 
 PROFILE_INTRO = ("Where the time goes in the main job (issue 14): per stack and worker role, seconds per training "
@@ -564,26 +643,40 @@ SECTIONS: Dict[str, Callable[[Any], str]] = {
     "bench_backward": render_bench_backward,
     "bench_gil": render_bench_gil,
     "bench_mainjob": render_bench_mainjob,
+    "bench_mainjob.movielens": render_bench_mainjob_movielens,
+    "bench_mainjob.auth": render_bench_mainjob_auth,
     "profile_mainjob": render_profile_mainjob,
 }
 # The command that writes a result file, where it is not scripts/<name>.py.
-SCRIPTS = {"bench_optim_kernels": "scripts/bench_optim.py --kernels"}
+SCRIPTS = {"bench_optim_kernels": "scripts/bench_optim.py --kernels",
+           "bench_mainjob.movielens": "scripts/bench_mainjob.py --workload movielens",
+           "bench_mainjob.auth": "scripts/bench_mainjob.py --auth"}
 MISSING = {
     "bench_gil": GIL_TARGETS + "\n\n",
     "bench_mainjob": MAINJOB_TARGET + "\n\n",
+    "bench_mainjob.movielens": MOVIELENS_TARGET + "\n\n",
+    "bench_mainjob.auth": AUTH_TARGET + "\n\n",
     "profile_mainjob": PROFILE_INTRO + "\n\n",
 }
 
 
 def render_section(name: str, results_dir: str) -> str:
-    path = os.path.join(results_dir, name + ".json")
-    script = SCRIPTS.get(name, f"scripts/{name}.py")
-    source = f"*Source: `results/{name}.json`, written by `{script}`.*\n\n"
-    if not os.path.exists(path):
-        return (MISSING.get(name, "") + f"`results/{name}.json` is not in the repository yet: run "
-                f"`python {script}` and commit the file, then `python scripts/render_benchmarks.py`.")
-    with open(path) as f:
-        data = json.load(f)
+    """The part of the page for ``name``: ``<file>`` renders results/<file>.json, ``<file>.<key>``
+    the entry ``key`` of that file (a second run of the same script, written beside the first)."""
+    file, _, key = name.partition(".")
+    path = os.path.join(results_dir, file + ".json")
+    script = SCRIPTS.get(name, f"scripts/{file}.py")
+    source = f"*Source: `results/{file}.json`" + (f", key `{key}`" if key else "") + f", written by `{script}`.*\n\n"
+    data = None
+    if os.path.exists(path):
+        with open(path) as f:
+            data = json.load(f)
+        if key:
+            data = data.get(key)
+    if data is None:
+        where = f"`results/{file}.json`" + (f" has no `{key}` entry" if key else " is not in the repository")
+        return (MISSING.get(name, "") + f"{where} yet: run `python {script}` and commit the file, then "
+                f"`python scripts/render_benchmarks.py`.")
     return source + SECTIONS.get(name, render_generic)(data)
 
 
@@ -593,7 +686,7 @@ def render_page(page: str, results_dir: str = RESULTS) -> str:
         name = match.group(1)
         return f"<!-- BEGIN {name} -->\n{render_section(name, results_dir)}\n<!-- END {name} -->"
 
-    rendered, _ = re.subn(r"<!-- BEGIN (\w+) -->\n.*?<!-- END \1 -->", replace, page, flags=re.S)
+    rendered, _ = re.subn(r"<!-- BEGIN ([\w.]+) -->\n.*?<!-- END \1 -->", replace, page, flags=re.S)
     missing = [n for n in SECTIONS if f"<!-- BEGIN {n} -->" not in page]
     if missing:
         raise ValueError(f"docs/benchmarks.md lacks the markers of {missing}")

@@ -24,6 +24,7 @@ coordinates: after every epoch it measures the held-out metric and prints one li
     torchrun --nproc-per-node=6 scripts/train.py     # the same job, started by torchrun
     python scripts/train.py --checkpoint-dir ckpt    # saves every epoch; started again, resumes
     python scripts/train.py --profile prof           # where the time goes, per worker (prof/profile.json)
+    python scripts/train.py --auth-key-file key      # authenticated RPC (openssl rand -hex 32 > key; docs/security.md)
 
 Workers: trainer0 (rank 0), server0 .. server{S-1} (ranks 1..S), then trainer1 .. trainer{T-1}.
 Beside this file: the workloads (``workloads/``), the options (``train_options.py``), starting

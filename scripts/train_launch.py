@@ -21,10 +21,18 @@ import torch
 TRANSPORTS = ["uv"]
 
 
-def init_worker_rpc(rank, names, master_addr=None, port=None):
-    """Joins this process to the job's RPC group as ``names[rank]`` (the job's only init_rpc)."""
+def init_worker_rpc(rank, names, master_addr=None, port=None, auth_key_file=None):
+    """Joins this process to the job's RPC group as ``names[rank]`` (the job's only init_rpc).
+
+    With ``auth_key_file`` (``--auth-key-file``) the workers prove the key on every
+    connection and MAC every message (docs/security.md); they then talk over the
+    authenticating transport, a TCP one like uv, which init_rpc picks by itself.
+    """
     import plugin.rpc
 
+    key = plugin.rpc.read_auth_key_file(auth_key_file) if auth_key_file else None
+    # a key from the environment (GILFREE_RPC_AUTH_KEY[_FILE], torchrun jobs) also needs that transport
+    keyed = key is not None or bool(os.environ.get("GILFREE_RPC_AUTH_KEY") or os.environ.get("GILFREE_RPC_AUTH_KEY_FILE"))
     plugin.rpc.init_rpc(
         rank=rank,
         world_size=len(names),
@@ -33,7 +41,8 @@ def init_worker_rpc(rank, names, master_addr=None, port=None):
         worker_names=names,
         num_worker_threads=8,
         rpc_timeout=120,
-        transports=TRANSPORTS,
+        transports=None if keyed else TRANSPORTS,
+        auth_key=key,
     )
 
 
@@ -46,7 +55,7 @@ def run_worker(rank, names, coordinate, args, port=None, master_addr=None):
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 <pid>: every thread's stack
     torch.set_num_threads(1)
-    init_worker_rpc(rank, names, master_addr, port)
+    init_worker_rpc(rank, names, master_addr, port, args.auth_key_file)
     try:
         if rank == 0:
             coordinate(args)

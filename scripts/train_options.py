@@ -57,6 +57,10 @@ def parse_args(argv=None, description=None):
     p.add_argument("--plot-out", default=os.path.join("results", "train", "loss.png"),
                    help="loss-curve PNG, written when matplotlib is installed (default results/train/loss.png)")
     p.add_argument("--port", type=int, default=0, help="rendezvous port when this script starts the workers (0: any free one)")
+    p.add_argument("--auth-key-file", default=None, metavar="PATH",
+                   help="the job's authentication key (docs/security.md): every worker reads it and the workers "
+                        "talk over the authenticating transport only; under torchrun give every worker the same "
+                        "file (or set GILFREE_RPC_AUTH_KEY_FILE). Default: no key")
     p.add_argument("--checkpoint-dir", default=None,
                    help="save the model shards and the optimizers' state here every --checkpoint-every epochs "
                         "and after the last; a job started again with the same folder resumes from its "
@@ -95,6 +99,13 @@ def parse_args(argv=None, description=None):
         p.error(f"--workload movielens steps sparse gradients: --optimizer must be one of {', '.join(SPARSE_OPTIMIZERS)}")
     if not movielens and args.optimizer == "sparse_adam":
         p.error("--optimizer sparse_adam steps sparse gradients only: use it with --workload movielens")
+    if args.auth_key_file is not None:
+        import plugin.rpc
+
+        try:  # a missing or short key fails here, before any worker starts
+            plugin.rpc.read_auth_key_file(args.auth_key_file)
+        except (OSError, ValueError) as e:
+            p.error(f"--auth-key-file: {e}")
     if args.perf_hz and not args.profile:
         p.error("--perf-hz needs --profile DIR")
     if args.profile and args.epochs < 2:

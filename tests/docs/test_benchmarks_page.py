@@ -34,8 +34,13 @@ def test_page_matches_the_committed_result_files():
 def test_every_existing_result_file_is_quoted():
     text = page()
     for name in R.SECTIONS:
-        path = os.path.join(R.RESULTS, name + ".json")
-        if os.path.exists(path):
+        file, _, key = name.partition(".")
+        path = os.path.join(R.RESULTS, file + ".json")
+        if key:  # an entry of a file
+            present = os.path.exists(path) and key in json.load(open(path))
+            assert (f"*Source: `results/{file}.json`, key `{key}`" if present
+                    else f"`results/{file}.json` has no `{key}` entry yet") in text, name
+        elif os.path.exists(path):
             assert f"*Source: `results/{name}.json`" in text, name
         else:
             assert f"`results/{name}.json` is not in the repository yet" in text, name
@@ -44,10 +49,32 @@ def test_every_existing_result_file_is_quoted():
 @pytest.fixture
 def results_copy(tmp_path):
     for name in R.SECTIONS:
-        path = os.path.join(R.RESULTS, name + ".json")
+        path = os.path.join(R.RESULTS, name.partition(".")[0] + ".json")
         if os.path.exists(path):
-            shutil.copy(path, tmp_path / (name + ".json"))
+            shutil.copy(path, tmp_path / os.path.basename(path))
     return tmp_path
+
+
+def test_an_entry_of_a_file_renders_from_that_entry(results_copy):
+    """bench_mainjob.json's "auth" entry (a second run of the script) has its own section; without
+    the entry the section says how to measure it."""
+    path = results_copy / "bench_mainjob.json"
+    data = json.loads(path.read_text())
+    data.pop("auth", None)
+    path.write_text(json.dumps(data))
+    assert "`results/bench_mainjob.json` has no `auth` entry yet: run `python scripts/bench_mainjob.py --auth`" in (
+        R.render_page(page(), str(results_copy)))
+    run = {"pair": 0, "samples_per_s": 900.0, "training_seconds": 10.0}
+    data["auth"] = {
+        "meta": {"torch": "2.13.0", "python": "3.11", "cpus": 2, "pairs": 1, "train_options": [], "workload": "digits",
+                 "job": {"trainers": 4, "servers": 2, "optimizer": "adam", "epochs": 20}, "parameters": 10, "note": ""},
+        "runs": [dict(run, stack="plugin+key"), dict(run, stack="plugin", samples_per_s=1000.0)],
+        "ratios": [0.9], "median_ratio": 0.9, "target": 0.95,
+    }
+    path.write_text(json.dumps(data))
+    text = R.render_page(page(), str(results_copy))
+    assert "*Source: `results/bench_mainjob.json`, key `auth`" in text
+    assert "| keyed / unkeyed samples/s (median of pairs) | >= 0.95x | 0.900x | **missed** |" in text
 
 
 def test_a_missing_file_renders_a_note(results_copy):

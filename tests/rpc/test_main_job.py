@@ -386,6 +386,29 @@ def test_a_resumed_run_equals_an_uninterrupted_run(tmp_path):
     assert load_checkpoint(split)["epochs_done"] == 3
 
 
+def test_an_auth_key_file_changes_nothing_but_the_transport(tmp_path):
+    """--auth-key-file (issue 21): the job trains over the authenticating transport to exactly the
+    parameters and optimizer state of the same job without a key; a key file that is missing or
+    too short is refused before any worker starts, naming the option."""
+    key = tmp_path / "job.key"
+    key.write_text(os.urandom(32).hex() + "\n")
+    key.chmod(0o600)
+    runs = {}
+    for tag, extra in (("keyed", ["--auth-key-file", str(key)]), ("plain", [])):
+        r = run_job(DETERMINISTIC + ["--epochs", "2", "--checkpoint-dir", str(tmp_path / tag)] + extra
+                    + outputs(tmp_path, tag))
+        assert r.returncode == 0, r.stdout + r.stderr
+        runs[tag] = load_checkpoint(tmp_path / tag)
+    assert runs["keyed"]["epochs_done"] == 2
+    assert_same_checkpoint(runs["keyed"], runs["plain"])
+
+    short = tmp_path / "short.key"
+    short.write_text("abc\n")
+    for path, expected in ((short, "has 3 bytes; at least 16 are needed"), (tmp_path / "none", "No such file")):
+        r = run_job(TINY + ["--auth-key-file", str(path)] + outputs(tmp_path, "refused"), timeout=60)
+        assert r.returncode == 2 and "--auth-key-file" in r.stderr and expected in r.stderr, r.stderr
+
+
 def test_torchrun_restarts_the_group_after_a_server_is_killed_and_the_job_resumes(tmp_path):
     """torchrun --max-restarts=1; SIGKILL to server0 after the second epoch: torchrun restarts
     every worker, the job resumes from its last checkpoint and finishes, accuracy >= 0.90."""
