@@ -49,7 +49,7 @@ import train_launch  # noqa: E402
 import workloads  # noqa: E402
 from train_options import TORCH_NAMES, parse_args  # noqa: E402
 from train_outputs import write_outputs  # noqa: E402
-from train_profile import TIMERS, Profile  # noqa: E402
+from train_profile import TIMERS, Profile, resident_bytes  # noqa: E402
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)  # torch's own TorchScript warnings (--stack torch)
 
@@ -194,6 +194,7 @@ def coordinate(args):
     trainers = [n for n in names if n.startswith("trainer")]
     workload = workloads.get(args.workload)
     checkpoint = train_checkpoint.load(args)
+    baseline_rss = {server: rpc.rpc_sync(server, resident_bytes) for server in servers}  # before the tables
     shards = [rpc.remote(server, cls, args=ctor_args)
               for server, (cls, ctor_args) in zip(servers, workload.shard_specs(args))]
     train, held_out = workload.load_data(args)
@@ -259,7 +260,7 @@ def coordinate(args):
     }
     if args.workload == "digits":
         metrics["layers"] = workload.layer_sizes(args)
-    metrics["servers_memory"] = train_checkpoint.servers_memory(shards, local_optimizers)
+    metrics["servers_memory"] = train_checkpoint.servers_memory(shards, local_optimizers, baseline_rss)
     write_outputs(metrics, args, workload.PLOT)
     if profile is not None:
         profile.write()

@@ -192,12 +192,15 @@ def memory_on_server(shard_rref, optimizer_rrefs):
     return {"rss_bytes": rss, "parameter_bytes": params, "optimizer_state_bytes": state}
 
 
-def servers_memory(shards, optimizer_rrefs):
-    """``{server: memory_on_server(...)}``; the optimizer state is counted on the plugin stack
-    only (``optimizer_rrefs`` None: torch's local optimizers are out of reach, counted as 0)."""
+def servers_memory(shards, optimizer_rrefs, baseline_rss):
+    """``{server: memory_on_server(...)}`` with ``baseline_rss_bytes``, the server's RSS before
+    its shard was built (``baseline_rss``: Python, torch and the RPC agent); the optimizer state
+    is counted on the plugin stack only (``optimizer_rrefs`` None: torch's local optimizers are
+    out of reach, counted as 0)."""
     out = {}
     for rref in shards:
         server = rref.owner().name
         mine = {f"trainer{k}": rrefs[server] for k, rrefs in enumerate(optimizer_rrefs or [])}
-        out[server] = rpc.rpc_sync(server, memory_on_server, args=(rref, mine))
+        out[server] = dict(rpc.rpc_sync(server, memory_on_server, args=(rref, mine)),
+                           baseline_rss_bytes=baseline_rss[server])
     return out

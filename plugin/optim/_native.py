@@ -135,8 +135,8 @@ class LocalOptimizer:
         if functional_class not in _NAMES:
             raise ValueError(f"LocalOptimizer: {functional_class!r} is not one of the eleven built-in functional optimizers")
         _kernels.load()  # the C++ calls functional_optim's kernels through the dispatcher
-        eager = functional_class(params, *args, **kwargs)
-        reason = _reason(eager, functional_class)
+        eager, real = _inspect(functional_class, params, args, kwargs)
+        reason = _reason(eager, functional_class, real)
         if reason is not None:
             raise ValueError(f"LocalOptimizer: {functional_class.__name__} cannot step natively here: {reason}")
         s = eager._s
@@ -150,7 +150,7 @@ class LocalOptimizer:
             self._extras.append({k: v for k, v in group.items() if k != "params" and k not in known})
         defaults = {"initial_accumulator_value": float(eager._fills["sum"])} if s.name == "adagrad" else {}
         self._object = torch.classes.dist_engine.LocalOptimizer(
-            s.name, [list(p) for p in s.cache_params], [dict(h) for h in s.hparams], [dict(o) for o in s.options],
+            s.name, [[real[id(p)] for p in group] for group in s.cache_params], [dict(h) for h in s.hparams], [dict(o) for o in s.options],
             [dict(t) for t in s.tensor_hparams], defaults,
         )
         self._handle: int = self._object.handle()
@@ -183,10 +183,10 @@ class LocalOptimizer:
             if flags.get(flag):
                 return f"{flag}=True"
         try:
-            eager = functional_class(params, *args, **kwargs)
+            eager, real = _inspect(functional_class, params, args, kwargs)
         except Exception:  # noqa: BLE001 (the constructor raises it again, with its message)
             return None
-        return _reason(eager, functional_class)
+        return _reason(eager, functional_class, real)
 
     @property
     def handle(self) -> int:
@@ -487,6 +487,54 @@ class LocalOptimizer:
         return f"LocalOptimizer({self._class.__name__}, handle={self._handle})"
 
 
+def _stand_in(t: Any, real: Dict[int, Tensor], made: Dict[int, Tensor]) -> Any:
+    """An empty tensor with ``t``'s dtype, device and ``requires_grad`` (the same one for the
+    same ``t``), recorded in ``real``; anything else as it is."""
+    if not isinstance(t, Tensor) or t.layout != torch.strided:
+        if isinstance(t, Tensor):
+            real[id(t)] = t
+        return t
+    if id(t) not in made:
+        made[id(t)] = torch.empty(0, dtype=t.dtype, device=t.device, requires_grad=t.requires_grad)
+        real[id(made[id(t)])] = t
+    return made[id(t)]
+
+
+def _inspect(functional_class: type, params: Any, args: tuple, kwargs: dict) -> Tuple[Any, Dict[int, Tensor]]:
+    """The eager instance that decides and describes the configuration, built over empty
+    stand-ins of the parameters, and ``{id(stand-in): parameter}``.
+
+    The eager instance is only read (groups, hyperparameters, flags, which kernels), and the
+    C++ object makes its own state; built over the parameters themselves, Adagrad's eager
+    instance would create a second copy of every parameter at construction (as torch's does),
+    freed at once but kept by the allocator of the RPC thread that built it: a server with a
+    local optimizer per trainer then held several unused copies of its tables. Where the
+    constructor rejects the stand-ins, it runs again over the parameters, so that its own
+    error (torch's message) is what the caller sees.
+    """
+    real: Dict[int, Tensor] = {}
+    made: Dict[int, Tensor] = {}
+    params = list(params) if not isinstance(params, (list, tuple, Tensor, dict)) else params
+
+    def swap(entry: Any) -> Any:
+        if isinstance(entry, dict):
+            group = dict(entry)
+            if "params" in group:
+                group["params"] = swap(group["params"])
+            return group
+        if isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], str):  # (name, tensor)
+            return (entry[0], _stand_in(entry[1], real, made))
+        if isinstance(entry, (list, tuple)):
+            return type(entry)(swap(e) if isinstance(e, (dict, tuple)) else _stand_in(e, real, made) for e in entry)
+        return _stand_in(entry, real, made)
+
+    try:
+        return functional_class(swap(params), *args, **kwargs), real
+    except Exception:  # noqa: BLE001 (raised again below, or not at all)
+        eager = functional_class(params, *args, **kwargs)
+        return eager, {id(p): p for group in eager._s.cache_params for p in group}
+
+
 def _given_flags(functional_class: type, params: Any, args: tuple, kwargs: dict) -> Dict[str, Any]:
     """The flags ``differentiable`` and ``capturable`` as given (arguments, or any param group)."""
     flags: Dict[str, Any] = {}
@@ -506,14 +554,15 @@ def _given_flags(functional_class: type, params: Any, args: tuple, kwargs: dict)
     return flags
 
 
-def _reason(eager: Any, functional_class: type) -> Optional[str]:
-    """Why the eager instance's groups do not all step through a fused kernel (None if they do)."""
+def _reason(eager: Any, functional_class: type, real: Dict[int, Tensor]) -> Optional[str]:
+    """Why the eager instance's groups do not all step through a fused kernel (None if they do);
+    ``real`` maps its (stand-in) parameters to the parameters."""
     s = eager._s
     many = s.num_groups() > 1
     for g in range(s.num_groups()):
         if s.impl[g] == "fused" and s.name == "sparse_adam":
             for p in s.cache_params[g]:
-                if not p.is_contiguous():  # the sparse kernel addresses rows of contiguous parameters
+                if not real[id(p)].is_contiguous():  # the sparse kernel addresses rows of contiguous parameters
                     reason = "a non-contiguous parameter (the fused sparse kernel needs contiguous ones)"
                     return f"{reason} (param group {g})" if many else reason
         if s.impl[g] == "fused":
