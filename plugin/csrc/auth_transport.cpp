@@ -197,6 +197,34 @@ bool recvAll(int fd, void* data, size_t length, std::chrono::steady_clock::time_
   return true;
 }
 
+// Blocking receipt of exactly the buffers' bytes, in order, with as few system calls as the
+// data already arrived allows; false on EOF or error.
+bool recvAllv(int fd, iovec* parts, size_t count) {
+  while (count > 0) {
+    msghdr message{};
+    message.msg_iov = parts;
+    message.msg_iovlen = count;
+    ssize_t n = ::recvmsg(fd, &message, 0);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      return false;
+    }
+    size_t got = static_cast<size_t>(n);
+    while (count > 0 && got >= parts->iov_len) {
+      got -= parts->iov_len;
+      ++parts;
+      --count;
+    }
+    if (count > 0) {
+      parts->iov_base = static_cast<char*>(parts->iov_base) + got;
+      parts->iov_len -= got;
+    }
+  }
+  return true;
+}
+
 // Threads of this transport still running (Context::join waits for them).
 std::atomic<int> liveThreads{0};
 
@@ -270,7 +298,7 @@ class Link : public std::enable_shared_from_this<Link> {
       return;
     }
     reads_.push_back(ReadOp{ptr, length, std::move(fn)});
-    cv_.notify_all();
+    readCv_.notify_one();  // the reader alone waits for reads
   }
 
   void write(WriteOp op) {
@@ -282,7 +310,7 @@ class Link : public std::enable_shared_from_this<Link> {
       return;
     }
     writes_.push_back(std::move(op));
-    cv_.notify_all();
+    writeCv_.notify_one();  // the writer alone waits for writes
   }
 
   // Ends the connection: pending and later operations fail with `error`.
@@ -301,7 +329,8 @@ class Link : public std::enable_shared_from_this<Link> {
       }
       reads.swap(reads_);
       writes.swap(writes_);
-      cv_.notify_all();
+      readCv_.notify_all();
+      writeCv_.notify_all();
     }
     for (auto& op : reads) {
       op.fn(error, nullptr, 0);
@@ -427,7 +456,7 @@ class Link : public std::enable_shared_from_this<Link> {
       WriteOp op;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        cv_.wait(lock, [&] { return closed_ || !writes_.empty(); });
+        writeCv_.wait(lock, [&] { return closed_ || !writes_.empty(); });
         if (closed_) {
           return;
         }
@@ -459,7 +488,7 @@ class Link : public std::enable_shared_from_this<Link> {
       ReadOp op;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        cv_.wait(lock, [&] { return closed_ || !reads_.empty(); });
+        readCv_.wait(lock, [&] { return closed_ || !reads_.empty(); });
         if (closed_) {
           return;
         }
@@ -498,7 +527,8 @@ class Link : public std::enable_shared_from_this<Link> {
         target = owned.get();
       }
       Tag received{};
-      if (!recvAll(fd_, target, length) || !recvAll(fd_, received.data(), kTagSize)) {
+      iovec rest[2] = {{target, length}, {received.data(), kTagSize}};  // the payload and its tag: one call
+      if (!recvAllv(fd_, rest, 2)) {
         fail_op(transportError("connection to " + peer_ + " closed within a frame (EOF)"));
         return;
       }
@@ -518,7 +548,9 @@ class Link : public std::enable_shared_from_this<Link> {
   std::string peer_;
   int fd_ = -1;
   std::mutex mutex_;
-  std::condition_variable cv_;
+  // One for each loop: a read queued for TensorPipe wakes the reader only, a write the writer.
+  std::condition_variable readCv_;
+  std::condition_variable writeCv_;
   bool closed_ = false;
   Error error_;
   std::deque<ReadOp> reads_;
