@@ -250,6 +250,12 @@ struct WriteOp {
   size_t length;
   std::unique_ptr<uint8_t[]> owned;  // the serialized nop object
   tpt::Connection::write_callback_fn fn;
+  // The rest of a frame that write() began to send itself (header and tag already made,
+  // `sent` bytes of header, payload and tag already on the socket): the writer sends the rest.
+  bool framed = false;
+  size_t sent = 0;
+  std::array<uint8_t, kHeaderSize> header{};
+  Tag trailer{};
 };
 
 class Link : public std::enable_shared_from_this<Link> {
@@ -301,12 +307,50 @@ class Link : public std::enable_shared_from_this<Link> {
     readCv_.notify_one();  // the reader alone waits for reads
   }
 
+  // Sends the frame on the caller's thread when the link is idle (authenticated, nothing queued,
+  // the writer not sending) and the socket takes it whole without blocking; otherwise, or for
+  // what the socket did not take, the writer thread sends it. Frames leave in the order of
+  // the calls: only the holder of `writing_` sends, and it numbers the frame it sends.
   void write(WriteOp op) {
     std::unique_lock<std::mutex> lock(mutex_);
     if (closed_) {
       Error error = error_;
       lock.unlock();
       op.fn(error);
+      return;
+    }
+    if (authenticated_ && !writing_ && writes_.empty()) {
+      writing_ = true;
+      lock.unlock();
+      frame(op);
+      iovec parts[3];
+      const size_t total = framedParts(op, parts);
+      msghdr message{};
+      message.msg_iov = parts;
+      message.msg_iovlen = 3;
+      ssize_t n = ::sendmsg(fd_, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        Error error = transportError("write to " + peer_ + " failed: " + std::strerror(errno));
+        lock.lock();
+        writing_ = false;
+        lock.unlock();
+        op.fn(error);
+        fail(error);
+        return;
+      }
+      op.sent = n > 0 ? static_cast<size_t>(n) : 0;
+      lock.lock();
+      writing_ = false;
+      if (op.sent == total) {
+        if (!writes_.empty()) {
+          writeCv_.notify_one();
+        }
+        lock.unlock();
+        op.fn(Error());
+        return;
+      }
+      writes_.push_front(std::move(op));  // the rest of this frame before anything queued since
+      writeCv_.notify_one();
       return;
     }
     writes_.push_back(std::move(op));
@@ -427,11 +471,19 @@ class Link : public std::enable_shared_from_this<Link> {
   }
 
  public:
+  // After the handshake and once the writer thread runs: write() may send by itself.
+  void markAuthenticated() {
+    std::lock_guard<std::mutex> guard(mutex_);
+    authenticated_ = true;
+  }
+
+ public:
   void startWriter() {
     auto self = shared_from_this();
     startThread([self]() {
       self->writeLoop();
     });
+    markAuthenticated();
   }
 
  private:
@@ -450,29 +502,61 @@ class Link : public std::enable_shared_from_this<Link> {
     return mac.finish();
   }
 
+  // Makes `op` a frame: its header (length and the header's tag) and its payload's tag, under
+  // the next sequence number. Called by the holder of `writing_` only.
+  void frame(WriteOp& op) {
+    std::string length = le64(op.length);
+    std::memcpy(op.header.data(), length.data(), 8);
+    Tag tag = headerTag(*sendMac_, sendSequence_, op.length);
+    std::memcpy(op.header.data() + 8, tag.data(), kTagSize);
+    op.trailer = payloadTag(*sendMac_, sendSequence_, op.length, op.ptr);
+    ++sendSequence_;
+    op.framed = true;
+  }
+
+  // The frame's unsent bytes as iovecs in `parts` (3 entries); returns all its bytes' count.
+  static size_t framedParts(WriteOp& op, iovec* parts) {
+    parts[0] = {op.header.data(), kHeaderSize};
+    parts[1] = {const_cast<void*>(op.ptr), op.length};
+    parts[2] = {op.trailer.data(), kTagSize};
+    return kHeaderSize + op.length + kTagSize;
+  }
+
   void writeLoop() {
-    uint64_t sequence = 0;
     while (true) {
       WriteOp op;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        writeCv_.wait(lock, [&] { return closed_ || !writes_.empty(); });
+        writeCv_.wait(lock, [&] { return closed_ || (!writes_.empty() && !writing_); });
         if (closed_) {
           return;
         }
         op = std::move(writes_.front());
         writes_.pop_front();
+        writing_ = true;
       }
-      uint8_t header[kHeaderSize];
-      std::string length = le64(op.length);
-      std::memcpy(header, length.data(), 8);
-      Tag tag = headerTag(*sendMac_, sequence, op.length);
-      std::memcpy(header + 8, tag.data(), kTagSize);
-      Tag trailer = payloadTag(*sendMac_, sequence, op.length, op.ptr);
-      ++sequence;
-      iovec parts[3] = {
-          {header, kHeaderSize}, {const_cast<void*>(op.ptr), op.length}, {trailer.data(), kTagSize}};
-      if (!sendAllv(fd_, parts, 3)) {
+      if (!op.framed) {
+        frame(op);
+      }
+      iovec parts[3];
+      framedParts(op, parts);
+      // skip what write() already sent of this frame
+      size_t skip = op.sent;
+      size_t first = 0;
+      while (first < 3 && skip >= parts[first].iov_len) {
+        skip -= parts[first].iov_len;
+        ++first;
+      }
+      if (first < 3) {
+        parts[first].iov_base = static_cast<char*>(parts[first].iov_base) + skip;
+        parts[first].iov_len -= skip;
+      }
+      const bool ok = first == 3 || sendAllv(fd_, parts + first, 3 - first);
+      {
+        std::lock_guard<std::mutex> guard(mutex_);
+        writing_ = false;
+      }
+      if (!ok) {
         Error error = transportError("write to " + peer_ + " failed: " + std::strerror(errno));
         op.fn(error);
         fail(error);
@@ -555,6 +639,9 @@ class Link : public std::enable_shared_from_this<Link> {
   Error error_;
   std::deque<ReadOp> reads_;
   std::deque<WriteOp> writes_;
+  bool authenticated_ = false;  // the handshake passed and the writer runs
+  bool writing_ = false;        // a thread is sending a frame (it alone uses sendMac_ and sendSequence_)
+  uint64_t sendSequence_ = 0;
   std::unique_ptr<Hmac> sendMac_;
   std::unique_ptr<Hmac> recvMac_;
 };
