@@ -100,6 +100,9 @@ def main(argv=None):
     p.add_argument("--pairs", type=int, default=3, help="runs per stack, in alternating order (default 3)")
     p.add_argument("--out", default=os.path.join(REPO, "results", "bench_mainjob.json"),
                    help="where to write the JSON (default results/bench_mainjob.json)")
+    p.add_argument("--key", default=None,
+                   help="the entry of --out to write a movielens or --auth run under (default \"movielens\", "
+                        "\"auth\" or \"auth_movielens\"; e.g. movielens_torch214 for a run on another torch)")
     p.add_argument("--note", default="", help="a sentence on the conditions of the run (load, machine), stored in the JSON")
     args = p.parse_args(argv)
     if args.pairs < 1:
@@ -138,7 +141,7 @@ def main(argv=None):
     if os.path.exists(args.out):
         with open(args.out) as f:
             existing = json.load(f)
-    data.update({k: v for k, v in existing.items() if k in ("movielens", "auth", "auth_movielens")})
+    data.update({k: v for k, v in existing.items() if k not in data})  # the other runs' entries
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(data, f, indent=2)
@@ -175,7 +178,7 @@ def _merge(out, key, data):
 
 
 def _write_auth(args, extra, runs, ratios, median, load_start):
-    key = "auth" if args.workload == "digits" else f"auth_{args.workload}"
+    key = args.key or ("auth" if args.workload == "digits" else f"auth_{args.workload}")
     data = {"meta": _meta(args, extra, runs, load_start), "runs": runs, "ratios": ratios, "median_ratio": median,
             "target": TARGET_AUTH}
     _merge(args.out, key, data)
@@ -207,13 +210,13 @@ def _write_movielens(args, extra, runs, ratios, median, load_start):
     memory = _memory(runs)
     data = {"meta": _meta(args, extra, runs, load_start), "runs": runs, "ratios": ratios, "median_ratio": median,
             "target": TARGET_MOVIELENS, "memory": memory, "memory_target": MEMORY_TARGET}
-    _merge(args.out, "movielens", data)
+    _merge(args.out, args.key or "movielens", data)
     print(f"movielens: median plugin/torch samples/s over {args.pairs} pairs: {median:.3f}x (target >= "
           f"{TARGET_MOVIELENS}x); pairs: {', '.join(f'{r:.3f}' for r in ratios)}")
     print(f"servers' RSS growth / (tables + optimizer state, {memory['model_and_state_bytes'] / 2**20:,.0f} MiB): "
           f"plugin {memory['plugin']['ratio']:.2f}x, torch {memory['torch']['ratio']:.2f}x (target <= {MEMORY_TARGET}x); "
           f"whole RSS: plugin {memory['plugin']['ratio_total']:.2f}x, torch {memory['torch']['ratio_total']:.2f}x; "
-          f"wrote {args.out} (key \"movielens\")")
+          f"wrote {args.out} (key \"{args.key or 'movielens'}\")")
     return 0
 
 
