@@ -489,3 +489,26 @@ def test_tensor_hyperparameters_and_a_scheduler(cluster):
     with pytest.raises(ValueError, match=r"owner 'worker1': ValueError: lr as a Tensor is not supported for "
                                          r"capturable=False and foreach=True"):
         DistributedOptimizer(torch.optim.Adam, list(rrefs.values()), lr=torch.tensor(0.1), foreach=True)
+
+
+@pytest.mark.timeout(180)
+def test_adagrad_state_is_made_once_per_owner_and_optimizer(tmp_path):
+    """Four DistributedOptimizer(torch.optim.Adagrad) over a 64 MiB parameter, built at once:
+    the owner's resident memory grows by about four copies of the parameter (each optimizer's
+    'sum'), not more. (It grew by twelve when each construction also built, and dropped,
+    functional_optim's eager Adagrad over the parameter: torch's Adagrad creates its state at
+    construction, and the freed copies stayed with the owner's RPC threads.)"""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.support import REPO
+
+    script = os.path.join(REPO, "tests", "support", "adagrad_memory_job.py")
+    r = subprocess.run([sys.executable, script], cwd=REPO, capture_output=True, text=True, timeout=150)
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = json.loads(r.stdout.strip().splitlines()[-1])
+    assert m["built"] == 4 and not m["errors"], m
+    growth = m["after"] - m["before"]
+    assert growth <= 6 * m["param_bytes"], f"the owner grew by {growth / m['param_bytes']:.1f} parameter copies: {m}"
