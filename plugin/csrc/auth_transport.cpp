@@ -139,6 +139,20 @@ bool sendAll(int fd, const void* data, size_t length) {
   return true;
 }
 
+// Drops the first `n` bytes of the buffers `parts[0, count)`: the buffers wholly done are
+// skipped (and empty ones), the one partly done starts after its done bytes.
+void advance(iovec*& parts, size_t& count, size_t n) {
+  while (count > 0 && n >= parts->iov_len) {
+    n -= parts->iov_len;
+    ++parts;
+    --count;
+  }
+  if (count > 0) {
+    parts->iov_base = static_cast<char*>(parts->iov_base) + n;
+    parts->iov_len -= n;
+  }
+}
+
 // Sends the buffers in order, with as few system calls as the socket allows (one frame is
 // header, payload and tag: one sendmsg on a socket with room).
 bool sendAllv(int fd, iovec* parts, size_t count) {
@@ -153,16 +167,7 @@ bool sendAllv(int fd, iovec* parts, size_t count) {
     if (n <= 0) {
       return false;
     }
-    size_t sent = static_cast<size_t>(n);
-    while (count > 0 && sent >= parts->iov_len) {
-      sent -= parts->iov_len;
-      ++parts;
-      --count;
-    }
-    if (count > 0) {
-      parts->iov_base = static_cast<char*>(parts->iov_base) + sent;
-      parts->iov_len -= sent;
-    }
+    advance(parts, count, static_cast<size_t>(n));
   }
   return true;
 }
@@ -211,16 +216,7 @@ bool recvAllv(int fd, iovec* parts, size_t count) {
     if (n <= 0) {
       return false;
     }
-    size_t got = static_cast<size_t>(n);
-    while (count > 0 && got >= parts->iov_len) {
-      got -= parts->iov_len;
-      ++parts;
-      --count;
-    }
-    if (count > 0) {
-      parts->iov_base = static_cast<char*>(parts->iov_base) + got;
-      parts->iov_len -= got;
-    }
+    advance(parts, count, static_cast<size_t>(n));
   }
   return true;
 }
@@ -538,20 +534,12 @@ class Link : public std::enable_shared_from_this<Link> {
       if (!op.framed) {
         frame(op);
       }
-      iovec parts[3];
-      framedParts(op, parts);
-      // skip what write() already sent of this frame
-      size_t skip = op.sent;
-      size_t first = 0;
-      while (first < 3 && skip >= parts[first].iov_len) {
-        skip -= parts[first].iov_len;
-        ++first;
-      }
-      if (first < 3) {
-        parts[first].iov_base = static_cast<char*>(parts[first].iov_base) + skip;
-        parts[first].iov_len -= skip;
-      }
-      const bool ok = first == 3 || sendAllv(fd_, parts + first, 3 - first);
+      iovec all[3];
+      framedParts(op, all);
+      iovec* parts = all;
+      size_t count = 3;
+      advance(parts, count, op.sent);  // what write() already sent of this frame
+      const bool ok = sendAllv(fd_, parts, count);
       {
         std::lock_guard<std::mutex> guard(mutex_);
         writing_ = false;
