@@ -86,15 +86,18 @@ def alive(pid):
 ])
 def test_the_job_trains_and_writes_its_metrics(tmp_path, stack):
     """A small job per stack: a progress line per epoch, metrics with the top-level keys, the plot;
-    both stacks learn the digits (held-out accuracy well above chance, 0.1)."""
-    r = run_job(TINY + ["--epochs", "4", "--stack", stack, "--lr", "3e-3"] + outputs(tmp_path, stack))
+    both stacks learn the digits (held-out accuracy well above chance, 0.1). The trainers step
+    asynchronously, so a run's accuracy varies: after 4 epochs it ranged 0.72 to 0.86 over
+    runs, after 8 (taken here) 0.89 to 0.92."""
+    r = run_job(TINY + ["--epochs", "8", "--stack", stack, "--lr", "3e-3"] + outputs(tmp_path, stack))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert [line.split()[1] for line in r.stdout.splitlines() if line.startswith("epoch")] == ["1/4", "2/4", "3/4", "4/4"]
+    assert [line.split()[1] for line in r.stdout.splitlines() if line.startswith("epoch")] == [
+        f"{k}/8" for k in range(1, 9)]
     with open(tmp_path / f"{stack}.json") as f:
         m = json.load(f)
     assert m["accuracy"] == m["epochs"][-1]["accuracy"] > 0.8, (stack, m["epochs"])
     assert m["samples_per_s"] > 0 and m["config"]["stack"] == stack and m["config"]["trainers"] == 4
-    assert sum(e["samples"] for e in m["epochs"]) == 4 * m["train_samples"]
+    assert sum(e["samples"] for e in m["epochs"]) == 8 * m["train_samples"]
     if _has_matplotlib():
         assert (tmp_path / f"{stack}.png").stat().st_size > 0
 
