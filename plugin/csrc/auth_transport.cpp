@@ -122,23 +122,6 @@ uint64_t readLe64(const uint8_t* p) {
   return value;
 }
 
-// Blocking I/O of exactly `length` bytes; false on EOF, error or (when deadline is set) time-out.
-bool sendAll(int fd, const void* data, size_t length) {
-  const char* p = static_cast<const char*>(data);
-  while (length > 0) {
-    ssize_t n = ::send(fd, p, length, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      return false;
-    }
-    p += n;
-    length -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
 // Drops the first `n` bytes of the buffers `parts[0, count)`: the buffers wholly done are
 // skipped (and empty ones), the one partly done starts after its done bytes.
 void advance(iovec*& parts, size_t& count, size_t n) {
@@ -153,14 +136,15 @@ void advance(iovec*& parts, size_t& count, size_t n) {
   }
 }
 
-// Sends the buffers in order, with as few system calls as the socket allows (one frame is
-// header, payload and tag: one sendmsg on a socket with room).
-bool sendAllv(int fd, iovec* parts, size_t count) {
+// Moves exactly the buffers' bytes, in order, through `io` (a blocking sendmsg or recvmsg of
+// the message it is given), with as few calls as the socket allows; false on EOF or error.
+template <class Io>
+bool transferAll(iovec* parts, size_t count, Io io) {
   while (count > 0) {
     msghdr message{};
     message.msg_iov = parts;
     message.msg_iovlen = count;
-    ssize_t n = ::sendmsg(fd, &message, MSG_NOSIGNAL);
+    ssize_t n = io(&message);
     if (n < 0 && errno == EINTR) {
       continue;
     }
@@ -172,6 +156,24 @@ bool sendAllv(int fd, iovec* parts, size_t count) {
   return true;
 }
 
+// Sends the buffers in order (one frame is header, payload and tag: one sendmsg on a socket
+// with room).
+bool sendAllv(int fd, iovec* parts, size_t count) {
+  return transferAll(parts, count, [fd](msghdr* message) { return ::sendmsg(fd, message, MSG_NOSIGNAL); });
+}
+
+bool sendAll(int fd, const void* data, size_t length) {
+  iovec part{const_cast<void*>(data), length};
+  return sendAllv(fd, &part, 1);
+}
+
+// Receives exactly the buffers' bytes (a frame's payload and tag: one recvmsg when they have
+// arrived).
+bool recvAllv(int fd, iovec* parts, size_t count) {
+  return transferAll(parts, count, [fd](msghdr* message) { return ::recvmsg(fd, message, 0); });
+}
+
+// Blocking receipt of exactly `length` bytes; false on EOF, error or (when deadline is set) time-out.
 bool recvAll(int fd, void* data, size_t length, std::chrono::steady_clock::time_point* deadline = nullptr) {
   char* p = static_cast<char*>(data);
   while (length > 0) {
@@ -198,25 +200,6 @@ bool recvAll(int fd, void* data, size_t length, std::chrono::steady_clock::time_
     }
     p += n;
     length -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
-// Blocking receipt of exactly the buffers' bytes, in order, with as few system calls as the
-// data already arrived allows; false on EOF or error.
-bool recvAllv(int fd, iovec* parts, size_t count) {
-  while (count > 0) {
-    msghdr message{};
-    message.msg_iov = parts;
-    message.msg_iovlen = count;
-    ssize_t n = ::recvmsg(fd, &message, 0);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      return false;
-    }
-    advance(parts, count, static_cast<size_t>(n));
   }
   return true;
 }

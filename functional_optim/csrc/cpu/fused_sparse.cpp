@@ -63,16 +63,20 @@ void checkSparse(const char* op, at::TensorList params, at::TensorList grads, st
   }
 }
 
-// Calls `body(offset, values)` for each entry of the coalesced `grad`, in parallel: `offset`
-// is the entry's first element in the (contiguous) parameter, `values` its `block` values.
+// Calls `body(offset, values)` for each entry of the sparse `grad`: `offset` is the entry's
+// first element in the (contiguous) parameter, `values` its `block` values. A coalesced
+// gradient's entries are distinct rows, taken in parallel; with `inOrder` the entries are
+// taken one after the other on this thread, in their order (duplicate rows allowed).
 template <class T, class Body>
-void forEachRow(const at::Tensor& param, const at::Tensor& coalesced, const at::Tensor& values, const Body& body) {
-  const int64_t nnz = coalesced._nnz();
+void forEachRow(
+    const at::Tensor& param, const at::Tensor& grad, const at::Tensor& values, const Body& body,
+    bool inOrder = false) {
+  const int64_t nnz = grad._nnz();
   if (nnz == 0) {
     return;
   }
-  const int64_t sparseDim = coalesced.sparse_dim();
-  const at::Tensor indices = coalesced._indices().contiguous();
+  const int64_t sparseDim = grad.sparse_dim();
+  const at::Tensor indices = grad._indices().contiguous();
   const int64_t* idx = indices.data_ptr<int64_t>();
   const T* val = values.data_ptr<T>();
   const int64_t block = values.numel() / nnz;
@@ -80,7 +84,7 @@ void forEachRow(const at::Tensor& param, const at::Tensor& coalesced, const at::
   // Threads only for steps of more than 256K elements (1 MiB of float32 rows): below that,
   // waking the pool costs more than the rows (1,000 rows of 64 ran slower on 2 threads than on 1).
   const int64_t grain = std::max<int64_t>(1, 262144 / std::max<int64_t>(block, 1));
-  at::parallel_for(0, nnz, grain, [&](int64_t begin, int64_t end) {
+  auto rows = [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
       int64_t offset = 0;
       for (int64_t d = 0; d < sparseDim; ++d) {
@@ -88,7 +92,12 @@ void forEachRow(const at::Tensor& param, const at::Tensor& coalesced, const at::
       }
       body(offset, val + k * block, block);
     }
-  });
+  };
+  if (inOrder) {
+    rows(0, nnz);
+  } else {
+    at::parallel_for(0, nnz, grain, rows);
+  }
 }
 
 // `grad` coalesced, its values contiguous.
@@ -211,35 +220,13 @@ void sparseSgdKernel(at::TensorList params, at::TensorList grads, double lr, boo
       using M = at::opmath_type<T>;
       T* p = params[i].data_ptr<T>();
       const M minusLr = static_cast<M>(-lr);
-      if (inOrder) {
-        const int64_t nnz = coalesced._nnz(), sparseDim = coalesced.sparse_dim();
-        if (nnz == 0) {
-          return;
-        }
-        const at::Tensor indices = coalesced._indices().contiguous();
-        const int64_t* idx = indices.data_ptr<int64_t>();
-        const T* val = values.data_ptr<T>();
-        const int64_t block = values.numel() / nnz;
-        for (int64_t k = 0; k < nnz; ++k) {
-          int64_t offset = 0;
-          for (int64_t d = 0; d < sparseDim; ++d) {
-            offset += idx[d * nnz + k] * params[i].stride(d);
-          }
-          if (maximize) {
-            sgdRow<T, M, true>(p + offset, val + k * block, block, minusLr);
-          } else {
-            sgdRow<T, M, false>(p + offset, val + k * block, block, minusLr);
-          }
-        }
-        return;
-      }
       forEachRow<T>(params[i], coalesced, values, [=](int64_t offset, const T* g, int64_t n) {
         if (maximize) {
           sgdRow<T, M, true>(p + offset, g, n, minusLr);
         } else {
           sgdRow<T, M, false>(p + offset, g, n, minusLr);
         }
-      });
+      }, inOrder);
     });
   }
 }
