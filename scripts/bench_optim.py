@@ -122,16 +122,21 @@ def _functional_class(name: str) -> Optional[type]:
 CLOCK: Callable[[], float] = time.perf_counter
 
 
+def _median_seconds(fn: Callable[[], Any], repeats: int) -> float:
+    """The median time of ``fn()`` over ``repeats`` calls, after 2 untimed ones."""
+    times = []
+    for _ in range(repeats + 2):
+        start = CLOCK()
+        fn()
+        times.append(CLOCK() - start)
+    return statistics.median(times[2:])
+
+
 def measure_bandwidth(numel: int, repeats: int) -> float:
     """GB/s of ``a.add_(b)`` on float32 tensors of ``numel`` elements (3 x 4 bytes per element)."""
     a = torch.ones(numel)
     b = torch.ones(numel)
-    times = []
-    for _ in range(repeats + 2):
-        start = CLOCK()
-        a.add_(b)
-        times.append(CLOCK() - start)
-    return 3 * 4 * numel / statistics.median(times[2:]) / 1e9
+    return 3 * 4 * numel / _median_seconds(lambda: a.add_(b), repeats) / 1e9
 
 
 def build_variants(name: str, shapes: List[Tuple[int, ...]], fused_phase: bool) -> Dict[str, Callable[[], None]]:
@@ -369,12 +374,7 @@ def measure_copy_bandwidth(numel: int, repeats: int) -> float:
     """GB/s of ``dst.copy_(src)`` on float32 tensors of ``numel`` elements (2 x 4 bytes per element)."""
     src = torch.ones(numel)
     dst = torch.empty(numel)
-    times = []
-    for _ in range(repeats + 2):
-        start = CLOCK()
-        dst.copy_(src)
-        times.append(CLOCK() - start)
-    return 2 * 4 * numel / statistics.median(times[2:]) / 1e9
+    return 2 * 4 * numel / _median_seconds(lambda: dst.copy_(src), repeats) / 1e9
 
 
 def sparse_variants(name: str, rows: int, cols: int, touched: int) -> Dict[str, Callable[[], None]]:

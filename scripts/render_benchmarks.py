@@ -439,6 +439,14 @@ def _loaded(meta: Dict[str, Any]) -> str:
     return f" (under load {peak:.0f} on {cpus} CPUs: rerun on a quiet machine)" if cpus and peak > cpus else ""
 
 
+def _conditions(meta: Dict[str, Any]) -> str:
+    """The run's note (a sentence) and the load averages at its start and end, as text."""
+    note = (meta.get("note") or "").strip()
+    return ((f" {note[0].upper()}{note[1:]}" + ("" if note.endswith(".") else ".") if note else "")
+            + (f" Load average (1, 5, 15 min) at the start: {_loads(meta['load_average']['start'])}; at the end: "
+               f"{_loads(meta['load_average']['end'])}." if meta.get("load_average") else ""))
+
+
 def render_bench_mainjob(data: Any) -> str:
     meta = data["meta"]
     job = meta["job"]
@@ -452,9 +460,7 @@ def render_bench_mainjob(data: Any) -> str:
         + (f"; `scripts/train.py` options {' '.join(meta['train_options'])}" if meta["train_options"] else "")
         + ". Throughput: training samples over the seconds of the training epochs (set-up and held-out "
         "evaluation excluded)."
-        + (f" {meta['note']}" if meta.get("note") else "")
-        + (f" Load average (1, 5, 15 min) at the start: {_loads(meta['load_average']['start'])}; at the end: "
-           f"{_loads(meta['load_average']['end'])}." if meta.get("load_average") else "")
+        + _conditions(meta)
     )
     out.append("")
     rows = []
@@ -479,13 +485,6 @@ MOVIELENS_TARGET = ("Targets (issue 22): on `scripts/train.py --workload moviele
                     "260 MiB before any table; the whole RSS is shown beside it).")
 AUTH_TARGET = ("Target (issue 21): the main job with an authentication key (`--auth-key-file`) at most 5 % slower "
                "than without one: keyed / unkeyed samples/s at least 0.95, the median over alternated pairs.")
-
-
-def _conditions(meta: Dict[str, Any]) -> str:
-    note = (meta.get("note") or "").strip()
-    return ((f" {note[0].upper()}{note[1:]}" + ("" if note.endswith(".") else ".") if note else "")
-            + (f" Load average (1, 5, 15 min) at the start: {_loads(meta['load_average']['start'])}; at the end: "
-               f"{_loads(meta['load_average']['end'])}." if meta.get("load_average") else ""))
 
 
 def render_bench_mainjob_movielens(data: Any) -> str:
@@ -573,9 +572,7 @@ def render_profile_mainjob(data: Any) -> str:
         f"Measured with torch {meta['torch']}, Python {meta['python']}, {meta['cpus']} CPUs, by "
         f"`{meta['command'].strip()}`: {job['trainers']} trainers, {job['servers']} servers, hidden width "
         f"{job['hidden']}, batch {job['batch_size']}, {job['optimizer']} lr={job['lr']:g}, {meta['epochs']} epochs "
-        f"per run, the first not measured." + (f" {meta['note']}" if meta.get("note") else "")
-        + (f" Load average (1, 5, 15 min) at the start: {_loads(meta['load_average']['start'])}; at the end: "
-           f"{_loads(meta['load_average']['end'])}." if meta.get("load_average") else "")
+        f"per run, the first not measured." + _conditions(meta)
     )
     out.append("")
     out.append("Wall-clock seconds per epoch, from timers in `scripts/train.py --profile` (trainers: the mean "
