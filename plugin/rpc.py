@@ -41,11 +41,13 @@ def read_auth_key_file(path: str) -> bytes:
     """
     with open(path, "rb") as f:
         key = f.read().rstrip()
+    return _long_enough(key, f"the authentication key in {path!r}", f" (for example: openssl rand -hex 32 > {path})")
+
+
+def _long_enough(key: bytes, what: str, hint: str = "") -> bytes:
+    """``key``, or ValueError naming ``what`` when it is shorter than the fewest bytes accepted."""
     if len(key) < _MIN_KEY_BYTES:
-        raise ValueError(
-            f"init_rpc(): the authentication key in {path!r} has {len(key)} bytes; at least {_MIN_KEY_BYTES} "
-            f"are needed (for example: openssl rand -hex 32 > {path})"
-        )
+        raise ValueError(f"init_rpc(): {what} has {len(key)} bytes; at least {_MIN_KEY_BYTES} are needed{hint}")
     return key
 
 
@@ -57,19 +59,9 @@ def _auth_key(auth_key) -> Optional[bytes]:
             auth_key = auth_key.encode()
         if not isinstance(auth_key, (bytes, bytearray)):
             raise TypeError(f"init_rpc(): auth_key must be str or bytes, got {type(auth_key).__name__}")
-        if len(auth_key) < _MIN_KEY_BYTES:
-            raise ValueError(
-                f"init_rpc(): auth_key has {len(auth_key)} bytes; at least {_MIN_KEY_BYTES} are needed "
-                f"(for example: openssl rand -hex 32)"
-            )
-        return bytes(auth_key)
+        return _long_enough(bytes(auth_key), "auth_key", " (for example: openssl rand -hex 32)")
     if os.environ.get("GILFREE_RPC_AUTH_KEY"):
-        key = os.environ["GILFREE_RPC_AUTH_KEY"].encode()
-        if len(key) < _MIN_KEY_BYTES:
-            raise ValueError(
-                f"init_rpc(): GILFREE_RPC_AUTH_KEY has {len(key)} bytes; at least {_MIN_KEY_BYTES} are needed"
-            )
-        return key
+        return _long_enough(os.environ["GILFREE_RPC_AUTH_KEY"].encode(), "GILFREE_RPC_AUTH_KEY")
     if os.environ.get("GILFREE_RPC_AUTH_KEY_FILE"):
         return read_auth_key_file(os.environ["GILFREE_RPC_AUTH_KEY_FILE"])
     return None

@@ -19,19 +19,15 @@ def make_parameter():
     return torch.nn.Parameter(torch.randn(ROWS, COLS))
 
 
-def resident_bytes():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def main():
     from tests.support.cluster import Cluster
+    from tests.support.graphs import resident_memory
     import plugin.optim
 
-    with Cluster(world_size=2, num_worker_threads=8, rpc_timeout=60.0, imports=("tests.support.adagrad_memory_job",)):
+    with Cluster(world_size=2, num_worker_threads=8, rpc_timeout=60.0, imports=("tests.support.adagrad_memory_job", "tests.support.graphs")):
         param = rpc.remote("worker1", make_parameter)
         param.to_here()
-        before = rpc.rpc_sync("worker1", resident_bytes)
+        before = rpc.rpc_sync("worker1", resident_memory)
         optimizers, errors = [], []
 
         def build():
@@ -45,7 +41,7 @@ def main():
             t.start()
         for t in threads:
             t.join()
-        after = rpc.rpc_sync("worker1", resident_bytes)
+        after = rpc.rpc_sync("worker1", resident_memory)
         print(json.dumps({"before": before, "after": after, "param_bytes": ROWS * COLS * 4, "built": len(optimizers),
                           "errors": errors}))
         del optimizers
