@@ -13,5 +13,6 @@ _load_library()
 from . import ops  # noqa: E402
 from . import autograd  # noqa: E402
 from . import optim  # noqa: E402,F401
+from . import embedding  # noqa: E402,F401
 
-__all__ = ["autograd", "ops"]
+__all__ = ["autograd", "embedding", "ops"]

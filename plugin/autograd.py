@@ -137,9 +137,14 @@ class BackwardError(RuntimeError):
 
 
 @torch.jit.unused
-def _backward_raising_backward_errors(context_id: int, roots: List[Tensor], retain_graph: bool, mode: str) -> None:
+def _backward_raising_backward_errors(context_id: int, roots: List[Tensor], retain_graph: bool, mode: str,
+                                      steps: Optional[List[int]] = None) -> None:
+    # ``steps``: DistributedOptimizer.backward_and_step's (ops._backward_and_step)
     try:
-        ops.backward(context_id, roots, retain_graph, mode)
+        if steps:
+            ops._backward_and_step(context_id, roots, retain_graph, mode, steps)
+        else:
+            ops.backward(context_id, roots, retain_graph, mode)
     except RuntimeError as error:
         parts = _errors.parse_pass_error(str(error))
         original = _errors.take_original_error(context_id)

@@ -23,7 +23,7 @@ RPC: each has a native RPC function (``gilfree_rpc.<op>``, ``plugin/csrc/rpc_fun
 that the library defines when it loads, called with :func:`plugin._rpc_functions.call`.
 """
 import contextlib
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -49,6 +49,25 @@ def backward(context_id: int, roots: List[Tensor], retain_graph: bool = False, m
             neither ``"smart"`` nor ``"fast"`` (not ``ValueError``: the op checks it).
     """
     torch.ops.dist_engine.backward(context_id, roots, retain_graph, mode)
+
+
+def _backward_and_step(context_id: int, roots: List[Tensor], retain_graph: bool, mode: str, steps: List[int]) -> None:
+    """The op ``dist_engine::backward`` with ``steps``: a pass in which each owner named there
+    applies its native local optimizer's step to the context's gradients as its part of the
+    pass ends (``plugin/csrc/step_in_backward.h``). ``steps``: ``[deadline_ms, worker_id,
+    handle, worker_id, handle, ...]`` (deadline in ms since the Unix epoch, ``-1`` for none; each
+    owner's RPC worker id and local optimizer handle). Read the outcomes with
+    :func:`_step_outcomes`."""
+    torch.ops.dist_engine.backward(context_id, roots, retain_graph, mode, steps)
+
+
+def _step_outcomes(context_id: int, workers: List[int]) -> List[int]:
+    """The op ``dist_engine::_step_outcomes``, on the worker that called
+    :func:`_backward_and_step`, after the pass: each worker's outcome of its step, in the order of
+    ``workers`` (RPC worker ids): 0 applied, 1 no part of the pass ran there (no gradient, nothing
+    to apply), 2 the deadline had passed, 3 its optimizer refused the gradients (nothing applied
+    there)."""
+    return torch.ops.dist_engine._step_outcomes(context_id, workers)
 
 
 def get_gradients(context_id: int) -> Dict[Tensor, Tensor]:
@@ -223,14 +242,16 @@ def _receive_gradients(
     retain_graph: bool,
     smart: bool,
     reached: List[int],
+    steps: List[int],
 ) -> torch.futures.Future[List[int]]:
     """The op ``dist_engine::_receive_gradients`` (RPC handler): gradients for this worker's
     send function ``autograd_message_id`` in pass ``pass_id``. The future completes when this
     worker may answer (see ``docs/engine.md``, "first contact"), with the reached workers'
     findings on their gradients (``[worker_id, fits, version, ...]``, see :func:`_checked_versions`)
-    for the pass's first message here, else with an empty list."""
+    for the pass's first message here, else with an empty list. ``steps``: the optimizer
+    steps the owners take as their parts end (see :func:`_backward_and_step`)."""
     return torch.ops.dist_engine._receive_gradients(
-        context_id, pass_id, autograd_message_id, grads, retain_graph, smart, reached
+        context_id, pass_id, autograd_message_id, grads, retain_graph, smart, reached, steps
     )
 
 
@@ -255,3 +276,30 @@ def _release_context(context_id: int) -> None:
 def _debug_info() -> Dict[str, int]:
     """The op ``dist_engine::_debug_info``: counters of this worker's engine."""
     return torch.ops.dist_engine._debug_info()
+
+
+# --- embedding-bag lookups served by RPC (plugin/csrc/remote_lookup.h; plugin/embedding.py) --
+
+
+def _share_table(weight: Tensor, mode: int) -> int:
+    """The op ``dist_engine::_share_table``: shares a 2-D table for lookups with the bag mode
+    ``mode`` (0 sum, 1 mean); returns its handle."""
+    return torch.ops.dist_engine._share_table(weight, mode)
+
+
+def _unshare_table(handle: int) -> bool:
+    """The op ``dist_engine::_unshare_table``: forgets a table's handle; whether it was shared."""
+    return torch.ops.dist_engine._unshare_table(handle)
+
+
+def _lookup_bags(context_id: int, handles: List[int], indices: List[Tensor], offsets: List[Tensor]) -> Tuple[Tensor, int]:
+    """The op ``dist_engine::_lookup_bags`` (RPC handler): the bags of tables ``handles`` side by
+    side and, when recorded in context ``context_id``, the send function's autograd_message_id
+    (-1 otherwise)."""
+    return torch.ops.dist_engine._lookup_bags(context_id, handles, indices, offsets)
+
+
+def _record_lookup_answer(context_id: int, autograd_message_id: int, from_worker: int, rows: Tensor) -> Tensor:
+    """The op ``dist_engine::_record_lookup_answer``: records the recv function of a lookup's
+    answer ``rows`` from worker ``from_worker`` (nothing when the id is -1); returns ``rows``."""
+    return torch.ops.dist_engine._record_lookup_answer(context_id, autograd_message_id, from_worker, rows)

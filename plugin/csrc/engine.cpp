@@ -4,6 +4,7 @@
 #include "graph_walk.h"
 #include "node_exec.h"
 #include "python_errors.h"
+#include "step_in_backward.h"
 #include "transport.h"
 #include "worker_error.h"
 
@@ -77,7 +78,12 @@ Engine& Engine::get() {
 // The worker that calls backward
 // ---------------------------------------------------------------------------
 
-void Engine::backward(int64_t contextId, const variable_list& roots, bool retainGraph, Mode mode) {
+void Engine::backward(
+    int64_t contextId,
+    const variable_list& roots,
+    bool retainGraph,
+    Mode mode,
+    std::vector<int64_t> steps) {
   // The profiler event around the whole pass, named as the one torch's
   // dist_autograd.backward records, so that a profile reads the same with either engine.
   RECORD_FUNCTION("torch::distributed::autograd::backward", std::vector<c10::IValue>());
@@ -91,6 +97,7 @@ void Engine::backward(int64_t contextId, const variable_list& roots, bool retain
   ContextPtr ctx = retrieveContext(contextId);
 
   TORCH_CHECK(!roots.empty(), "No tensors provided for gradient computation.");
+  checkStepRequests(steps);
   torch::autograd::edge_list rootEdges;
   variable_list rootGrads;
   for (size_t i = 0; i < roots.size(); ++i) {
@@ -126,6 +133,7 @@ void Engine::backward(int64_t contextId, const variable_list& roots, bool retain
   pass->context = ctx;
   pass->entry = entry;
   pass->threadLocals.emplace();
+  pass->steps = std::move(steps);
   if (mode == Mode::kSmart) {
     pass->reached = findReachedSends(ctx, rootEdges, deadline, hasDeadline);
   }
@@ -155,11 +163,18 @@ void Engine::backward(int64_t contextId, const variable_list& roots, bool retain
     reports = std::move(pass->fitReports);
   }
   // The pass ended everywhere (this worker's part ends last), so nothing can abort it
-  // now: add its gradients to the context's here, as torch's engine does at once, and
-  // keep what every reached worker found about its gradients (gradient_check.h).
+  // now: add its gradients to the context's here, as torch's engine does at once; take
+  // this worker's step if it is an owner of a step in the backward pass; and keep what
+  // every reached worker found about its gradients (gradient_check.h).
+  {
+    std::lock_guard<std::mutex> lock(entry->mu);
+    entry->commitPass(passId);
+  }
+  const int64_t stepBit = applyStepInBackward(pass->steps, contextId);
   std::lock_guard<std::mutex> lock(entry->mu);
-  entry->commitPass(passId);
-  recordFitReportsLocked(*entry, fitReport(selfWorkerId(), *entry, reports));
+  auto own = fitReport(selfWorkerId(), *entry, reports);
+  own[1] |= stepBit;
+  recordFitReportsLocked(*entry, own);
 }
 
 std::string Engine::timeoutReport(
@@ -315,7 +330,8 @@ c10::intrusive_ptr<Future> Engine::receiveGradients(
     variable_list grads,
     bool retainGraph,
     bool smart,
-    std::vector<int64_t> reached) {
+    std::vector<int64_t> reached,
+    std::vector<int64_t> steps) {
   ContextPtr ctx = retrieveContext(contextId);
   EntryPtr entry = ContextRegistry::get().entry(ctx);
   {
@@ -333,6 +349,7 @@ c10::intrusive_ptr<Future> Engine::receiveGradients(
     fresh->context = ctx;
     fresh->entry = entry;
     fresh->reached = std::move(reached);
+    fresh->steps = std::move(steps);
     // Hold the new pass's lock while it is registered and its dependencies are
     // computed: a concurrent message for the same pass waits for them in deliver().
     std::unique_lock<std::mutex> lock(fresh->mu);
@@ -644,7 +661,7 @@ void Engine::sendToPeer(const PassPtr& pass, int64_t messageId, variable_list&& 
   try {
     answer = sendGradients(
         pass->contextId, pass->passId, messageId, std::move(grads), pass->keepGraph, pass->mode == Mode::kSmart,
-        pass->reached);
+        pass->reached, pass->steps);
   } catch (...) {
     std::lock_guard<std::mutex> lock(pass->mu);
     if (awaitAnswer) {
@@ -776,15 +793,21 @@ void Engine::settle(const PassPtr& pass) {
   }
   ContextRegistry::get().erasePass(pass->contextId, pass->passId);
   if (error.empty()) {
-    // This worker's part ended: its gradients are final for the pass (gradient_check.h).
+    // This worker's part ended: its gradients are final for the pass (gradient_check.h),
+    // and the step requested of it in the pass, if any, applies now (step_in_backward.h).
     std::vector<int64_t> report;
     if (!pass->isRoot && pass->entry) {
+      const int64_t stepBit = applyStepInBackward(pass->steps, pass->contextId);
       try {
         std::lock_guard<std::mutex> lock(pass->entry->mu);
         report = fitReport(selfWorkerId(), *pass->entry, received);
       } catch (const std::exception&) {
-        report.clear();  // no finding: the step validates on the owners
+        // no finding (the step validates on the owners), but the outcome of this
+        // worker's step in the pass, and the findings it received, still go back
+        report = {selfWorkerId(), 0, -1};
+        report.insert(report.end(), received.begin(), received.end());
       }
+      report[1] |= stepBit;
     }
     pass->completion->markCompleted(c10::IValue(c10::List<int64_t>(std::move(report))));
   } else {

@@ -40,8 +40,14 @@ class Engine {
   static Engine& get();
 
   // Runs a backward pass from `roots` in context `contextId` and returns when it
-  // has ended on every worker. Throws the first worker's error, naming it.
-  void backward(int64_t contextId, const variable_list& roots, bool retainGraph, Mode mode);
+  // has ended on every worker. Throws the first worker's error, naming it. `steps`:
+  // optimizer steps for the owners to take as their parts end (step_in_backward.h).
+  void backward(
+      int64_t contextId,
+      const variable_list& roots,
+      bool retainGraph,
+      Mode mode,
+      std::vector<int64_t> steps = {});
 
   // RPC handler: gradients for this worker's send function `messageId`.
   c10::intrusive_ptr<c10::ivalue::Future> receiveGradients(
@@ -51,7 +57,8 @@ class Engine {
       variable_list grads,
       bool retainGraph,
       bool smart,
-      std::vector<int64_t> reached);
+      std::vector<int64_t> reached,
+      std::vector<int64_t> steps);
 
   // RPC handler (smart mode): this worker's flattened reachability table.
   std::vector<int64_t> reachability(int64_t contextId);

@@ -1,5 +1,6 @@
 #include "gradient_check.h"
 
+#include "step_in_backward.h"
 #include "worker_error.h"
 
 #include <torch/csrc/distributed/autograd/context/container.h>
@@ -116,7 +117,9 @@ void recordFitReportsLocked(ContextEntry& entry, const std::vector<int64_t>& rep
   for (size_t i = 0; i + 2 < reports.size(); i += 3) {
     auto [it, inserted] = entry.gradientsFit.try_emplace(reports[i], reports[i + 1], reports[i + 2]);
     if (!inserted) {
-      it->second.first = 0;  // a worker reported twice: not vouched for
+      // A worker reported twice: its gradients are not vouched for; the bits of its step in
+      // the backward pass (step_in_backward.h) are kept, both reports' together.
+      it->second.first = (it->second.first | reports[i + 1]) & kStepBits;
     }
   }
 }

@@ -352,6 +352,16 @@ int64_t LocalOptimizer::stepChecked(int64_t contextId, int64_t version, int64_t 
   return 0;
 }
 
+int64_t LocalOptimizer::stepBefore(int64_t contextId, int64_t deadlineMs) {
+  auto gradients = gradientsFor(contextId, params_);
+  Held held(locks_);
+  if (deadlineMs >= 0 && wallClockMs() >= deadlineMs) {
+    return 2;
+  }
+  applyLocked(gradients);
+  return 0;
+}
+
 void LocalOptimizer::stepGradients(const MaybeGradients& gradients) {
   Held held(locks_);
   applyLocked(gradients);

@@ -26,11 +26,13 @@ void def(torch::Library& m, const char* schema) {
 
 TORCH_LIBRARY(dist_engine, m) {
   // Distributed backward pass from `roots` (scalars on this worker) in the given
-  // distributed autograd context. `mode` is "smart" or "fast".
+  // distributed autograd context. `mode` is "smart" or "fast". `steps`: the optimizer
+  // steps the owners take as their parts of the pass end, [deadline_ms, worker_id,
+  // handle, ...] (step_in_backward.h); empty for none.
   def(
       m,
       "backward(int context_id, Tensor[] roots, bool retain_graph=False, "
-      "str mode=\"smart\") -> ()");
+      "str mode=\"smart\", int[] steps=[]) -> ()");
   // Gradients accumulated on this worker for the context: {leaf tensor: gradient}.
   def(m, "get_gradients(int context_id) -> Dict(Tensor, Tensor)");
 
@@ -41,7 +43,7 @@ TORCH_LIBRARY(dist_engine, m) {
   def(
       m,
       "_receive_gradients(int context_id, int pass_id, int autograd_message_id, "
-      "Tensor[] grads, bool retain_graph, bool smart, int[] reached) -> Future(int[])");
+      "Tensor[] grads, bool retain_graph, bool smart, int[] reached, int[] steps) -> Future(int[])");
   // RPC handler (smart mode): this worker's reachability table for the context,
   // flattened as [send_id, n, recv_id_1 .. recv_id_n, send_id, n, ...].
   def(m, "_reachability(int context_id) -> int[]");
@@ -50,6 +52,17 @@ TORCH_LIBRARY(dist_engine, m) {
   def(m, "_abort_pass(int context_id, int pass_id) -> str");
   // Forgets this worker's engine state for a context (gradients, finished passes).
   def(m, "_release_context(int context_id) -> ()");
+  // Embedding-bag lookups served natively by RPC (remote_lookup.h): share a table's weight
+  // (2-D) with its bag mode (0 sum, 1 mean) and get its handle; forget a handle.
+  def(m, "_share_table(Tensor weight, int mode) -> int");
+  def(m, "_unshare_table(int handle) -> bool");
+  // RPC handler: the bags of tables `handles` (concatenated along dim 1) and, in a context
+  // (context_id >= 0, grad enabled), the autograd_message_id of the send function recorded
+  // for them (-1 otherwise).
+  def(m, "_lookup_bags(int context_id, int[] handles, Tensor[] indices, Tensor[] offsets) -> (Tensor, int)");
+  // On the caller: records the recv function of a lookup's answer from `from_worker`
+  // (nothing when autograd_message_id is -1); returns `rows`, now in the context's graph.
+  def(m, "_record_lookup_answer(int context_id, int autograd_message_id, int from_worker, Tensor rows) -> Tensor");
   // Counters for tests and monitoring: live contexts, running passes, ...
   def(m, "_debug_info() -> Dict(str, int)");
 
@@ -63,6 +76,11 @@ TORCH_LIBRARY(dist_engine, m) {
   // version of the context's gradients, in order; else an empty list. Then a step over
   // those owners needs no validation round.
   def(m, "_checked_versions(int context_id, int[] workers, bool accept_sparse) -> int[]");
+  // On the worker that called backward with steps, after the pass: each worker's outcome
+  // of its step, in the order of `workers`: 0 applied, 1 no part of the pass ran there
+  // (no gradient: nothing to apply), 2 the deadline had passed, 3 its optimizer refused the
+  // gradients (nothing applied there). See step_in_backward.h.
+  def(m, "_step_outcomes(int context_id, int[] workers) -> int[]");
   // On an owner: gradients_for, from the engine's gradients of the context if they are
   // still at `version` (those the backward pass checked); raises otherwise.
   def(m, "_checked_gradients_for(int context_id, Tensor[] params, int version) -> Tensor?[]");

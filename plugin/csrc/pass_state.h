@@ -95,6 +95,9 @@ struct PassState {
   // Smart mode: every reached send function of the pass (all workers), forwarded
   // with each gradient message so that peers know theirs.
   std::vector<int64_t> reached;
+  // The optimizer steps to take as parts of the pass end (step_in_backward.h), forwarded
+  // with each gradient message: [deadline_ms, worker_id, handle, ...], or empty.
+  std::vector<int64_t> steps;
 
   // --- execution ---
   // A max-heap on the node's sequence number (see pushReady / popReady).

@@ -31,6 +31,8 @@ constexpr RpcOp kRpcOps[] = {
     {"_optimizer_load_state", false},
     {"_optimizer_hyperparameters", false},
     {"_optimizer_set_group", false},
+    // embedding-bag lookups (remote_lookup.h)
+    {"_lookup_bags", false},
     // gradient clipping (gradient_clipping.cpp)
     {"_gradient_norms", false},
     {"_scale_gradients", false},

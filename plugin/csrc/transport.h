@@ -27,7 +27,8 @@ c10::intrusive_ptr<c10::ivalue::Future> sendGradients(
     torch::autograd::variable_list grads,
     bool retainGraph,
     bool smart,
-    const std::vector<int64_t>& reached);
+    const std::vector<int64_t>& reached,
+    const std::vector<int64_t>& steps);
 
 // Timeouts are in seconds; kAgentTimeout stands for the agent's default RPC timeout.
 constexpr float kAgentTimeout = -1;

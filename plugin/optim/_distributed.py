@@ -297,6 +297,104 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         torch.futures.collect_all(list(futures.values())).then(finish)
         return done
 
+    def backward_and_step(self, context_id: int, roots: List[Tensor], retain_graph: bool = False,
+                          mode: str = "smart") -> None:
+        """Runs the distributed backward pass from ``roots`` and takes the step inside it.
+
+        What ``plugin.autograd.backward(context_id, roots, retain_graph, mode)`` followed by
+        :meth:`step` does, in one pass and with no message of the step's own: each owner
+        applies its local optimizer's step to the context's gradients there as soon as its
+        part of the pass has ended (every gradient it expects has arrived and been
+        accumulated, so they are final), on the thread that ended it, natively, without its
+        GIL; the caller's own part, if it is an owner, once the pass has ended everywhere. A
+        multi-owner :meth:`step` costs one or two round trips to every owner after the pass;
+        this costs none. It is torch's optimizer-in-backward pattern
+        (``torch.distributed.optim._apply_optimizer_in_backward``) across workers.
+
+        What it promises, and what it does not:
+
+        * On return, every owner the pass reached has applied the step, as :meth:`step`
+          would have (a parameter without a gradient skipped; an owner the pass did not reach
+          skips all of its parameters).
+        * Per owner, not all or nothing: an owner whose optimizer refuses its gradients (the
+          check :meth:`step` makes, before anything changes there) or that reaches its step
+          after the deadline (half the RPC timeout after the call, as :meth:`step`'s) applies
+          nothing, and the others keep what they applied; the error names both. Use
+          :meth:`step` after ``plugin.autograd.backward`` where one owner's bad gradient must
+          change no owner.
+        * When the pass itself fails (a worker raises, dies or freezes), the
+          :class:`~plugin.autograd.BackwardError` of ``plugin.autograd.backward`` is raised,
+          naming that worker, with a note that owners whose part had ended before the
+          failure may have applied the step.
+        * Owners whose local optimizer is not native (Python or TorchScript) cannot step
+          inside the pass: then this is ``plugin.autograd.backward`` followed by :meth:`step`
+          (all or nothing, as there).
+
+        Args:
+            context_id (int): the distributed autograd context of the forward pass, live on
+                this worker (call inside its ``with`` block).
+            roots (List[Tensor]): scalar tensors (one element, any floating dtype and
+                device) that require grad (the losses); each gets the gradient 1 (see
+                ``plugin.autograd.backward``).
+            retain_graph (bool): keep the graph for another pass. Default: ``False``.
+            mode (str): the engine's mode, ``"smart"`` (default) or ``"fast"`` (see
+                ``plugin.autograd.backward``).
+
+        Raises:
+            TypeError, ValueError: bad arguments, as ``plugin.autograd.backward`` (nothing
+                ran).
+            RuntimeError: ``context_id`` is not a live context on this worker (nothing ran);
+                the pass failed (``BackwardError``, see above); or some owner refused its
+                gradients or was late, while another applied (the owners that applied, and each
+                refusing owner's error, are named).
+            ValueError: every owner that took part refused its gradients (none applied): the
+                first owner's error, of its type, naming it, as :meth:`step` raises.
+
+        Algorithm: the steps of :meth:`step`, applied where the plugin's engine ends each
+        owner's part of the pass (``plugin/csrc/step_in_backward.h``).
+        """
+        from .. import autograd
+
+        autograd._check_backward_arguments(context_id, roots, retain_graph, mode)
+        if mode != "smart" and mode != "fast":
+            raise ValueError(f'backward_and_step(): mode must be "smart" or "fast", got "{mode}"')
+        what = f"backward_and_step({context_id})"
+        self._check_context(context_id)
+        if any(owner.kind != "native" for owner in self._owners.values()):
+            autograd.backward(context_id, list(roots), retain_graph, mode)
+            self.step(context_id)
+            return
+        steps = [deadline_ms()]
+        for worker_id, owner in zip(self._owner_ids, self._owners.values()):
+            steps += [worker_id, owner.handle]
+        try:
+            autograd._backward_raising_backward_errors(context_id, list(roots), retain_graph, mode, steps)
+        except RuntimeError as error:
+            error.add_note(f"DistributedOptimizer: {what}: owners whose part of the pass had ended before it failed "
+                           f"may have applied the step (any of {list(self._owners)})")
+            raise
+        outcomes = ops._step_outcomes(context_id, self._owner_ids)
+        if all(o in (_IN_PASS_APPLIED, _IN_PASS_NOT_REACHED) for o in outcomes):
+            return
+        names = list(self._owners)
+        applied = [n for n, o in zip(names, outcomes) if o == _IN_PASS_APPLIED]
+        late = [n for n, o in zip(names, outcomes) if o == _IN_PASS_LATE]
+        refused = [n for n, o in zip(names, outcomes) if o == _IN_PASS_REFUSED]
+        outcome = f"the step was applied on owners {applied}" if applied else "no owner applied the step"
+        if late:
+            outcome += f"; owners {late} reached their step after its deadline and applied nothing"
+        if refused:
+            # The owner's reason: the check its optimizer made, made again on the usual path
+            # (phase 1 of a step, which changes nothing; a token it gives is dropped).
+            lease = lease_ms()
+            tokens, failures = gather(OrderedDict((n, self._owners[n].prepare(context_id, lease)) for n in refused))
+            for name, token in tokens.items():
+                self._owners[name].drop(token)
+            if failures:
+                raise_failures(failures, what, f"; {outcome}", RuntimeError if applied or late else None)
+            outcome += f"; owners {refused} refused their gradients in the pass"
+        raise RuntimeError(f"DistributedOptimizer: {what} failed on owners {late + refused}; {outcome}")
+
     # --- state --------------------------------------------------------------------------------
 
     def state_dict(self) -> Dict[str, Any]:
@@ -503,6 +601,9 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         group = "" if self._group is None else f", param_group={ {k: v for k, v in self._group.items() if k != 'params'} }"
         return f"DistributedOptimizer(owners={self.owners}{group})"
 
+
+# The outcomes of an owner's step in the backward pass (ops._step_outcomes).
+_IN_PASS_APPLIED, _IN_PASS_NOT_REACHED, _IN_PASS_LATE, _IN_PASS_REFUSED = 0, 1, 2, 3
 
 # The statuses of a native owner's part of a checked step (LocalOptimizer.step_checked).
 _APPLIED = 0

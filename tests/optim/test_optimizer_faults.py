@@ -133,3 +133,40 @@ def test_owner_lost_after_every_owner_accepted_a_step_is_named_with_the_owners_t
 def test_state_dict_of_a_lost_owner_names_it(how):
     r = run(f"{how}_state_dict")
     assert_victim_named_in_time(r, "state_dict() failed on owner 'victim'")
+
+
+
+@pytest.mark.parametrize("mode", ["smart", "fast"])
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_owner_lost_before_backward_and_step_is_named_by_the_pass(how, mode):
+    """backward_and_step with the victim dead or frozen after the forward pass: the pass
+    raises within 1.1 times the RPC timeout (the engine's bound), naming the victim, with the
+    note that owners whose part had ended may have applied. In smart mode none had: the
+    engine asks every worker for its reachability table before any gradient leaves, and the
+    victim's answer is what fails. In fast mode the gradients go out at once: with the victim
+    frozen, the healthy owner's part ends and applies its step once, as the note warns; with
+    the victim dead, the send to it fails at once and the abort races the healthy owner's part
+    (it applied once, or not at all: never anything else)."""
+    r = run(f"inbackward_{mode}_{how}".replace("smart_", ""))
+    error = r["error"]
+    assert error is not None and error.startswith("BackwardError: Error on Node "), r
+    assert "'victim'" in error, error
+    assert any("may have applied the step" in note and "'victim'" in note for note in r["notes"]), r["notes"]
+    assert r["elapsed"] < 1.2 * r["rpc_timeout"], r["elapsed"]
+    if mode == "smart":
+        assert unchanged(r)
+    elif how == "stop":
+        assert applied_once(r)
+    else:
+        assert unchanged(r) or applied_once(r)
+
+
+def test_owner_frozen_through_backward_and_step_applies_nothing_when_it_resumes():
+    """Fast mode, the victim frozen when its gradients are sent and resumed after the caller
+    got its error (about 1.1 times the RPC timeout later): the healthy owner applied; the
+    victim's part then either runs past the step's deadline (half the RPC timeout after the
+    call) and applies nothing, or is dropped by the pass's abort. Its parameter is unchanged."""
+    r = run("inbackward_fast_stop_resume")
+    assert r["error"] is not None and "'victim'" in r["error"], r
+    assert applied_once(r)
+    assert r["victim_after"] == r["victim_before"]

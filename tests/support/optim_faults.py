@@ -24,12 +24,15 @@ NAMES = ["trainer", "healthy", "victim"]
 RPC_TIMEOUT = 4.0  # seconds, the group's default RPC timeout
 
 
+def forward():
+    one = torch.tensor(1.0, dtype=torch.float64)
+    return sum(rpc.rpc_sync(owner, optim_remote.use_param, args=(one, owner)).sum() for owner in ("healthy", "victim"))
+
+
 def forward_backward_in(ctx):
     import plugin.autograd
 
-    one = torch.tensor(1.0, dtype=torch.float64)
-    loss = sum(rpc.rpc_sync(owner, optim_remote.use_param, args=(one, owner)).sum() for owner in ("healthy", "victim"))
-    plugin.autograd.backward(ctx, [loss])
+    plugin.autograd.backward(ctx, [forward()])
 
 
 def healthy_view():
@@ -63,11 +66,18 @@ def run_scenario(scenario):
     """``scenario``: what to do. Unprefixed, step() takes its default way after the plugin's
     backward pass: every owner applies at once, as the pass checked the gradients (the checked
     step). Prefixed ``twophase_``: the step takes its two phases (prepare on every owner, then
-    commit), as after torch's backward pass or with a Python local optimizer."""
+    commit), as after torch's backward pass or with a Python local optimizer. Prefixed
+    ``inbackward_``: backward_and_step, the victim stopped or killed after the forward pass,
+    before the call (``_resume``: and resumed once the caller has its error), in smart mode
+    (``inbackward_fast_``: fast mode)."""
     import plugin.optim
 
     two_phase = scenario.startswith("twophase_")
     scenario = scenario[len("twophase_"):] if two_phase else scenario
+    in_backward = scenario.startswith("inbackward_")
+    scenario = scenario[len("inbackward_"):] if in_backward else scenario
+    mode = "fast" if scenario.startswith("fast_") else "smart"
+    scenario = scenario[len("fast_"):] if mode == "fast" else scenario
 
     rrefs = [rpc.rpc_sync(owner, optim_remote.make_param, args=(owner, (1000,), seed)) for seed, owner in enumerate(("healthy", "victim"))]
     opt = plugin.optim.DistributedOptimizer(torch.optim.SGD, rrefs, lr=1.0, momentum=0.9)
@@ -79,10 +89,17 @@ def run_scenario(scenario):
               "victim_before": rpc.rpc_sync("victim", optim_remote.param_value, args=("victim",)).tolist()}
     how = signal.SIGKILL if scenario.startswith("kill") else signal.SIGSTOP
     with dist_autograd.context() as ctx:
-        forward_backward_in(ctx)
+        if in_backward:
+            loss = forward()
+        else:
+            forward_backward_in(ctx)
         started = time.monotonic()
         try:
-            if scenario.endswith("before_step"):
+            if in_backward:
+                os.kill(victim_pid, how)
+                started = time.monotonic()
+                opt.backward_and_step(ctx, [loss], mode=mode)
+            elif scenario.endswith("before_step"):
                 os.kill(victim_pid, how)
                 started = time.monotonic()
                 opt.step(ctx)
@@ -111,6 +128,7 @@ def run_scenario(scenario):
             result["error"] = None
         except Exception as e:  # noqa: BLE001 (reported)
             result["error"] = f"{type(e).__name__}: {e}"
+            result["notes"] = list(getattr(e, "__notes__", []))
         result["elapsed"] = time.monotonic() - started
         if "resume" in scenario:
             # the victim wakes up with the step's RPC waiting: past its deadline, it must not apply
