@@ -41,6 +41,8 @@
 //   isRpcTimeout              rpc::getRPCErrorType (parses the error message)
 //   ownedTensor               an RRef argument of an op is an rpc::OwnerRRef on its owner
 //                             (what TorchScript's RRef.local_value() reads)
+//   recordSendFunction,       torch's RPC layer's addSendRpcBackward / addRecvRpcBackward
+//   recordRecvFunction          (distributed/autograd/utils.h), for the native lookups
 //   swapCurrentContext        that every RPC sent while a context is current carries
 //                             autograd metadata, and makes the receiver create it
 //   registerTensorPipeTransport  torch's TensorPipeTransportRegistry (tensorpipe_agent.h,
@@ -85,6 +87,7 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/autograd/context/container.h>
 #include <torch/csrc/distributed/autograd/context/context.h>
+#include <torch/csrc/distributed/autograd/utils.h>
 #include <torch/csrc/distributed/rpc/message.h>
 #include <torch/csrc/distributed/rpc/rref_impl.h>
 #include <torch/csrc/distributed/rpc/script_call.h>
@@ -338,6 +341,29 @@ inline int64_t swapCurrentContext(int64_t contextId) {
   int64_t previous = DistAutogradContainer::currentContextId();
   DistAutogradContainer::forceCurrentContextId(contextId);
   return previous;
+}
+
+// Records `tensors` (answered to another worker) as a send function with `messageId` in
+// `ctx`, and answer `tensors` from `fromWorker` as the matching recv function in context
+// `contextId` (the caller's context then knows `fromWorker`, so that its release reaches
+// it): what torch's RPC layer does for a message with autograd metadata, through the
+// functions it calls for that (torch/csrc/distributed/autograd/utils.h, addSendRpcBackward
+// and addRecvRpcBackward; TORCH_API, not documented for extensions). The native lookups
+// (remote_lookup.cpp) send their own messages and record them this way. Checked on torch
+// 2.13.0.
+inline void recordSendFunction(
+    const torch::distributed::autograd::ContextPtr& ctx,
+    int64_t messageId,
+    std::vector<at::Tensor>& tensors) {
+  namespace dist_autograd = torch::distributed::autograd;
+  dist_autograd::addSendRpcBackward(ctx, dist_autograd::AutogradMetadata(ctx->contextId(), messageId), tensors);
+}
+
+inline void recordRecvFunction(int64_t contextId, int64_t messageId, int64_t fromWorker, std::vector<at::Tensor>& tensors) {
+  namespace dist_autograd = torch::distributed::autograd;
+  const auto from = static_cast<torch::distributed::rpc::worker_id_t>(fromWorker);
+  auto ctx = dist_autograd::addRecvRpcBackward(dist_autograd::AutogradMetadata(contextId, messageId), tensors, from, {});
+  ctx->addKnownWorkerId(from);
 }
 
 // --- RPC messages -------------------------------------------------------------------

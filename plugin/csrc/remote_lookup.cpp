@@ -1,9 +1,10 @@
 #include "remote_lookup.h"
 
+#include "compat.h"
+
 #include <ATen/ATen.h>
 #include <torch/library.h>
 #include <torch/csrc/distributed/autograd/context/container.h>
-#include <torch/csrc/distributed/autograd/utils.h>
 
 #include <atomic>
 #include <mutex>
@@ -90,7 +91,7 @@ std::tuple<at::Tensor, int64_t> lookupBags(
   auto ctx = container.getOrCreateContext(contextId);
   const int64_t messageId = container.newAutogradMessageId();
   std::vector<at::Tensor> sent{rows};
-  dist_autograd::addSendRpcBackward(ctx, dist_autograd::AutogradMetadata(contextId, messageId), sent);
+  recordSendFunction(ctx, messageId, sent);
   return {rows, messageId};
 }
 
@@ -102,9 +103,7 @@ at::Tensor recordLookupAnswer(int64_t contextId, int64_t messageId, int64_t from
     rows.set_requires_grad(true);  // a leaf, as it came off the wire
   }
   std::vector<at::Tensor> received{rows};
-  auto ctx = dist_autograd::addRecvRpcBackward(
-      dist_autograd::AutogradMetadata(contextId, messageId), received, static_cast<int16_t>(fromWorker), {});
-  ctx->addKnownWorkerId(static_cast<int16_t>(fromWorker));  // so that the context's release reaches the owner
+  recordRecvFunction(contextId, messageId, fromWorker, received);  // the context's release then reaches the owner
   return received[0];
 }
 

@@ -10,9 +10,8 @@
 // backward pass then runs through the owner's embedding_bag backward, whose weight
 // gradient is sparse (sparse=true), like nn.EmbeddingBag(sparse=True)'s.
 //
-// torch internals relied on (see compat.h's list): torch::distributed::autograd's
-// addSendRpcBackward and addRecvRpcBackward (utils.h, what torch's RPC layer calls for a
-// message with autograd metadata), and AutogradMetadata. The owner's context knows no
+// torch internals relied on: compat.h's recordSendFunction and recordRecvFunction (torch's
+// RPC layer's own recording of a message with autograd metadata). The owner's context knows no
 // worker (it sent no message with autograd metadata), so releasing it sends nothing back;
 // the caller's context knows the owner, so the caller's release reaches it.
 #pragma once
