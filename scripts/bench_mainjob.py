@@ -11,7 +11,10 @@ Target (issue 14): plugin / torch >= 1.3x on the default job.
 
 ``--workload movielens`` (issue 22) runs ``train.py --workload movielens`` instead (the embedding
 tables, sparse gradients; torch's stack with its DistributedOptimizer over the same
-``--optimizer``, Adagrad by default, or sparse_adam), and also reports each stack's server
+``--optimizer``, Adagrad by default, or sparse_adam; each stack with its defaults: the plugin's
+native lookups and step inside the backward pass, in fast mode, against torch's Python RPC
+lookups, backward pass and step; ``-- --lookups python`` gives the plugin torch's forward
+pass), and also reports each stack's server
 memory: the servers' resident memory (RSS, read from /proc at the end of the job), whole and
 grown since before the tables were built, against the bytes of the tables plus the optimizer
 state (counted on the plugin run: the same model and optimizer on both stacks). Targets:
@@ -74,7 +77,7 @@ def run(stack, extra, workdir, tag, workload="digits"):
             "epoch_samples_per_s": [e["samples_per_s"] for e in m["epochs"]],
             "servers_memory": m["servers_memory"],
             "job": {k: m["config"][k] for k in ("trainers", "servers", "dim", "cross_buckets", "epochs", "batch_size",
-                                                "optimizer", "lr", "mode")},
+                                                "optimizer", "lr", "mode", "step", "lookups")},
             "parameters": m["parameters"],
         }
     return {
@@ -158,7 +161,7 @@ def _meta(args, extra, runs, load_start):
         "pairs": args.pairs,
         "train_options": extra,
         "workload": args.workload,
-        "job": runs[0]["job"],
+        "job": next(r["job"] for r in runs if r["stack"].startswith("plugin")),  # the plugin's options
         "parameters": runs[0]["parameters"],
         "note": args.note,
         "load_average": {"start": load_start, "end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},

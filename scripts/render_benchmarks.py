@@ -497,6 +497,8 @@ def render_bench_mainjob_movielens(data: Any) -> str:
         f"{job['cross_buckets']:,} hashed cross rows), batch {job['batch_size']}, {job['optimizer']} lr={job['lr']:g}, "
         f"{job['epochs']} epochs"
         + (f"; `scripts/train.py` options {' '.join(meta['train_options'])}" if meta["train_options"] else "")
+        + (f"; the plugin's stack with {job['lookups']} lookups, step {job['step']}, {job['mode']} mode"
+           if "lookups" in job else "")
         + ". Throughput: training samples over the seconds of the training epochs." + _conditions(meta)
     )
     out.append("")

@@ -87,6 +87,7 @@ def setup_trainer(trainer_index, shards, args):
     train, _ = workload.load_data(args)
     params = [p for rref in shards for p in rpc.rpc_sync(rref.owner(), workloads.shard_parameter_rrefs, args=(rref,))]
     optimizer = make_optimizer(args, params)
+    getattr(workload, "setup_trainer", lambda *a: None)(args, shards)
     _TRAINER.update(index=trainer_index, shards=shards, data=[t[trainer_index:: args.trainers] for t in train],
                     optimizer=optimizer, args=args, workload=workload)
     return len(_TRAINER["data"][0])
@@ -113,18 +114,21 @@ def train_batch(b):
     *inputs, target = (d[batch] for d in t["data"])
     with dist_autograd.context() as ctx:
         t1 = clock()
-        output, sent = t["workload"].forward(t["shards"], *inputs)
+        output, sent = t["workload"].forward(t["shards"], *inputs, context_id=ctx)
         t2 = clock()
         loss = t["workload"].loss(output, target)
         t3 = clock()
-        if args.stack == "plugin":
+        in_backward = args.stack == "plugin" and args.step == "in-backward"
+        if in_backward:  # each server steps as its part of the pass ends: no step message
+            t["optimizer"].backward_and_step(ctx, [loss], mode=args.mode)
+        elif args.stack == "plugin":
             plugin.autograd.backward(ctx, [loss], mode=args.mode)
         else:
             dist_autograd.backward(ctx, [loss])
         t4 = clock()
         if args.check_gradients:
             workloads.add_gradient_summary(t["stats"]["gradients"], t["shards"], args.stack, ctx)
-        if args.stack == "plugin" and not args.sync_step:
+        if args.stack == "plugin" and args.step == "async":
             # step_async returns once every server holds this step's gradients (phase 1 of
             # the all-or-nothing step); the update itself (phase 2) runs on the servers while
             # this trainer goes on to its next batch. At most one step is in flight per
@@ -133,7 +137,7 @@ def train_batch(b):
             t["step"] = t["optimizer"].step_async(ctx)
             if args.deterministic:  # the next trainer's turn must see this step applied
                 finish_step()
-        else:
+        elif not in_backward:
             t["optimizer"].step(ctx)  # torch's DistributedOptimizer has no asynchronous step
         t5 = clock()
     end = clock()

@@ -9,6 +9,7 @@ TORCH_NAMES = {
     "adam": "Adam", "adamw": "AdamW", "sgd": "SGD", "adagrad": "Adagrad", "rmsprop": "RMSprop", "adamax": "Adamax",
     "adadelta": "Adadelta", "rprop": "Rprop", "nadam": "NAdam", "radam": "RAdam", "sparse_adam": "SparseAdam",
 }
+STEPS = ["async", "sync", "in-backward"]
 DEFAULT_OPTIMIZER = {"digits": "adam", "movielens": "adagrad"}
 DEFAULT_LR = {"adam": 3e-4, "adamw": 3e-4, "adamax": 1e-3, "nadam": 3e-4, "radam": 3e-4, "rmsprop": 1e-4,
               "adagrad": 1e-2, "sgd": 0.05, "adadelta": 1.0, "rprop": 1e-4, "sparse_adam": 1e-3}
@@ -47,10 +48,20 @@ def parse_args(argv=None, description=None):
                         "adagrad, sgd or sparse_adam, whose torch.optim classes step sparse gradients)")
     p.add_argument("--stack", choices=["plugin", "torch"], default="plugin",
                    help="plugin: this project's engine and optimizer (default); torch: torch's own")
-    p.add_argument("--mode", choices=["smart", "fast"], default="smart", help="backward mode of the plugin (default smart)")
-    p.add_argument("--sync-step", action="store_true",
-                   help="plugin stack: wait for each step to be applied (DistributedOptimizer.step) instead of "
-                        "overlapping the update with the next batch (step_async, the default)")
+    p.add_argument("--mode", choices=["smart", "fast"], default=None,
+                   help="backward mode of the plugin (default smart for digits; fast for movielens, whose every "
+                        "lookup reaches the loss: torch's engine runs in fast mode too)")
+    p.add_argument("--step", choices=STEPS, default=None,
+                   help="plugin stack: how the trainers step. async: DistributedOptimizer.step_async, the update "
+                        "overlapping the next batch (default for digits); sync: step, waiting for the update; "
+                        "in-backward: backward_and_step, each server stepping as its part of the backward pass "
+                        "ends, with no step message (default for movielens)")
+    p.add_argument("--sync-step", action="store_true", help="the same as --step sync")
+    p.add_argument("--lookups", choices=["native", "python"], default=None,
+                   help="movielens: how trainers ask the servers for their rows. native: "
+                        "plugin.embedding.lookup_bags_async, answered in C++ on the servers (plugin stack's "
+                        "default); python: a Python RPC to the shard's module, as in torch's parameter-server "
+                        "tutorial (torch stack's only way)")
     p.add_argument("--seed", type=int, default=0, help="seed of the data split, the weights and the shuffles")
     p.add_argument("--metrics-out", default=os.path.join("results", "train", "metrics.json"),
                    help="where to write the metrics as JSON (default results/train/metrics.json)")
@@ -89,6 +100,18 @@ def parse_args(argv=None, description=None):
         args.batch_size = 256 if movielens else 16
     if args.optimizer is None:
         args.optimizer = DEFAULT_OPTIMIZER[args.workload]
+    if args.sync_step:
+        if args.step not in (None, "sync"):
+            p.error(f"--sync-step contradicts --step {args.step}")
+        args.step = "sync"
+    if args.step is None:
+        args.step = "in-backward" if movielens else "async"
+    if args.lookups is None:
+        args.lookups = "native" if movielens and args.stack == "plugin" else "python"
+    if args.lookups == "native" and (not movielens or args.stack != "plugin"):
+        p.error("--lookups native needs --workload movielens and --stack plugin")
+    if args.mode is None:
+        args.mode = "fast" if movielens else "smart"
     if args.trainers < 2 or args.servers < 2:
         p.error("the job needs at least 2 trainers and 2 servers")
     if args.epochs < 1 or args.batch_size < 1:

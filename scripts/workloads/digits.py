@@ -77,10 +77,11 @@ def load_data(args):
     return (x[train_idx], y[train_idx]), (x[test_idx], y[test_idx])
 
 
-def forward(shards, x, predict=False):
+def forward(shards, x, predict=False, context_id=None):
     """The logits of ``x`` (N x 64 float32) through every server in turn; with the tensor bytes
     the step sends and receives: each activation, and in the backward pass its gradient (every
-    server's output, and its input where that is an earlier server's output)."""
+    server's output, and its input where that is an earlier server's output). ``context_id``
+    is not used (torch's RPC records the calls in the thread's current context)."""
     sent = 0
     for i, rref in enumerate(shards):
         y = call_shard(rref, x, predict=predict)

@@ -25,10 +25,13 @@ rating predicted by its film's mean training rating, the training mean for a fil
 one) on the same split.
 """
 import functools
+import time
 
 import torch
+import torch.distributed.rpc as rpc
 import torch.nn.functional as F
 
+from train_profile import TIMERS
 from workloads import call_shards_async, tensor_bytes
 
 JOB_KEYS = ("dim", "cross_buckets")
@@ -139,13 +142,53 @@ def _bags(rows, servers, s):
     return rows[mask] // servers, torch.cumsum(counts, 0) - counts
 
 
-def forward(shards, user, item, cross, predict=False):
+def share_tables(shard_rref):
+    """Runs on a server: shares its tables for the plugin's native lookups
+    (``plugin.embedding``); returns their handles (user, item, cross)."""
+    import plugin.embedding
+
+    shard = shard_rref.local_value()
+    if not hasattr(shard, "handles"):
+        shard.handles = [plugin.embedding.share_embedding_bag(shard.tables[name]) for name in ("user", "item", "cross")]
+    return shard.handles
+
+
+_HANDLES = {}  # on a trainer with --lookups native: each server's table handles
+
+
+def setup_trainer(args, shards):
+    """Runs on each trainer before its first batch: with ``--lookups native`` (the plugin
+    stack's default), asks each server to share its tables for native lookups."""
+    _HANDLES.clear()
+    if args.lookups == "native":
+        _HANDLES.update((r.owner().name, rpc.rpc_sync(r.owner(), share_tables, args=(r,))) for r in shards)
+
+
+def _lookup(shards, inputs, context_id, predict):
+    """Each server's answer: by ``plugin.embedding.lookup_bags_async`` (natively on the servers,
+    no Python there) once the tables are shared, else by a Python RPC to the shard's module."""
+    if not _HANDLES:
+        return call_shards_async(shards, inputs, predict=predict)
+    import plugin.embedding
+
+    start = time.perf_counter()
+    futs = [plugin.embedding.lookup_bags_async(r.owner().name, None if predict else context_id,
+                                               _HANDLES[r.owner().name], list(i[0::2]), list(i[1::2]))
+            for r, i in zip(shards, inputs)]
+    out = [f.wait() for f in futs]
+    if not predict:
+        TIMERS["forward RPCs to the servers (native lookups)"] += time.perf_counter() - start
+    return out
+
+
+def forward(shards, user, item, cross, predict=False, context_id=None):
     """The predicted ratings (float32 B) of (user, item, cross rows); with the tensor bytes the
     step sends and receives: the bags sent to each server, its answer and, in the backward
-    pass, the answer's gradient."""
+    pass, the answer's gradient. ``context_id``: the distributed autograd context (what the
+    native lookups record in)."""
     S = len(shards)
     inputs = [(*_bags(user, S, s), *_bags(item, S, s), *_bags(cross, S, s)) for s in range(S)]
-    answers = call_shards_async(shards, inputs, predict=predict)
+    answers = _lookup(shards, inputs, context_id, predict)
     sent = sum(tensor_bytes(*i) for i in inputs) + 2 * sum(tensor_bytes(a) for a in answers)
     rows = torch.stack(answers).sum(dim=0)
     dim = rows.shape[1] // 3 - 1

@@ -78,3 +78,21 @@ def test_a_resumed_movielens_run_equals_an_uninterrupted_one(tmp_path):
     assert any(k.endswith(".sum") for k in a["servers"][0]), sorted(a["servers"][0])  # Adagrad's state
     assert_same_checkpoint(a, b)
     assert a["servers"][0]["model.tables.cross.weight"].shape == (2048, 33)
+
+
+def test_steps_inside_the_backward_pass_equal_steps_after_it(tmp_path):
+    """The movielens job's default step (--step in-backward: backward_and_step, each server
+    stepping as its part of the pass ends, fast mode) against the step after the pass
+    (--step sync, smart mode), trainers taking turns: the same tables and Adagrad state."""
+    from tests.rpc.test_main_job import assert_same_checkpoint, load_checkpoint
+
+    job = MOVIELENS + ["--max-batches", "3", "--cross-buckets", "4096", "--deterministic", "--trainers", "2",
+                       "--epochs", "1"]
+    runs = {"in-backward": [], "sync": ["--mode", "smart"]}
+    for step, extra in runs.items():
+        r = run_job(job + ["--step", step, *extra, "--checkpoint-dir", str(tmp_path / step)] + outputs(tmp_path, step))
+        assert r.returncode == 0, r.stdout + r.stderr
+    a, b = load_checkpoint(tmp_path / "in-backward"), load_checkpoint(tmp_path / "sync")
+    assert metrics(tmp_path, "in-backward")["config"]["mode"] == "fast"
+    assert any(k.endswith(".sum") for k in a["servers"][0]), sorted(a["servers"][0])
+    assert_same_checkpoint(a, b)
