@@ -651,6 +651,7 @@ SECTIONS: Dict[str, Callable[[Any], str]] = {
     "bench_mainjob": render_bench_mainjob,
     "bench_mainjob.movielens": render_bench_mainjob_movielens,
     "bench_mainjob.movielens_torch214": render_bench_mainjob_movielens,
+    "bench_mainjob.movielens_python_lookups": render_bench_mainjob_movielens,
     "bench_mainjob.auth": render_bench_mainjob_auth,
     "profile_mainjob": render_profile_mainjob,
 }
@@ -658,6 +659,8 @@ SECTIONS: Dict[str, Callable[[Any], str]] = {
 SCRIPTS = {"bench_optim_kernels": "scripts/bench_optim.py --kernels",
            "bench_mainjob.movielens": "scripts/bench_mainjob.py --workload movielens",
            "bench_mainjob.movielens_torch214": "scripts/bench_mainjob.py --workload movielens --key movielens_torch214",
+           "bench_mainjob.movielens_python_lookups": ("scripts/bench_mainjob.py --workload movielens --key "
+                                                      "movielens_python_lookups -- --lookups python"),
            "bench_mainjob.auth": "scripts/bench_mainjob.py --auth"}
 MISSING = {
     "bench_gil": GIL_TARGETS + "\n\n",
