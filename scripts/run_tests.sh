@@ -12,9 +12,9 @@ bash scripts/setup_env.sh
 "$PYTHON" -m pytest -q "$@"
 "$PYTHON" -m pytest -q --torchscript-removed \
   tests/engine tests/rpc/test_rpc_init.py tests/rpc/test_main_job.py tests/rpc/test_movielens_job.py \
-  tests/rpc/test_cuda.py tests/build/test_build.py \
+  tests/rpc/test_embedding_lookups.py tests/rpc/test_cuda.py tests/build/test_build.py \
   tests/optim/test_native_local_optimizer.py tests/optim/test_distributed_optimizer.py \
-  tests/optim/test_checked_step.py tests/optim/test_optimizer_faults.py \
+  tests/optim/test_checked_step.py tests/optim/test_backward_and_step.py tests/optim/test_optimizer_faults.py \
   tests/optim/test_python_local_optimizer.py tests/optim/test_lr_schedulers.py \
   tests/optim/test_clip_grad_norm.py tests/optim/test_sparse_optim.py tests/docs/test_docs_examples.py \
   --deselect tests/build/test_build.py::test_cmake_builds_the_same_library "$@"

@@ -157,3 +157,25 @@ def test_bad_arguments_raise_before_anything_runs(cluster):
         with pytest.raises(RuntimeError, match=r"no distributed autograd context 123456"):
             opt.backward_and_step(123456, [loss])
     assert all(torch.equal(a, b) for a, b in zip(values(names), before))
+
+
+def test_the_caller_steps_its_own_parameters_once_the_pass_has_ended(cluster):
+    """A parameter on the calling worker (worker0) beside one on worker1: the caller's part
+    steps too, after the pass ended everywhere. 3 Adam steps equal torch.optim.Adam's."""
+    names = ["inpass_local", "inpass_remote"]
+    rrefs = [rpc.rpc_sync("worker0", optim_remote.make_param, args=(names[0], (4,), 110)),
+             rpc.rpc_sync("worker1", optim_remote.make_param, args=(names[1], (4,), 111))]
+    local = [rpc.rpc_sync(o, optim_remote.param_value, args=(n,)).requires_grad_() for o, n in zip(("worker0", "worker1"), names)]
+    opt = DistributedOptimizer(torch.optim.Adam, rrefs, lr=0.05)
+    reference = torch.optim.Adam(local, lr=0.05)
+    for step in range(3):
+        x = torch.full((4,), 1.0 + step, dtype=torch.float64)
+        with dist_autograd.context() as ctx:
+            loss = (optim_remote.use_param(x, names[0]) ** 2).sum() + \
+                (rpc.rpc_sync("worker1", optim_remote.use_param, args=(x, names[1])) ** 2).sum()
+            opt.backward_and_step(ctx, [loss])
+        reference.zero_grad()
+        sum(((x * p) ** 2).sum() for p in local).backward()
+        reference.step()
+    for o, n, want in zip(("worker0", "worker1"), names, local):
+        torch.testing.assert_close(rpc.rpc_sync(o, optim_remote.param_value, args=(n,)), want.detach(), rtol=1e-10, atol=1e-12)
