@@ -1,6 +1,8 @@
 """DistributedOptimizer.backward_and_step: the step taken inside the backward pass, where each
 owner's part of the pass ends (plugin/csrc/step_in_backward.h), against torch.optim and
 against the same training with backward then step()."""
+import warnings
+
 import pytest
 import torch
 import torch.distributed.autograd as dist_autograd
@@ -135,8 +137,10 @@ def test_a_python_local_optimizer_steps_after_the_pass(cluster):
     names = [f"inpass_python_{i}" for i in range(3)]
     rrefs = make(names, [(4,)] * 3, 90)
     before = values(names)
-    with pytest.warns(plugin.optim.PythonStepWarning):
+    with warnings.catch_warnings():  # PythonStepWarning, once per class and process
+        warnings.simplefilter("ignore", plugin.optim.PythonStepWarning)
         opt = DistributedOptimizer(HeavyBall, rrefs, lr=0.25, momentum=0.9)
+    assert set(opt.local_optimizer_kinds.values()) == {"python"}
     x = torch.ones(4, dtype=torch.float64)
     with dist_autograd.context() as ctx:
         opt.backward_and_step(ctx, [forward(names, x)])
