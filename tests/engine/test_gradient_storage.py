@@ -91,10 +91,13 @@ def test_gradient_arriving_by_rpc_as_torch(cluster, leaf_worker):
 
     torch's engine runs the leaf's task on another thread than the RPC handler's, so whether
     the message still holds its reference then is a race: on a loaded machine torch copies now
-    and then (seen once in a full CI run). Its usual behaviour is taken from three tries; ours
+    and then (seen in two full CI runs, once with three tries in a row copying). Its usual
+    behaviour is taken from up to ten tries, stopping at the first that keeps the tensor; ours
     does not race (the reference is dropped before the gradient is stored), so one try must
     keep it."""
-    theirs = [gradient_by_rpc_shares("torch", leaf_worker) for _ in range(3)]
+    theirs = []
+    while len(theirs) < 10 and not any(theirs):
+        theirs.append(gradient_by_rpc_shares("torch", leaf_worker))
     ours = gradient_by_rpc_shares("plugin", leaf_worker)
     assert any(theirs), f"torch's engine changed: it copies a gradient that arrives by RPC ({theirs})"
     assert ours is True, f"torch keeps the received tensor ({theirs}), ours: {ours}"
