@@ -343,17 +343,14 @@ int64_t LocalOptimizer::stepChecked(int64_t contextId, int64_t version, int64_t 
   if (!grads.has_value()) {
     return 1;  // changed since the backward pass checked them
   }
-  auto gradients = gradientsOf(*grads, params_);
-  Held held(locks_);
-  if (deadlineMs >= 0 && wallClockMs() >= deadlineMs) {
-    return 2;
-  }
-  applyLocked(gradients);
-  return 0;
+  return applyBefore(gradientsOf(*grads, params_), deadlineMs);
 }
 
 int64_t LocalOptimizer::stepBefore(int64_t contextId, int64_t deadlineMs) {
-  auto gradients = gradientsFor(contextId, params_);
+  return applyBefore(gradientsFor(contextId, params_), deadlineMs);
+}
+
+int64_t LocalOptimizer::applyBefore(const MaybeGradients& gradients, int64_t deadlineMs) {
   Held held(locks_);
   if (deadlineMs >= 0 && wallClockMs() >= deadlineMs) {
     return 2;

@@ -112,6 +112,9 @@ class LocalOptimizer : public torch::CustomClassHolder {
   Checked check(const MaybeGradients& gradients, const std::vector<std::optional<std::string>>& sparseErrors) const;
   // Checks and applies; the caller holds the locks.
   void applyLocked(const MaybeGradients& gradients);
+  // Takes the locks; then applyLocked unless deadlineMs (-1: none) has passed. Returns 0
+  // (applied) or 2 (late: nothing applied).
+  int64_t applyBefore(const MaybeGradients& gradients, int64_t deadlineMs);
   void syncTensorHyperparametersLocked();
   int64_t groupOf(int64_t index) const;
   void checkGroup(int64_t group) const;

@@ -55,6 +55,13 @@ def call_shards_async(shard_rrefs, inputs_per_shard, predict=False):
     start = time.perf_counter()
     fn = shard_predict if predict else shard_forward
     futs = [rpc.rpc_async(r.owner(), fn, args=(r, *inputs)) for r, inputs in zip(shard_rrefs, inputs_per_shard)]
+    return wait_timed(shard_rrefs, futs, start, predict)
+
+
+def wait_timed(shard_rrefs, futs, start, predict=False):
+    """The values of ``futs`` (one call per shard, sent from ``start``, a ``time.perf_counter``
+    reading), in order; unless ``predict``, each server's seconds from ``start`` to its answer
+    go to ``forward RPC to <server>``."""
     out = []
     for r, f in zip(shard_rrefs, futs):
         out.append(f.wait())

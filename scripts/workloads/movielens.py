@@ -31,8 +31,7 @@ import torch
 import torch.distributed.rpc as rpc
 import torch.nn.functional as F
 
-from train_profile import TIMERS
-from workloads import call_shards_async, tensor_bytes
+from workloads import call_shards_async, tensor_bytes, wait_timed
 
 JOB_KEYS = ("dim", "cross_buckets")
 PLOT = {"loss": "mean squared error", "metric": "rmse", "metric_label": "held-out RMSE"}
@@ -175,10 +174,7 @@ def _lookup(shards, inputs, context_id, predict):
     futs = [plugin.embedding.lookup_bags_async(r.owner().name, None if predict else context_id,
                                                _HANDLES[r.owner().name], list(i[0::2]), list(i[1::2]))
             for r, i in zip(shards, inputs)]
-    out = [f.wait() for f in futs]
-    if not predict:
-        TIMERS["forward RPCs to the servers (native lookups)"] += time.perf_counter() - start
-    return out
+    return wait_timed(shards, futs, start, predict)
 
 
 def forward(shards, user, item, cross, predict=False, context_id=None):
