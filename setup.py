@@ -22,7 +22,8 @@ from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-plugin_sources = sorted(glob.glob(os.path.join("plugin", "csrc", "*.cpp")))
+# plugin/csrc: one folder per role (engine/, optim/, rpc/, embedding/) and ops.cpp at the top
+plugin_sources = sorted(glob.glob(os.path.join("plugin", "csrc", "**", "*.cpp"), recursive=True))
 optim_sources = sorted(glob.glob(os.path.join("functional_optim", "csrc", "*.cpp")))
 isa_sources = sorted(glob.glob(os.path.join("functional_optim", "csrc", "cpu", "*.cpp")))
 # -g0: no debug information (Python's own flags add -g); it halves the compile time of the
@@ -124,7 +125,7 @@ setup(
             include_dirs=[os.path.join(HERE, "plugin", "csrc")],
             extra_compile_args={"cxx": cxx_flags},
             # dlopen: the authenticating transport loads libcrypto at run time
-            # (plugin/csrc/message_auth.h; no OpenSSL headers needed)
+            # (plugin/csrc/rpc/message_auth.h; no OpenSSL headers needed)
             libraries=["dl"],
         ),
     ],

@@ -2,7 +2,7 @@
 
 Importing this package loads the op library that registers ``torch.ops.dist_engine`` and
 the functions other workers call by RPC (the engine's messages, the distributed
-optimizer's steps, gradient clipping; ``plugin/csrc/rpc_functions.h``), which run natively,
+optimizer's steps, gradient clipping; ``plugin/csrc/rpc/rpc_functions.h``), which run natively,
 without the GIL and without TorchScript. Every worker taking part in a backward pass or an
 optimizer step must import it (or load the library).
 """

@@ -41,7 +41,7 @@ def remote_error_summary(error: BaseException) -> str:
             summary = " ".join(paragraph)
             # TorchScript names Python's exceptions "builtins.RuntimeError"
             summary = summary[len("builtins."):] if summary.startswith("builtins.") else summary
-            # a native op's error ("ValueError: ...", plugin/csrc/local_optimizer.h) as the
+            # a native op's error ("ValueError: ...", plugin/csrc/optim/local_optimizer.h) as the
             # interpreter that ran its RPC function reports it: "RuntimeError: ValueError: ..."
             inner = summary[len("RuntimeError: "):]
             return inner if summary.startswith("RuntimeError: ") and _ERROR_LINE.match(inner) else summary
@@ -74,7 +74,7 @@ def raise_on_worker(worker: str, what: str, error: BaseException, prefix: str, d
 # --- errors of a backward pass (plugin.autograd.backward) ------------------------------
 
 # The bracketed end of the engine's message for an error in a backward pass
-# (plugin/csrc/worker_error.h, passError): "[<origin> on worker '<name>' (id <n>), in the
+# (plugin/csrc/rpc/worker_error.h, passError): "[<origin> on worker '<name>' (id <n>), in the
 # backward pass of context <id>]", the origin optional and free of brackets.
 _PASS_ERROR = re.compile(
     r"^Error on Node (?P<node>-?\d+): (?P<what>.*) "

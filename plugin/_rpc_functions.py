@@ -2,7 +2,7 @@
 
 The op library defines, when it loads, one function per op that other workers call by RPC
 (``gilfree_rpc.<op>``, a graph of one call of ``dist_engine::<op>``, in torch's process-wide
-compilation unit; ``plugin/csrc/rpc_functions.h``). torch's RPC runs such a function on the
+compilation unit; ``plugin/csrc/rpc/rpc_functions.h``). torch's RPC runs such a function on the
 callee's RPC thread, natively, without the GIL. :func:`call` sends one with torch's own
 ``rpc.rpc_async``, which converts the arguments by the function's schema (so ``{}`` is a
 typed empty dict and ``1`` a float where the op takes a float).
@@ -29,13 +29,13 @@ def function(op: str) -> Any:
     """The RPC function of the op ``dist_engine::<op>`` (a ``torch.jit.ScriptFunction``).
 
     Raises:
-        KeyError: ``op`` has no RPC function (``plugin/csrc/rpc_functions.cpp`` lists them).
+        KeyError: ``op`` has no RPC function (``plugin/csrc/rpc/rpc_functions.cpp`` lists them).
     """
     import torch.jit._state
 
     found = torch.jit._state._python_cu.find_function("gilfree_rpc." + op)
     if found is None:
-        raise KeyError(f"the op dist_engine::{op} has no RPC function (plugin/csrc/rpc_functions.cpp)")
+        raise KeyError(f"the op dist_engine::{op} has no RPC function (plugin/csrc/rpc/rpc_functions.cpp)")
     return found
 
 
@@ -46,7 +46,7 @@ def call(worker: str, op: str, args: tuple, timeout: float = rpc.constants.UNSET
 
     Args:
         worker (str): the callee's worker name.
-        op (str): an op of ``plugin/csrc/rpc_functions.cpp``'s list.
+        op (str): an op of ``plugin/csrc/rpc/rpc_functions.cpp``'s list.
         args (tuple): its arguments, converted by its schema.
         timeout (float): seconds; the RPC timeout by default.
 

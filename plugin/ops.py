@@ -19,7 +19,7 @@ this package.
 Functions whose names start with an underscore wrap the engine's RPC handlers and
 bookkeeping ops, and the distributed optimizer's; they are for the package's own modules
 (:mod:`plugin.autograd`, :mod:`plugin.optim`). The handlers are what other workers call by
-RPC: each has a native RPC function (``gilfree_rpc.<op>``, ``plugin/csrc/rpc_functions.h``)
+RPC: each has a native RPC function (``gilfree_rpc.<op>``, ``plugin/csrc/rpc/rpc_functions.h``)
 that the library defines when it loads, called with :func:`plugin._rpc_functions.call`.
 """
 import contextlib
@@ -54,7 +54,7 @@ def backward(context_id: int, roots: List[Tensor], retain_graph: bool = False, m
 def _backward_and_step(context_id: int, roots: List[Tensor], retain_graph: bool, mode: str, steps: List[int]) -> None:
     """The op ``dist_engine::backward`` with ``steps``: a pass in which each owner named there
     applies its native local optimizer's step to the context's gradients as its part of the
-    pass ends (``plugin/csrc/step_in_backward.h``). ``steps``: ``[deadline_ms, worker_id,
+    pass ends (``plugin/csrc/optim/step_in_backward.h``). ``steps``: ``[deadline_ms, worker_id,
     handle, worker_id, handle, ...]`` (deadline in ms since the Unix epoch, ``-1`` for none; each
     owner's RPC worker id and local optimizer handle). Read the outcomes with
     :func:`_step_outcomes`."""
@@ -161,7 +161,7 @@ def _checked_versions(context_id: int, workers: List[int], accept_sparse: bool) 
     sparse COO, the parameter's shape, dtype and device; none sparse unless ``accept_sparse``),
     each worker's version of the context's gradients then, in the order of ``workers``; else
     ``[]``. A step over those owners then needs no validation round
-    (``plugin/csrc/gradient_check.h``)."""
+    (``plugin/csrc/optim/gradient_check.h``)."""
     return torch.ops.dist_engine._checked_versions(context_id, workers, accept_sparse)
 
 
@@ -231,7 +231,7 @@ def _swap_current_context(context_id: int) -> int:
     return torch.ops.dist_engine._swap_current_context(context_id)
 
 
-# --- the engine's RPC handlers (native RPC functions, plugin/csrc/rpc_functions.h) and bookkeeping --
+# --- the engine's RPC handlers (native RPC functions, plugin/csrc/rpc/rpc_functions.h) and bookkeeping --
 
 
 def _receive_gradients(
@@ -278,7 +278,7 @@ def _debug_info() -> Dict[str, int]:
     return torch.ops.dist_engine._debug_info()
 
 
-# --- embedding-bag lookups served by RPC (plugin/csrc/remote_lookup.h; plugin/embedding.py) --
+# --- embedding-bag lookups served by RPC (plugin/csrc/embedding/remote_lookup.h; plugin/embedding.py) --
 
 
 def _share_table(weight: Tensor, mode: int) -> int:

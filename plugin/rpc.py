@@ -16,7 +16,7 @@ from ._rendezvous import RendezvousError, check_group, init_method_for
 
 __all__ = ["RendezvousError", "init_rpc", "read_auth_key_file", "resolve_device_maps", "shutdown"]
 
-# The TensorPipe transport that authenticates every connection (plugin/csrc/auth_transport.h).
+# The TensorPipe transport that authenticates every connection (plugin/csrc/rpc/auth_transport.h).
 AUTH_TRANSPORT = "gilfree_auth"
 # Fewest bytes of key accepted (128 bits as hex or raw).
 _MIN_KEY_BYTES = 16

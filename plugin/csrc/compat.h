@@ -97,7 +97,7 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/version.h>
 
-#include "python_errors.h"
+#include "engine/python_errors.h"
 
 #include <cstdint>
 #include <cstring>

@@ -10,9 +10,10 @@
 // distributed autograd contexts), so they are declared with CONSERVATIVE alias
 // analysis: TorchScript must neither drop a call whose result is unused nor merge
 // or reorder two calls.
-#include "local_optimizer.h"
-#include "rpc_functions.h"
-#include "step_lock.h"
+#include "engine/peer_watch.h"
+#include "optim/local_optimizer.h"
+#include "rpc/rpc_functions.h"
+#include "optim/step_lock.h"
 
 #include <torch/library.h>
 
@@ -188,7 +189,8 @@ TORCH_LIBRARY(dist_engine, m) {
 }
 
 // The RPC functions call the ops declared above: define them once those exist (static
-// objects of one file are constructed in order; this runs when the library loads).
+// objects of one file are constructed in order; this runs when the library loads). From
+// then on this worker answers pings (the abort function): the engine watches the others.
 namespace {
-const bool rpcFunctionsDefined = (dist_engine::defineRpcFunctions(), true);
+const bool rpcFunctionsDefined = (dist_engine::defineRpcFunctions(), dist_engine::startPeerWatch(), true);
 }  // namespace

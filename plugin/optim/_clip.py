@@ -7,7 +7,7 @@ by ``min(max_norm / (total_norm + 1e-6), 1)``. Here the gradients stay where the
 distributed autograd context on their owners:
 
 1. every owner computes the norms of its parameters' gradients in the context (one RPC each,
-   in parallel, answered natively: no owner takes the GIL; ``plugin/csrc/gradient_clipping.cpp``),
+   in parallel, answered natively: no owner takes the GIL; ``plugin/csrc/optim/gradient_clipping.cpp``),
    and sends back those norms, one scalar per parameter;
 2. the caller stacks them in the order of the parameters and takes their norm, as torch does;
 3. unless the coefficient is 1 (nothing to clip: no RPC), every owner multiplies its gradients

@@ -351,7 +351,7 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
                 first owner's error, of its type, naming it, as :meth:`step` raises.
 
         Algorithm: the steps of :meth:`step`, applied where the plugin's engine ends each
-        owner's part of the pass (``plugin/csrc/step_in_backward.h``).
+        owner's part of the pass (``plugin/csrc/optim/step_in_backward.h``).
         """
         from .. import autograd
 

@@ -1,13 +1,13 @@
 """The native local optimizer: an owner's share of a :class:`~plugin.optim.DistributedOptimizer`
 over one of the eleven built-in optimizers, stepped in C++ (``torch.classes.dist_engine.LocalOptimizer``,
-``plugin/csrc/local_optimizer.h``) through the fused kernels, without the GIL and without
+``plugin/csrc/optim/local_optimizer.h``) through the fused kernels, without the GIL and without
 TorchScript.
 
 :class:`LocalOptimizer` builds a ``functional_optim`` eager instance first (its validation,
 param-group parsing, Tensor hyperparameters and torch's messages), then the C++ object from that
 instance's values, and keeps only the C++ object. Its methods call the C++ object's ops by its
 handle (``torch.ops.dist_engine._optimizer_*``): the same ops another worker calls by RPC
-(``plugin/csrc/rpc_functions.cpp``). Nothing here calls ``torch.jit``.
+(``plugin/csrc/rpc/rpc_functions.cpp``). Nothing here calls ``torch.jit``.
 """
 import copy
 import inspect

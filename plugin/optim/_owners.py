@@ -6,7 +6,7 @@ An owner's local optimizer is one of three kinds, chosen on the owner when it is
 (:mod:`plugin.optim._local`):
 
 * ``"native"``: a :class:`~plugin.optim.LocalOptimizer`, C++ behind an RRef; the caller calls
-  its ops by their native RPC functions (``plugin/csrc/rpc_functions.h``): the owner answers
+  its ops by their native RPC functions (``plugin/csrc/rpc/rpc_functions.h``): the owner answers
   on an RPC thread without its GIL and without TorchScript;
 * ``"python"``: a :class:`~plugin.optim.PythonLocalOptimizer`, called by Python functions
   (the owner's GIL);

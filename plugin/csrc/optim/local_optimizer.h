@@ -28,8 +28,8 @@
 // _state.py). Nothing changes when a check fails.
 #pragma once
 
-#include "optimizer_steps.h"
-#include "step_lock.h"
+#include "optim/optimizer_steps.h"
+#include "optim/step_lock.h"
 
 #include <ATen/core/Dict.h>
 #include <ATen/core/List.h>

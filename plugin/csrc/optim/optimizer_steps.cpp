@@ -1,4 +1,4 @@
-#include "optimizer_steps.h"
+#include "optim/optimizer_steps.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>

@@ -1,4 +1,4 @@
-#include "worker_error.h"
+#include "rpc/worker_error.h"
 
 #include <torch/csrc/distributed/rpc/rpc_agent.h>
 

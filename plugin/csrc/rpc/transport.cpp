@@ -1,7 +1,7 @@
-#include "transport.h"
+#include "rpc/transport.h"
 
 #include "compat.h"
-#include "rpc_functions.h"
+#include "rpc/rpc_functions.h"
 
 #include <torch/csrc/distributed/autograd/context/container.h>
 #include <torch/csrc/distributed/rpc/rpc_agent.h>

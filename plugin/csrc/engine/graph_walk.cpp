@@ -1,6 +1,6 @@
-#include "graph_walk.h"
+#include "engine/graph_walk.h"
 
-#include "context_registry.h"
+#include "engine/context_registry.h"
 
 #include <torch/csrc/distributed/autograd/context/container.h>
 

@@ -1,4 +1,4 @@
-#include "step_lock.h"
+#include "optim/step_lock.h"
 
 #include <algorithm>
 #include <unordered_map>

@@ -21,8 +21,8 @@
 // functions the pass reaches (smart_walk.cpp) and expects only those.
 #pragma once
 
-#include "context_registry.h"
-#include "pass_state.h"
+#include "engine/context_registry.h"
+#include "engine/pass_state.h"
 
 #include <torch/csrc/autograd/edge.h>
 

@@ -1,6 +1,6 @@
-#include "prepared_steps.h"
+#include "optim/prepared_steps.h"
 
-#include "worker_error.h"
+#include "rpc/worker_error.h"
 
 #include <c10/util/Exception.h>
 

@@ -1,10 +1,10 @@
 // The native local optimizer (local_optimizer.h), its registry, and the kernels of its
 // by-handle ops (schemas in ops.cpp).
-#include "local_optimizer.h"
+#include "optim/local_optimizer.h"
 
-#include "gradient_check.h"
-#include "prepared_steps.h"
-#include "worker_error.h"
+#include "optim/gradient_check.h"
+#include "optim/prepared_steps.h"
+#include "rpc/worker_error.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>

@@ -1,4 +1,4 @@
-#include "node_exec.h"
+#include "engine/node_exec.h"
 
 namespace dist_engine {
 

@@ -1,7 +1,6 @@
-#include "rpc_functions.h"
+#include "rpc/rpc_functions.h"
 
 #include "compat.h"
-#include "peer_watch.h"
 
 #include <algorithm>
 #include <iterator>
@@ -64,8 +63,6 @@ void defineRpcFunctions() {
     for (const auto& op : kRpcOps) {
       addOpFunction(rpcFunctionName(op.name), c10::OperatorName(std::string("dist_engine::") + op.name, ""));
     }
-    // From now on this worker answers pings (the abort function): watch the others.
-    startPeerWatch();
   });
 }
 

@@ -1,9 +1,9 @@
-#include "peer_watch.h"
+#include "engine/peer_watch.h"
 
 #include "compat.h"
-#include "context_registry.h"
-#include "engine.h"
-#include "transport.h"
+#include "engine/context_registry.h"
+#include "engine/engine.h"
+#include "rpc/transport.h"
 
 #include <torch/csrc/distributed/autograd/context/container.h>
 #include <torch/csrc/distributed/rpc/rpc_agent.h>

@@ -1,10 +1,10 @@
 // Kernels for the distributed optimizer's local step (schemas in ops.cpp).
 #include "compat.h"
-#include "context_registry.h"
-#include "gradient_check.h"
-#include "prepared_steps.h"
-#include "step_lock.h"
-#include "transport.h"
+#include "engine/context_registry.h"
+#include "optim/gradient_check.h"
+#include "optim/prepared_steps.h"
+#include "optim/step_lock.h"
+#include "rpc/transport.h"
 
 #include <torch/csrc/distributed/autograd/context/container.h>
 #include <torch/csrc/distributed/rpc/rpc_agent.h>

@@ -2,11 +2,11 @@
 // own and need no autograd, so one CompositeImplicitAutograd kernel serves every
 // backend; the ops that return a Future are boxed kernels.
 #include "compat.h"
-#include "context_registry.h"
-#include "engine.h"
-#include "peer_watch.h"
-#include "step_in_backward.h"
-#include "transport.h"
+#include "engine/context_registry.h"
+#include "engine/engine.h"
+#include "engine/peer_watch.h"
+#include "optim/step_in_backward.h"
+#include "rpc/transport.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>

@@ -7,7 +7,7 @@
 // finished iteration are freed when torch frees its own.
 #pragma once
 
-#include "pass_state.h"
+#include "engine/pass_state.h"
 
 #include <ATen/core/Dict.h>
 

@@ -1,10 +1,10 @@
 // compat.h's TensorPipe part (registerTensorPipeTransport) is for this file only.
 #define GILFREE_TENSORPIPE_TRANSPORT 1
-#include "auth_transport.h"
+#include "rpc/auth_transport.h"
 
 #include "compat.h"
-#include "message_auth.h"
-#include "tensorpipe_abi.h"
+#include "rpc/message_auth.h"
+#include "rpc/tensorpipe_abi.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -43,7 +43,7 @@ constexpr size_t kHeaderSize = 8 + kTagSize;
 
 // TensorPipe's Error prints "(this error originated at <file>:<line>)"; the file names this
 // transport as one of TensorPipe's, which is what compat.h's isPeerUnreachable looks for.
-constexpr const char* kErrorOrigin = "tensorpipe transport gilfree_auth (plugin/csrc/auth_transport.cpp)";
+constexpr const char* kErrorOrigin = "tensorpipe transport gilfree_auth (plugin/csrc/rpc/auth_transport.cpp)";
 
 class AuthTransportError final : public tensorpipe::BaseError {
  public:

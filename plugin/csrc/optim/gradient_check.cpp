@@ -1,7 +1,7 @@
-#include "gradient_check.h"
+#include "optim/gradient_check.h"
 
-#include "step_in_backward.h"
-#include "worker_error.h"
+#include "optim/step_in_backward.h"
+#include "rpc/worker_error.h"
 
 #include <torch/csrc/distributed/autograd/context/container.h>
 

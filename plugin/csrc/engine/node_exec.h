@@ -2,7 +2,7 @@
 // pre-hooks, the node itself, output validation and post-hooks.
 #pragma once
 
-#include "pass_state.h"
+#include "engine/pass_state.h"
 
 #include <ATen/record_function.h>
 

@@ -1,4 +1,4 @@
-#include "remote_lookup.h"
+#include "embedding/remote_lookup.h"
 
 #include "compat.h"
 

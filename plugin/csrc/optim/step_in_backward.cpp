@@ -1,8 +1,8 @@
-#include "step_in_backward.h"
+#include "optim/step_in_backward.h"
 
-#include "context_registry.h"
-#include "local_optimizer.h"
-#include "transport.h"
+#include "engine/context_registry.h"
+#include "optim/local_optimizer.h"
+#include "rpc/transport.h"
 
 #include <c10/util/Exception.h>
 

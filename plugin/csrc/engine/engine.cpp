@@ -1,12 +1,12 @@
-#include "engine.h"
+#include "engine/engine.h"
 
-#include "gradient_check.h"
-#include "graph_walk.h"
-#include "node_exec.h"
-#include "python_errors.h"
-#include "step_in_backward.h"
-#include "transport.h"
-#include "worker_error.h"
+#include "optim/gradient_check.h"
+#include "engine/graph_walk.h"
+#include "engine/node_exec.h"
+#include "engine/python_errors.h"
+#include "optim/step_in_backward.h"
+#include "rpc/transport.h"
+#include "rpc/worker_error.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>

@@ -1,4 +1,4 @@
-#include "python_errors.h"
+#include "engine/python_errors.h"
 
 // Both builds (setup.py, CMake) compile with Python's headers: the functions below read
 // Python exceptions. Without them (a build for a process with no Python) they do nothing,

@@ -11,10 +11,10 @@
 // worker that holds a reached send function (plus, sent up front, one to each worker
 // the caller sent tensors to in the forward pass, whose answer may go unused), in as
 // many rounds as workers are discovered one behind another.
-#include "engine.h"
-#include "graph_walk.h"
-#include "transport.h"
-#include "worker_error.h"
+#include "engine/engine.h"
+#include "engine/graph_walk.h"
+#include "rpc/transport.h"
+#include "rpc/worker_error.h"
 
 #include <algorithm>
 #include <set>

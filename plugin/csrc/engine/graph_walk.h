@@ -6,7 +6,7 @@
 // leaves and at recv functions (which hand their gradients to another worker).
 #pragma once
 
-#include "pass_state.h"
+#include "engine/pass_state.h"
 
 #include <torch/csrc/autograd/edge.h>
 

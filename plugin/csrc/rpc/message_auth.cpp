@@ -1,4 +1,4 @@
-#include "message_auth.h"
+#include "rpc/message_auth.h"
 
 #include <dlfcn.h>
 #include <sys/random.h>

@@ -23,7 +23,7 @@
 // caller) refuses its part instead of applying gradients nobody checked.
 #pragma once
 
-#include "context_registry.h"
+#include "engine/context_registry.h"
 
 #include <cstdint>
 #include <optional>

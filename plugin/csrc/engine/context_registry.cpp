@@ -1,4 +1,4 @@
-#include "context_registry.h"
+#include "engine/context_registry.h"
 
 #include "compat.h"
 
