@@ -52,21 +52,20 @@ def backward(context_id: int, roots: List[Tensor], retain_graph: bool = False, m
 
 
 def _backward_and_step(context_id: int, roots: List[Tensor], retain_graph: bool, mode: str, steps: List[int]) -> None:
-    """The op ``dist_engine::backward`` with ``steps``: a pass in which each owner named there
-    applies its native local optimizer's step to the context's gradients as its part of the
-    pass ends (``plugin/csrc/optim/step_in_backward.h``). ``steps``: ``[deadline_ms, worker_id,
-    handle, worker_id, handle, ...]`` (deadline in ms since the Unix epoch, ``-1`` for none; each
-    owner's RPC worker id and local optimizer handle). Read the outcomes with
-    :func:`_step_outcomes`."""
+    """The op ``dist_engine::backward`` with ``steps`` as its part-end hook arguments: a pass in
+    which each owner named there applies its native local optimizer's step to the context's
+    gradients as its part of the pass ends (``plugin/csrc/optim/pass_end.h``). ``steps``:
+    ``[deadline_ms, worker_id, handle, worker_id, handle, ...]`` (deadline in ms since the Unix
+    epoch, ``-1`` for none; each owner's RPC worker id and local optimizer handle). Read the
+    outcomes with :func:`_step_outcomes`."""
     torch.ops.dist_engine.backward(context_id, roots, retain_graph, mode, steps)
 
 
 def _step_outcomes(context_id: int, workers: List[int]) -> List[int]:
     """The op ``dist_engine::_step_outcomes``, on the worker that called
     :func:`_backward_and_step`, after the pass: each worker's outcome of its step, in the order of
-    ``workers`` (RPC worker ids): 0 applied, 1 no part of the pass ran there (no gradient, nothing
-    to apply), 2 the deadline had passed, 3 its optimizer refused the gradients (nothing applied
-    there)."""
+    ``workers`` (RPC worker ids): 0 applied, 2 the deadline had passed, 3 its optimizer refused
+    the gradients, 4 no part of the pass ran there (nothing applied for 2, 3 and 4)."""
     return torch.ops.dist_engine._step_outcomes(context_id, workers)
 
 
@@ -161,7 +160,7 @@ def _checked_versions(context_id: int, workers: List[int], accept_sparse: bool) 
     sparse COO, the parameter's shape, dtype and device; none sparse unless ``accept_sparse``),
     each worker's version of the context's gradients then, in the order of ``workers``; else
     ``[]``. A step over those owners then needs no validation round
-    (``plugin/csrc/optim/gradient_check.h``)."""
+    (``plugin/csrc/optim/pass_end.h``)."""
     return torch.ops.dist_engine._checked_versions(context_id, workers, accept_sparse)
 
 
@@ -242,16 +241,16 @@ def _receive_gradients(
     retain_graph: bool,
     smart: bool,
     reached: List[int],
-    steps: List[int],
+    hook_args: List[int],
 ) -> torch.futures.Future[List[int]]:
     """The op ``dist_engine::_receive_gradients`` (RPC handler): gradients for this worker's
     send function ``autograd_message_id`` in pass ``pass_id``. The future completes when this
-    worker may answer (see ``docs/engine.md``, "first contact"), with the reached workers'
-    findings on their gradients (``[worker_id, fits, version, ...]``, see :func:`_checked_versions`)
-    for the pass's first message here, else with an empty list. ``steps``: the optimizer
-    steps the owners take as their parts end (see :func:`_backward_and_step`)."""
+    worker may answer (see ``docs/engine.md``, "first contact"), with the part-end answers of
+    the workers this one reached first (``[worker_id, word0, word1, ...]``,
+    ``plugin/csrc/engine/part_end.h``) for the pass's first message here, else with an empty
+    list. ``hook_args``: the arguments of their part-end hook (see :func:`_backward_and_step`)."""
     return torch.ops.dist_engine._receive_gradients(
-        context_id, pass_id, autograd_message_id, grads, retain_graph, smart, reached, steps
+        context_id, pass_id, autograd_message_id, grads, retain_graph, smart, reached, hook_args
     )
 
 

@@ -27,24 +27,24 @@ void def(torch::Library& m, const char* schema) {
 
 TORCH_LIBRARY(dist_engine, m) {
   // Distributed backward pass from `roots` (scalars on this worker) in the given
-  // distributed autograd context. `mode` is "smart" or "fast". `steps`: the optimizer
-  // steps the owners take as their parts of the pass end, [deadline_ms, worker_id,
-  // handle, ...] (step_in_backward.h); empty for none.
+  // distributed autograd context. `mode` is "smart" or "fast". `hook_args`: the arguments
+  // of the part-end hook every reached worker runs as its part of the pass ends
+  // (engine/part_end.h; the optimizer's: optim/pass_end.h).
   def(
       m,
       "backward(int context_id, Tensor[] roots, bool retain_graph=False, "
-      "str mode=\"smart\", int[] steps=[]) -> ()");
+      "str mode=\"smart\", int[] hook_args=[]) -> ()");
   // Gradients accumulated on this worker for the context: {leaf tensor: gradient}.
   def(m, "get_gradients(int context_id) -> Dict(Tensor, Tensor)");
 
   // RPC handler: gradients for the send function `autograd_message_id` of a pass.
   // Completes when this worker may answer (see engine.h, "first contact"): for the
-  // pass's first message here, with the workers' findings on their gradients
-  // (gradient_check.h, fitReport); for any other, with an empty list.
+  // pass's first message here, with the part-end answers this worker gathered
+  // (engine/part_end.h); for any other, with an empty list.
   def(
       m,
       "_receive_gradients(int context_id, int pass_id, int autograd_message_id, "
-      "Tensor[] grads, bool retain_graph, bool smart, int[] reached, int[] steps) -> Future(int[])");
+      "Tensor[] grads, bool retain_graph, bool smart, int[] reached, int[] hook_args) -> Future(int[])");
   // RPC handler (smart mode): this worker's reachability table for the context,
   // flattened as [send_id, n, recv_id_1 .. recv_id_n, send_id, n, ...].
   def(m, "_reachability(int context_id) -> int[]");
@@ -73,14 +73,14 @@ TORCH_LIBRARY(dist_engine, m) {
   def(m, "gradients_for(int context_id, Tensor[] params) -> Tensor?[]");
   // On the worker that called backward: if the context's latest pass of the plugin's
   // engine reached every worker of `workers` and found, on each, that every gradient fits
-  // its parameter (gradient_check.h; none sparse unless `accept_sparse`), each one's
+  // its parameter (optim/pass_end.h; none sparse unless `accept_sparse`), each one's
   // version of the context's gradients, in order; else an empty list. Then a step over
   // those owners needs no validation round.
   def(m, "_checked_versions(int context_id, int[] workers, bool accept_sparse) -> int[]");
-  // On the worker that called backward with steps, after the pass: each worker's outcome
-  // of its step, in the order of `workers`: 0 applied, 1 no part of the pass ran there
-  // (no gradient: nothing to apply), 2 the deadline had passed, 3 its optimizer refused the
-  // gradients (nothing applied there). See step_in_backward.h.
+  // On the worker that called backward with steps in the pass's hook arguments, after the
+  // pass: each worker's StepStatus (optim/pass_end.h) in the order of `workers`: 0 applied,
+  // 2 the deadline had passed, 3 its optimizer refused the gradients, 4 no part of the
+  // pass ran there (nothing applied for 2, 3 and 4).
   def(m, "_step_outcomes(int context_id, int[] workers) -> int[]");
   // On an owner: gradients_for, from the engine's gradients of the context if they are
   // still at `version` (those the backward pass checked); raises otherwise.

@@ -351,7 +351,7 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
                 first owner's error, of its type, naming it, as :meth:`step` raises.
 
         Algorithm: the steps of :meth:`step`, applied where the plugin's engine ends each
-        owner's part of the pass (``plugin/csrc/optim/step_in_backward.h``).
+        owner's part of the pass (``plugin/csrc/optim/pass_end.h``).
         """
         from .. import autograd
 
@@ -603,7 +603,7 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
 
 
 # The outcomes of an owner's step in the backward pass (ops._step_outcomes).
-_IN_PASS_APPLIED, _IN_PASS_NOT_REACHED, _IN_PASS_LATE, _IN_PASS_REFUSED = 0, 1, 2, 3
+_IN_PASS_APPLIED, _IN_PASS_LATE, _IN_PASS_REFUSED, _IN_PASS_NOT_REACHED = 0, 2, 3, 4
 
 # The statuses of a native owner's part of a checked step (LocalOptimizer.step_checked).
 _APPLIED = 0

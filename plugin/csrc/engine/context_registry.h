@@ -7,6 +7,7 @@
 // finished iteration are freed when torch frees its own.
 #pragma once
 
+#include "engine/part_end.h"
 #include "engine/pass_state.h"
 
 #include <ATen/core/Dict.h>
@@ -46,15 +47,14 @@ struct ContextEntry {
   bool rootBackwardRunning = false;
   // Passes that failed or were aborted here: late gradient messages are refused.
   std::unordered_set<int64_t> abortedPasses;
-  // Counts the changes to the gradients a step reads here (a gradient staged, a pass's
-  // gradients discarded), so that a step can tell that they are still those the backward
-  // pass checked (gradient_check.h).
+  // Counts the changes to the gradients here (a gradient staged, a pass's gradients
+  // discarded), so that a reader can tell that they are still those it saw before
+  // (gradientsAtVersion, engine/gradients.h).
   int64_t version = 0;
-  // On the worker that called backward: for each worker that the latest pass started
-  // here reached, its finding on its gradients when its part ended (kGradientsFit,
-  // kSomeSparse), and its entry's version then (gradient_check.h). Emptied when a pass
-  // starts; filled when it ends everywhere.
-  std::unordered_map<int64_t, std::pair<int64_t, int64_t>> gradientsFit;
+  // On the worker that called backward: the part-end answers (part_end.h) of the workers
+  // that the latest pass started here reached. Emptied when a pass starts; filled when it
+  // ends everywhere.
+  PartEndAnswers partEndAnswers;
 
   // Moves the staged gradients of every pass but `current` into `grads`. Called when
   // a pass starts: the worker that calls backward starts a pass only after its

@@ -1,10 +1,9 @@
 #include "engine/engine.h"
 
-#include "optim/gradient_check.h"
 #include "engine/graph_walk.h"
 #include "engine/node_exec.h"
+#include "engine/part_end.h"
 #include "engine/python_errors.h"
-#include "optim/step_in_backward.h"
 #include "rpc/transport.h"
 #include "rpc/worker_error.h"
 
@@ -83,7 +82,7 @@ void Engine::backward(
     const variable_list& roots,
     bool retainGraph,
     Mode mode,
-    std::vector<int64_t> steps) {
+    std::vector<int64_t> hookArgs) {
   // The profiler event around the whole pass, named as the one torch's
   // dist_autograd.backward records, so that a profile reads the same with either engine.
   RECORD_FUNCTION("torch::distributed::autograd::backward", std::vector<c10::IValue>());
@@ -97,7 +96,6 @@ void Engine::backward(
   ContextPtr ctx = retrieveContext(contextId);
 
   TORCH_CHECK(!roots.empty(), "No tensors provided for gradient computation.");
-  checkStepRequests(steps);
   torch::autograd::edge_list rootEdges;
   variable_list rootGrads;
   for (size_t i = 0; i < roots.size(); ++i) {
@@ -120,7 +118,7 @@ void Engine::backward(
         "a backward pass of context ", contextId, " is already running on ", thisWorkerLabel(),
         "; wait for it to finish before starting another in the same context");
     entry->rootBackwardRunning = true;
-    entry->gradientsFit.clear();  // filled again only if this pass ends everywhere
+    entry->partEndAnswers.clear();  // filled again only if this pass ends everywhere
   }
   RunningFlagGuard runningGuard{entry};
 
@@ -133,7 +131,7 @@ void Engine::backward(
   pass->context = ctx;
   pass->entry = entry;
   pass->threadLocals.emplace();
-  pass->steps = std::move(steps);
+  pass->hookArgs = std::move(hookArgs);
   if (mode == Mode::kSmart) {
     pass->reached = findReachedSends(ctx, rootEdges, deadline, hasDeadline);
   }
@@ -157,24 +155,24 @@ void Engine::backward(
     auto answers = abortEverywhere(contextId, passId, waitSeconds);
     TORCH_CHECK(false, pass->timedOut ? timeoutReport(*pass, timeout, answers) : pass->error);
   }
-  std::vector<int64_t> reports;
+  std::vector<int64_t> answers;
   {
     std::lock_guard<std::mutex> lock(pass->mu);
-    reports = std::move(pass->fitReports);
+    answers = std::move(pass->partEndAnswers);
   }
   // The pass ended everywhere (this worker's part ends last), so nothing can abort it
-  // now: add its gradients to the context's here, as torch's engine does at once; take
-  // this worker's step if it is an owner of a step in the backward pass; and keep what
-  // every reached worker found about its gradients (gradient_check.h).
+  // now: add its gradients to the context's here, as torch's engine does at once; run the
+  // part-end hook here; and keep every reached worker's answer (part_end.h).
   {
     std::lock_guard<std::mutex> lock(entry->mu);
     entry->commitPass(passId);
   }
-  const int64_t stepBit = applyStepInBackward(pass->steps, contextId);
+  const auto own = runPartEndHook(contextId, pass->hookArgs);
+  answers.insert(answers.end(), {selfWorkerId(), own[0], own[1]});
   std::lock_guard<std::mutex> lock(entry->mu);
-  auto own = fitReport(selfWorkerId(), *entry, reports);
-  own[1] |= stepBit;
-  recordFitReportsLocked(*entry, own);
+  for (size_t i = 0; i + 2 < answers.size(); i += 3) {
+    entry->partEndAnswers[answers[i]].push_back({answers[i + 1], answers[i + 2]});
+  }
 }
 
 std::string Engine::timeoutReport(
@@ -331,7 +329,7 @@ c10::intrusive_ptr<Future> Engine::receiveGradients(
     bool retainGraph,
     bool smart,
     std::vector<int64_t> reached,
-    std::vector<int64_t> steps) {
+    std::vector<int64_t> hookArgs) {
   ContextPtr ctx = retrieveContext(contextId);
   EntryPtr entry = ContextRegistry::get().entry(ctx);
   {
@@ -349,7 +347,7 @@ c10::intrusive_ptr<Future> Engine::receiveGradients(
     fresh->context = ctx;
     fresh->entry = entry;
     fresh->reached = std::move(reached);
-    fresh->steps = std::move(steps);
+    fresh->hookArgs = std::move(hookArgs);
     // Hold the new pass's lock while it is registered and its dependencies are
     // computed: a concurrent message for the same pass waits for them in deliver().
     std::unique_lock<std::mutex> lock(fresh->mu);
@@ -661,7 +659,7 @@ void Engine::sendToPeer(const PassPtr& pass, int64_t messageId, variable_list&& 
   try {
     answer = sendGradients(
         pass->contextId, pass->passId, messageId, std::move(grads), pass->keepGraph, pass->mode == Mode::kSmart,
-        pass->reached, pass->steps);
+        pass->reached, pass->hookArgs);
   } catch (...) {
     std::lock_guard<std::mutex> lock(pass->mu);
     if (awaitAnswer) {
@@ -699,11 +697,11 @@ void Engine::sendToPeer(const PassPtr& pass, int64_t messageId, variable_list&& 
         if (awaitAnswer) {
           --pass->pendingRpcs;
           pass->countRpcTo(dst, -1);
-          // the peer's findings, if this was its first contact (gradient_check.h); an
-          // answer of another form brings none (then no step is checked)
+          // the part-end answers the peer gathered, if this was its first contact
+          // (part_end.h); an answer of another form brings none
           if (done.value().isIntList()) {
             const auto received = done.value().toIntVector();
-            pass->fitReports.insert(pass->fitReports.end(), received.begin(), received.end());
+            pass->partEndAnswers.insert(pass->partEndAnswers.end(), received.begin(), received.end());
           }
         }
         maybeFinishLocked(*pass);
@@ -788,26 +786,18 @@ void Engine::settle(const PassPtr& pass) {
     error = pass->error;
     ctx = std::move(pass->context);
     if (!pass->isRoot) {
-      received = std::move(pass->fitReports);  // the root reads its own in backward()
+      received = std::move(pass->partEndAnswers);  // the root reads its own in backward()
     }
   }
   ContextRegistry::get().erasePass(pass->contextId, pass->passId);
   if (error.empty()) {
-    // This worker's part ended: its gradients are final for the pass (gradient_check.h),
-    // and the step requested of it in the pass, if any, applies now (step_in_backward.h).
+    // This worker's part ended: its gradients are final for the pass; the part-end hook
+    // runs now, and its answer goes back with those this worker gathered (part_end.h).
     std::vector<int64_t> report;
     if (!pass->isRoot && pass->entry) {
-      const int64_t stepBit = applyStepInBackward(pass->steps, pass->contextId);
-      try {
-        std::lock_guard<std::mutex> lock(pass->entry->mu);
-        report = fitReport(selfWorkerId(), *pass->entry, received);
-      } catch (const std::exception&) {
-        // no finding (the step validates on the owners), but the outcome of this
-        // worker's step in the pass, and the findings it received, still go back
-        report = {selfWorkerId(), 0, -1};
-        report.insert(report.end(), received.begin(), received.end());
-      }
-      report[1] |= stepBit;
+      const auto own = runPartEndHook(pass->contextId, pass->hookArgs);
+      report = {selfWorkerId(), own[0], own[1]};
+      report.insert(report.end(), received.begin(), received.end());
     }
     pass->completion->markCompleted(c10::IValue(c10::List<int64_t>(std::move(report))));
   } else {

@@ -40,14 +40,14 @@ class Engine {
   static Engine& get();
 
   // Runs a backward pass from `roots` in context `contextId` and returns when it
-  // has ended on every worker. Throws the first worker's error, naming it. `steps`:
-  // optimizer steps for the owners to take as their parts end (step_in_backward.h).
+  // has ended on every worker. Throws the first worker's error, naming it. `hookArgs`:
+  // the arguments of every worker's part-end hook in this pass (part_end.h).
   void backward(
       int64_t contextId,
       const variable_list& roots,
       bool retainGraph,
       Mode mode,
-      std::vector<int64_t> steps = {});
+      std::vector<int64_t> hookArgs = {});
 
   // RPC handler: gradients for this worker's send function `messageId`.
   c10::intrusive_ptr<c10::ivalue::Future> receiveGradients(
@@ -58,7 +58,7 @@ class Engine {
       bool retainGraph,
       bool smart,
       std::vector<int64_t> reached,
-      std::vector<int64_t> steps);
+      std::vector<int64_t> hookArgs);
 
   // RPC handler (smart mode): this worker's flattened reachability table.
   std::vector<int64_t> reachability(int64_t contextId);

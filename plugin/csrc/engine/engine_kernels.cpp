@@ -5,7 +5,6 @@
 #include "engine/context_registry.h"
 #include "engine/engine.h"
 #include "engine/peer_watch.h"
-#include "optim/step_in_backward.h"
 #include "rpc/transport.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -27,8 +26,8 @@ void backwardKernel(
     const std::vector<at::Tensor>& roots,
     bool retainGraph,
     std::string mode,
-    std::vector<int64_t> steps) {
-  Engine::get().backward(contextId, roots, retainGraph, parseMode(mode), std::move(steps));
+    std::vector<int64_t> hookArgs) {
+  Engine::get().backward(contextId, roots, retainGraph, parseMode(mode), std::move(hookArgs));
 }
 
 c10::Dict<at::Tensor, at::Tensor> getGradientsKernel(int64_t contextId) {
@@ -36,7 +35,7 @@ c10::Dict<at::Tensor, at::Tensor> getGradientsKernel(int64_t contextId) {
 }
 
 // _receive_gradients(int context_id, int pass_id, int autograd_message_id,
-//                    Tensor[] grads, bool retain_graph, bool smart, int[] reached, int[] steps)
+//                    Tensor[] grads, bool retain_graph, bool smart, int[] reached, int[] hook_args)
 void receiveGradientsKernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
   auto args = torch::jit::last(*stack, 8);
   const int64_t contextId = args[0].toInt();
@@ -46,18 +45,14 @@ void receiveGradientsKernel(const c10::OperatorHandle&, torch::jit::Stack* stack
   const bool retainGraph = args[4].toBool();
   const bool smart = args[5].toBool();
   auto reached = args[6].toIntVector();
-  auto steps = args[7].toIntVector();
+  auto hookArgs = args[7].toIntVector();
   torch::jit::drop(*stack, 8);
   // Now `grads` and the request message hold the tensors; the message's references go
   // (compat.h), so that a leaf keeps a gradient that arrives here where torch's would.
   dropMessageReferences(grads);
   auto answer = Engine::get().receiveGradients(
-      contextId, passId, messageId, std::move(grads), retainGraph, smart, std::move(reached), std::move(steps));
+      contextId, passId, messageId, std::move(grads), retainGraph, smart, std::move(reached), std::move(hookArgs));
   torch::jit::push(*stack, std::move(answer));
-}
-
-std::vector<int64_t> stepOutcomesKernel(int64_t contextId, std::vector<int64_t> workers) {
-  return stepOutcomes(contextId, workers);
 }
 
 std::vector<int64_t> reachabilityKernel(int64_t contextId) {
@@ -89,7 +84,6 @@ TORCH_LIBRARY_IMPL(dist_engine, CompositeImplicitAutograd, m) {
   m.impl("get_gradients", TORCH_FN(getGradientsKernel));
   m.impl("_receive_gradients", torch::CppFunction::makeFromBoxedFunction<&receiveGradientsKernel>());
   m.impl("_reachability", TORCH_FN(reachabilityKernel));
-  m.impl("_step_outcomes", TORCH_FN(stepOutcomesKernel));
   m.impl("_abort_pass", TORCH_FN(abortPassKernel));
   m.impl("_release_context", TORCH_FN(releaseContextKernel));
   m.impl("_debug_info", TORCH_FN(debugInfoKernel));

@@ -95,9 +95,8 @@ struct PassState {
   // Smart mode: every reached send function of the pass (all workers), forwarded
   // with each gradient message so that peers know theirs.
   std::vector<int64_t> reached;
-  // The optimizer steps to take as parts of the pass end (step_in_backward.h), forwarded
-  // with each gradient message: [deadline_ms, worker_id, handle, ...], or empty.
-  std::vector<int64_t> steps;
+  // The arguments of the part-end hook (part_end.h), forwarded with each gradient message.
+  std::vector<int64_t> hookArgs;
 
   // --- execution ---
   // A max-heap on the node's sequence number (see pushReady / popReady).
@@ -131,11 +130,12 @@ struct PassState {
   // or a message that timed out); `stateAtTimeout` says what it still waited for.
   bool timedOut = false;
   std::string stateAtTimeout;
-  // Findings on their gradients (gradient_check.h, fitReport) from the workers this
-  // one was the first to contact, gathered from the answers to its messages.
-  std::vector<int64_t> fitReports;
-  // Completed when the pass ends on this worker, with this worker's fitReport, or set
-  // with the error. On a non-root worker it answers the pass's first gradient message.
+  // Part-end answers (part_end.h) of the workers this one was the first to contact (and
+  // of those they were first to contact...), flattened as [worker, word0, word1, ...],
+  // gathered from the answers to its messages.
+  std::vector<int64_t> partEndAnswers;
+  // Completed when the pass ends on this worker, with this worker's part-end answer
+  // followed by those it gathered, or set with the error. On a non-root worker it answers the pass's first gradient message.
   c10::intrusive_ptr<c10::ivalue::Future> completion =
       c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofInts());
 

@@ -4,7 +4,7 @@
 // torch.nn.utils.clip_grad_norm_ computes the same norms, with torch._foreach_norm per
 // device and dtype (torch/nn/utils/clip_grad.py).
 #include "compat.h"
-#include "optim/gradient_check.h"
+#include "engine/gradients.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/stack.h>

@@ -2,7 +2,7 @@
 // by-handle ops (schemas in ops.cpp).
 #include "optim/local_optimizer.h"
 
-#include "optim/gradient_check.h"
+#include "engine/gradients.h"
 #include "optim/prepared_steps.h"
 #include "rpc/worker_error.h"
 
@@ -339,7 +339,7 @@ void LocalOptimizer::commit(int64_t token) {
 }
 
 int64_t LocalOptimizer::stepChecked(int64_t contextId, int64_t version, int64_t deadlineMs) {
-  auto grads = checkedGradientsIfCurrent(contextId, version);
+  auto grads = gradientsAtVersion(contextId, version);
   if (!grads.has_value()) {
     return 1;  // changed since the backward pass checked them
   }

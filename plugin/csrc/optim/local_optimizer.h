@@ -82,7 +82,7 @@ class LocalOptimizer : public torch::CustomClassHolder {
   int64_t prepare(int64_t contextId, int64_t leaseMs);
   void commit(int64_t token);
   int64_t stepChecked(int64_t contextId, int64_t version, int64_t deadlineMs);
-  // The step in the backward pass (step_in_backward.h): step(contextId) if, once it holds
+  // The step in the backward pass (pass_end.h): step(contextId) if, once it holds
   // the locks, deadlineMs (ms since the Unix epoch; -1: none) has not passed. Returns 0
   // (applied) or 2 (late: nothing applied); bad gradients raise, nothing applied.
   int64_t stepBefore(int64_t contextId, int64_t deadlineMs);

@@ -1,10 +1,12 @@
 // Kernels for the distributed optimizer's local step (schemas in ops.cpp).
 #include "compat.h"
 #include "engine/context_registry.h"
-#include "optim/gradient_check.h"
+#include "engine/gradients.h"
+#include "optim/pass_end.h"
 #include "optim/prepared_steps.h"
 #include "optim/step_lock.h"
 #include "rpc/transport.h"
+#include "rpc/worker_error.h"
 
 #include <torch/csrc/distributed/autograd/context/container.h>
 #include <torch/csrc/distributed/rpc/rpc_agent.h>
@@ -19,14 +21,18 @@
 namespace dist_engine {
 namespace {
 
-// See gradient_check.h.
+// See engine/gradients.h.
 std::vector<std::optional<at::Tensor>> gradientsForKernel(int64_t contextId, const std::vector<at::Tensor>& params) {
   return gradientsFor(contextId, params);
 }
 
-// See gradient_check.h.
+// See pass_end.h.
 std::vector<int64_t> checkedVersionsKernel(int64_t contextId, const std::vector<int64_t>& workers, bool acceptSparse) {
-  return gradientsCheckedInBackward(contextId, workers, acceptSparse);
+  return checkedVersions(contextId, workers, acceptSparse);
+}
+
+std::vector<int64_t> stepOutcomesKernel(int64_t contextId, const std::vector<int64_t>& workers) {
+  return stepOutcomes(contextId, workers);
 }
 
 // As gradients_for, from the engine's gradients as the backward pass checked them.
@@ -34,7 +40,15 @@ std::vector<std::optional<at::Tensor>> checkedGradientsForKernel(
     int64_t contextId,
     const std::vector<at::Tensor>& params,
     int64_t version) {
-  return gradientsOf(checkedGradientsForStep(contextId, version), params);
+  auto grads = gradientsAtVersion(contextId, version);
+  TORCH_CHECK(
+      grads.has_value(),
+      workerError(
+          "in a step of context " + std::to_string(contextId),
+          "the context's gradients on this worker changed after the backward pass checked them (another backward "
+          "pass of the context, started elsewhere or from another thread, or the context was released); nothing "
+          "was applied on this worker"));
+  return gradientsOf(*grads, params);
 }
 
 int64_t parkStepKernel(const c10::List<std::optional<at::Tensor>>& gradients, int64_t leaseMs) {
@@ -89,6 +103,7 @@ int64_t swapCurrentContextKernel(int64_t contextId) {
 TORCH_LIBRARY_IMPL(dist_engine, CompositeImplicitAutograd, m) {
   m.impl("gradients_for", TORCH_FN(gradientsForKernel));
   m.impl("_checked_versions", TORCH_FN(checkedVersionsKernel));
+  m.impl("_step_outcomes", TORCH_FN(stepOutcomesKernel));
   m.impl("_checked_gradients_for", TORCH_FN(checkedGradientsForKernel));
   m.impl("_park_step", TORCH_FN(parkStepKernel));
   m.impl("_take_step", TORCH_FN(takeStepKernel));

@@ -65,7 +65,7 @@ c10::intrusive_ptr<Future> sendGradients(
     bool retainGraph,
     bool smart,
     const std::vector<int64_t>& reached,
-    const std::vector<int64_t>& steps) {
+    const std::vector<int64_t>& hookArgs) {
   const int64_t dst = workerIdOf(messageId);
   auto rpcAgent = agent();
   // CUDA gradients travel under this worker's device map to the peer. A device the
@@ -79,7 +79,7 @@ c10::intrusive_ptr<Future> sendGradients(
   }
   std::vector<c10::IValue> args{
       contextId, passId, messageId, c10::List<at::Tensor>(grads), retainGraph, smart, c10::List<int64_t>(reached),
-      c10::List<int64_t>(steps)};
+      c10::List<int64_t>(hookArgs)};
   return callFunction(dst, "_receive_gradients", std::move(args), c10::ListType::ofInts());
 }
 

@@ -19,7 +19,7 @@ int64_t selfWorkerId();
 
 // Gradients for the send function `messageId` (held by worker workerIdOf(messageId)).
 // The future completes with the peer's answer (see Engine::receiveGradients): an int
-// list, the findings of gradient_check.h (fitReport) or empty.
+// list, the part-end answers it gathered (engine/part_end.h), or empty.
 c10::intrusive_ptr<c10::ivalue::Future> sendGradients(
     int64_t contextId,
     int64_t passId,
@@ -28,7 +28,7 @@ c10::intrusive_ptr<c10::ivalue::Future> sendGradients(
     bool retainGraph,
     bool smart,
     const std::vector<int64_t>& reached,
-    const std::vector<int64_t>& steps);
+    const std::vector<int64_t>& hookArgs);
 
 // Timeouts are in seconds; kAgentTimeout stands for the agent's default RPC timeout.
 constexpr float kAgentTimeout = -1;

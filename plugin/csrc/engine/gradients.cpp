@@ -1,0 +1,64 @@
+#include "engine/gradients.h"
+
+#include <torch/csrc/distributed/autograd/context/container.h>
+
+#include <mutex>
+
+namespace dist_engine {
+
+std::vector<std::optional<at::Tensor>> gradientsOf(const GradientDict& grads, const std::vector<at::Tensor>& params) {
+  std::vector<std::optional<at::Tensor>> result(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto it = grads.find(params[i]);
+    if (it != grads.end()) {
+      result[i] = it->value();
+    }
+  }
+  return result;
+}
+
+GradientDict contextGradients(const ContextPtr& ctx, const EntryPtr& entry) {
+  GradientDict grads;
+  if (entry) {
+    std::lock_guard<std::mutex> lock(entry->mu);
+    grads = entry->snapshot();
+  }
+  return grads.empty() ? ctx->getGradients() : grads;
+}
+
+std::vector<std::optional<at::Tensor>> gradientsFor(int64_t contextId, const std::vector<at::Tensor>& params) {
+  auto& container = torch::distributed::autograd::DistAutogradContainer::getInstance();
+  torch::distributed::autograd::ContextPtr ctx;
+  try {
+    ctx = container.retrieveContext(contextId);
+  } catch (const c10::Error&) {
+    return std::vector<std::optional<at::Tensor>>(params.size());  // unknown here: every parameter is skipped
+  }
+  return gradientsOf(contextGradients(ctx, ContextRegistry::get().find(contextId)), params);
+}
+
+std::optional<GradientDict> gradientsAtVersion(int64_t contextId, int64_t version) {
+  EntryPtr entry = ContextRegistry::get().find(contextId);
+  if (entry) {
+    std::lock_guard<std::mutex> lock(entry->mu);
+    if (entry->version == version) {
+      return entry->snapshot();
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<StoredGradients> storedGradients(int64_t contextId) {
+  EntryPtr entry = ContextRegistry::get().find(contextId);
+  if (!entry) {
+    return std::nullopt;
+  }
+  std::lock_guard<std::mutex> lock(entry->mu);
+  StoredGradients stored{{entry->grads.copy()}, entry->version};  // copies: read after the lock
+  for (const auto& [passId, passGrads] : entry->staged) {
+    stored.dicts.push_back(passGrads.copy());
+  }
+  return stored;
+}
+
+}  // namespace dist_engine
