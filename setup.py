@@ -24,7 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 # plugin/csrc: one folder per role (engine/, optim/, rpc/, embedding/) and ops.cpp at the top
 plugin_sources = sorted(glob.glob(os.path.join("plugin", "csrc", "**", "*.cpp"), recursive=True))
-optim_sources = sorted(glob.glob(os.path.join("functional_optim", "csrc", "*.cpp")))
+# functional_optim/csrc: the shared machinery at the top, each optimizer's group step in steps/
+optim_sources = sorted(glob.glob(os.path.join("functional_optim", "csrc", "*.cpp")) + glob.glob(os.path.join("functional_optim", "csrc", "steps", "*.cpp")))
 isa_sources = sorted(glob.glob(os.path.join("functional_optim", "csrc", "cpu", "*.cpp")))
 # -g0: no debug information (Python's own flags add -g); it halves the compile time of the
 # template-heavy kernels and shrinks the library, as torch's wheels ship without it.

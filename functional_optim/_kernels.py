@@ -15,8 +15,11 @@ unknown ``gilfree_optim`` op). Eagerly, a missing library makes the default impl
 fall back to torch's choice and turns ``fused=True`` into an ``ImportError`` that names the
 file looked for, not into a silent fallback.
 
-Which CPU kernel ``fused=True`` runs for the optimizers that have both torch's and ours is
-decided in one place, :func:`torch_kernel_on_cpu`.
+Which kernels an optimizer's fused implementation runs is decided in one place, its group
+step (``csrc/steps/<name>.cpp``): torch's fused kernels for SGD, Adam, AdamW and Adagrad (their
+results equal ``torch.optim``'s default single-tensor step to the bit, which users and the
+parity tests rely on; ours agree to rounding and are faster on many small tensors:
+``scripts/bench_optim.py --kernels``), this package's for the others.
 """
 import glob
 import importlib.machinery
@@ -28,25 +31,12 @@ import torch
 from torch import Tensor
 
 __all__ = [
-    "LIBRARY_ENV_VAR", "library_in", "find_library", "load", "available", "OPTIMIZERS", "TORCH_FUSED",
-    "FUSED_DTYPES", "torch_kernel_on_cpu", "fused_devices", "SPARSE_OPS", "sparse_kernel_usable",
+    "LIBRARY_ENV_VAR", "library_in", "find_library", "load", "available", "FUSED_DTYPES", "fused_dtype",
+    "fused_devices", "op_for",
 ]
 
 # A library built elsewhere (the CMake build, say) to load instead of the package's own.
 LIBRARY_ENV_VAR = "GILFREE_OPTIM_LIBRARY"
-
-# The optimizers with a fused CPU kernel here: op torch.ops.gilfree_optim.<name>_.
-OPTIMIZERS: List[str] = [
-    "sgd", "adam", "adamw", "adagrad", "rmsprop", "adamax", "adadelta", "rprop", "nadam", "radam",
-]
-
-# The fused CPU steps for sparse (COO) gradients: op torch.ops.gilfree_optim.<name>_
-# (csrc/cpu/fused_sparse.cpp), used by SparseAdam and by the sparse paths of Adagrad (without
-# weight decay) and SGD (without momentum and weight decay); torch has no such kernels.
-SPARSE_OPS: List[str] = ["sparse_adam", "sparse_adagrad", "sparse_sgd"]
-
-# The optimizers for which torch has fused kernels (``torch._fused_<name>_``, CPU and CUDA).
-TORCH_FUSED: List[str] = ["sgd", "adam", "adamw", "adagrad"]
 
 # The parameter dtypes every fused kernel takes (ours and torch's).
 FUSED_DTYPES: List[torch.dtype] = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
@@ -57,32 +47,16 @@ def fused_dtype(dtype: torch.dtype) -> bool:
     return dtype == torch.float32 or dtype == torch.float64 or dtype == torch.bfloat16 or dtype == torch.float16
 
 
-def torch_kernel_on_cpu(name: str) -> bool:
-    """THE choice of fused CPU kernel, one row per optimizer that has both: whether
-    ``fused=True`` on CPU runs torch's kernel (``torch._fused_<name>_``) rather than ours
-    (``torch.ops.gilfree_optim.<name>_``). The optimizers of :data:`OPTIMIZERS` that are not
-    in :data:`TORCH_FUSED` always run ours; on CUDA only torch's kernels exist.
-
-    torch's for all four. In ``scripts/bench_optim.py --kernels``
-    (results/bench_optim_kernels.json) both kernels run at the memory-bandwidth floor on one
-    16M-element tensor (ours 0.94x to 0.98x torch's time, 1 and 2 threads), and ours takes
-    0.34x to 0.72x torch's time on 400 tensors of 4,096 elements (it spreads all the tensors'
-    elements over the threads in one parallel loop where torch's steps one tensor after
-    another). torch's kernels are kept because their results equal torch.optim's default
-    single-tensor step to the bit, which users (and the parity tests against torch) rely on;
-    ours agree to rounding.
-
-    Compiled by TorchScript (a table written as code: TorchScript reads no Python globals).
-    """
-    return name == "sgd" or name == "adam" or name == "adamw" or name == "adagrad"
-
-
 def fused_devices(name: str) -> List[str]:
-    """The device types on which ``fused=True`` can step optimizer ``name``: ``["cpu", "cuda"]``
-    where torch has a kernel, ``["cpu"]`` where only ours exists. Compiled by TorchScript."""
-    if name in ["sgd", "adam", "adamw", "adagrad"]:
-        return ["cpu", "cuda"]
-    return ["cpu"]
+    """The device types whose parameters the fused implementation of optimizer ``name`` takes:
+    those of its group step in the op library (``torch.ops.gilfree_optim.group_step_devices``:
+    ``["cpu", "cuda"]`` where it calls torch's fused kernels, ``["cpu"]`` where it calls this
+    package's), ``[]`` for a name without one, and eagerly also when the op library is not
+    loaded. Compiled by TorchScript (which needs the library loaded anyway)."""
+    if not torch.jit.is_scripting():
+        if not eager_available():
+            return []
+    return torch.ops.gilfree_optim.group_step_devices(name)
 
 
 _state = {"path": None, "error": None}
@@ -165,9 +139,9 @@ def load() -> str:
                 f"{built_against(path)}, running torch {torch.__version__}): {reason}. Rebuild it against this "
                 f"torch with `pip install --no-build-isolation -e .`."
             ) from e
-        if not hasattr(torch.ops.gilfree_optim, "adam_"):
+        if not hasattr(torch.ops.gilfree_optim, "group_step"):
             raise ImportError(
-                f"functional_optim: the op library {path} has no fused optimizer kernels "
+                f"functional_optim: the op library {path} has no group steps "
                 f"(torch.ops.gilfree_optim); rebuild it from this source tree"
             )
     except ImportError as e:
@@ -198,28 +172,19 @@ def eager_load() -> None:
     load()
 
 
-def sparse_kernel_usable(param: Tensor) -> bool:
-    """Whether the fused sparse CPU kernels (``torch.ops.gilfree_optim.sparse_<name>_``) can step
-    ``param``: a contiguous floating-point CPU tensor of a fused dtype, with the op library loaded.
-    Compiled by TorchScript (where the library is loaded: scripting needs it)."""
-    if param.device.type != "cpu" or not param.is_contiguous() or not fused_dtype(param.dtype):
-        return False
-    if torch.jit.is_scripting():
-        return True
-    return eager_available()
-
-
 def op_for(name: str):
-    """The fused op ``torch.ops.gilfree_optim.<name>_`` (``name`` in :data:`OPTIMIZERS`).
+    """The fused kernel ``torch.ops.gilfree_optim.<name>_`` (``name``: ``"adam"``, ``"sparse_sgd"``...,
+    the kernels of ``csrc/cpu``; the optimizers' group steps call them).
 
     Raises:
-        ValueError: unknown optimizer name.
+        ValueError: no kernel of that name.
         ImportError: the op library cannot be loaded (see :func:`load`).
     """
-    if name not in OPTIMIZERS:
-        raise ValueError(f"functional_optim: no fused kernel named {name!r}; known: {OPTIMIZERS}")
     load()
-    return getattr(torch.ops.gilfree_optim, name + "_")
+    try:
+        return getattr(torch.ops.gilfree_optim, name + "_")
+    except AttributeError:
+        raise ValueError(f"functional_optim: no fused kernel named {name!r}") from None
 
 
 def default_error() -> Optional[str]:

@@ -38,7 +38,7 @@ from . import _kernels, _validation
 
 __all__ = [
     "GroupedState", "TUPLE_HYPERPARAMETERS", "choose_impl", "split_by_device_dtype",
-    "flag", "take", "scalar_list", "new_step", "foreach_gradients",
+    "flag", "take", "scalar_list", "new_step", "foreach_gradients", "fused_step", "no_fresh",
 ]
 
 # torch.optim.SparseAdam's message (RuntimeError) for a dense gradient (written out where it is
@@ -113,6 +113,21 @@ def _no_lists() -> Dict[str, List[Tensor]]:
     return empty
 
 
+def _no_keys() -> List[str]:
+    empty: List[str] = []
+    return empty
+
+
+def _no_values() -> List[float]:
+    empty: List[float] = []
+    return empty
+
+
+def _no_tensors() -> List[Tensor]:
+    empty: List[Tensor] = []
+    return empty
+
+
 class GroupedState:
     """Parameters in groups, their hyperparameters and options, and their per-parameter state.
 
@@ -153,6 +168,13 @@ class GroupedState:
         # positions 0..n-1 as the one part of a step that needs no split by device and dtype.
         self.full_indices: List[List[int]] = []
         self.whole_parts: List[List[List[int]]] = []
+        # The default (fused) implementation's view (group_step): each group's values as the
+        # ops take them, each parameter's state keys (set when a fused group's values are
+        # committed), and a whole group's state as one list, cached with cache_state.
+        self.op_names: List[List[str]] = []
+        self.op_values: List[List[float]] = []
+        self.keys: List[List[str]] = []
+        self.cache_flat: List[List[Tensor]] = []
         self.tensor_hparams: List[Dict[str, Tensor]] = []
         self.any_tensor_hparams = False
         for g in range(len(groups)):
@@ -182,6 +204,7 @@ class GroupedState:
             self.params.append(p)
             self.group_of.append(g)
             self.state.append(_no_state())
+            self.keys.append(_no_keys())
         self.offsets.append(len(self.params))
         self.hparams.append(hparams)
         self.options.append(options)
@@ -194,6 +217,9 @@ class GroupedState:
         self.cache_state.append(_no_lists())
         self.full_indices.append(list(range(self.offsets[g], self.offsets[g + 1])))
         self.whole_parts.append([list(range(len(group)))])
+        self.op_names.append(_no_keys())
+        self.op_values.append(_no_values())
+        self.cache_flat.append(_no_tensors())
         self.tensor_hparams.append(_no_state())
 
     def pop_group(self) -> None:
@@ -205,6 +231,7 @@ class GroupedState:
             self.params.pop()
             self.group_of.pop()
             self.state.pop()
+            self.keys.pop()
         self.offsets.pop()
         self.hparams.pop()
         self.options.pop()
@@ -217,6 +244,9 @@ class GroupedState:
         self.cache_state.pop()
         self.full_indices.pop()
         self.whole_parts.pop()
+        self.op_names.pop()
+        self.op_values.pop()
+        self.cache_flat.pop()
         self.tensor_hparams.pop()
         self.unbind_tensors(0, [])  # recounts any_tensor_hparams
 
@@ -362,6 +392,84 @@ class GroupedState:
     def invalidate(self, g: int) -> None:
         self.cache_valid[g] = False
         self.cache_state[g] = _no_lists()
+        self.cache_flat[g] = _no_tensors()
+
+    # ----------------------------------------------------------------- the default implementation
+    def group_step(self, g: int, indices: List[int], grads: List[Tensor]) -> None:
+        """One step of the parameters ``indices`` (all in group ``g``) with the group's default
+        (fused) implementation: the op library's group step of this optimizer
+        (``torch.ops.gilfree_optim.group_step``, ``csrc/group_step.h``), after ``new_state``
+        made the state these parameters lack (as torch, at a parameter's first step; keys it
+        already has are kept). What the plugin's native local optimizers run too."""
+        names = self.op_names[g]
+        values = self.op_values[g]
+        full = self.is_full(g, indices)
+        if full and self.cache_valid[g] and len(self.cache_flat[g]) > 0:
+            fresh = no_fresh(len(indices))
+            state = self.cache_flat[g]
+        else:
+            fresh = self.create_missing(indices, grads, names, values)
+            state: List[Tensor] = []
+            for i in indices:
+                for key in self.keys[i]:
+                    state.append(self.state[i][key])
+            if full:
+                self.cache_flat[g] = state
+                self.cache_valid[g] = True
+        torch.ops.gilfree_optim.group_step(self.name, self.params_of(g, indices), grads, state, fresh, names, values)
+
+    def create_missing(self, indices: List[int], grads: List[Tensor], names: List[str], values: List[float]) -> List[bool]:
+        """Makes the state keys the parameters ``indices`` lack (``new_state``); returns, per
+        parameter, whether all of its state is new."""
+        fresh: List[bool] = []
+        lacking: List[int] = []
+        lacking_params: List[Tensor] = []
+        lacking_grads: List[Tensor] = []
+        for k in range(len(indices)):
+            i = indices[k]
+            have = 0
+            for key in self.keys[i]:
+                if key in self.state[i]:
+                    have += 1
+            fresh.append(have == 0 and len(self.keys[i]) > 0)
+            if have < len(self.keys[i]):
+                lacking.append(i)
+                lacking_params.append(self.params[i])
+                lacking_grads.append(grads[k])
+        if len(lacking) > 0:
+            made = torch.ops.gilfree_optim.new_state(self.name, lacking_params, lacking_grads, names, values)
+            at = 0
+            for i in lacking:
+                for key in self.keys[i]:
+                    if key not in self.state[i]:
+                        self.state[i][key] = made[at]
+                    at += 1
+        return fresh
+
+    def set_op_values(self, g: int) -> None:
+        """Group ``g``'s values as the ops take them (``op_names``, ``op_values``: the
+        hyperparameters, then each flag that is set, as 1.0 or 0.0)."""
+        names: List[str] = []
+        values: List[float] = []
+        for name, value in self.hparams[g].items():
+            names.append(name)
+            values.append(value)
+        for name, flag_value in self.options[g].items():
+            if flag_value is not None:
+                names.append(name)
+                values.append(1.0 if flag_value else 0.0)
+        self.op_names[g] = names
+        self.op_values[g] = values
+
+    def set_keys(self, g: int) -> None:
+        """The state keys of group ``g``'s parameters with its current values (the op
+        library's ``state_keys``, asked once per number of dimensions)."""
+        by_dim: Dict[int, List[str]] = {}
+        for i in range(self.offsets[g], self.offsets[g + 1]):
+            dim = self.params[i].dim()
+            if dim not in by_dim:
+                by_dim[dim] = torch.ops.gilfree_optim.state_keys(self.name, dim, self.op_names[g], self.op_values[g])
+            self.keys[i] = by_dim[dim]
 
     # ----------------------------------------------------------------- state protocol
     def get_state(self) -> Dict[int, Dict[str, Tensor]]:
@@ -428,6 +536,7 @@ class GroupedState:
         self.tensor_hparams[group][name] = value
         self.any_tensor_hparams = True
         self.hparams[group][name] = float(value.item())
+        self.set_op_values(group)
 
     def unbind_tensors(self, group: int, names: List[str]) -> None:
         """Stop following the Tensors bound to ``names`` in group ``group`` (a number was set)."""
@@ -450,6 +559,8 @@ class GroupedState:
             for g in range(len(self.tensor_hparams)):
                 for name, value in self.tensor_hparams[g].items():
                     self.hparams[g][name] = float(value.item())
+                if len(self.tensor_hparams[g]) > 0:
+                    self.set_op_values(g)
 
     def check_tensor_foreach(self, group: int, options: Dict[str, Optional[bool]], names: List[str]) -> None:
         """torch's rule for the Tensors still bound in group ``group`` (except ``names``, being
@@ -508,30 +619,30 @@ class GroupedState:
         """The implementation group ``group`` would use with ``options``.
 
         Explicit flags win (:func:`choose_impl`). With ``foreach`` and ``fused`` both None, the
-        fused kernel when every parameter is a dense floating-point tensor (float32, float64,
-        bfloat16, float16) on a device that has one (:func:`~functional_optim._kernels.fused_devices`;
-        eagerly, on CPU, only when the op library is loaded), else torch's rule.
+        fused implementation (the op library's group step of this optimizer) when every
+        parameter is a dense floating-point tensor (float32, float64, bfloat16, float16) on a
+        device it takes (:func:`~functional_optim._kernels.fused_devices`: none when the op
+        library is not loaded), else torch's rule.
 
         Raises:
+            ImportError: ``fused=True`` and the op library cannot be loaded (naming the file).
             RuntimeError: ``fused=True`` with a parameter that is not floating point or is on a
-                device without a fused kernel (torch's message).
+                device the fused implementation does not take (torch's message).
         """
         params = self.cache_params[group]
-        devices = _kernels.fused_devices(self.name)
         if _validation.option(options, "foreach") is None and _validation.option(options, "fused") is None:
+            devices = _kernels.fused_devices(self.name)
             usable = len(params) > 0
             for p in params:
                 if not (_kernels.fused_dtype(p.dtype) and p.device.type in devices and not p.is_sparse):
                     usable = False
-            if usable and not torch.jit.is_scripting() and not _kernels.torch_kernel_on_cpu(self.name):
-                usable = _kernels.eager_available()
             if usable:
                 return "fused"
         impl = self.flags_impl(group, options)
         if impl == "fused":
-            _validation.check_fused_params(params, devices)
-            if not torch.jit.is_scripting() and not _kernels.torch_kernel_on_cpu(self.name):
+            if not torch.jit.is_scripting():
                 _kernels.eager_load()  # ImportError naming the library file when it is missing
+            _validation.check_fused_params(params, _kernels.fused_devices(self.name))
         return impl
 
     def commit(
@@ -545,6 +656,9 @@ class GroupedState:
         self.sparse_impl[group] = sparse_impl
         self.sparse_errors[group] = sparse_error
         self.invalidate(group)
+        self.set_op_values(group)
+        if impl == "fused":
+            self.set_keys(group)
         if not torch.jit.is_scripting():
             self.refresh_param_group(group)
 
@@ -555,6 +669,36 @@ class GroupedState:
         param_groups = getattr(self, "param_groups", None)
         if param_groups is not None and group < len(param_groups):  # (a group being added has none yet)
             param_groups[group]._refresh()
+
+
+def fused_step(
+    name: str, params: List[Tensor], grads: List[Tensor], columns: List[List[Tensor]], fresh: List[bool],
+    names: List[str], values: List[float],
+) -> None:
+    """The functional forms' fused path: the op library's group step of optimizer ``name``
+    (``torch.ops.gilfree_optim.group_step``, ``csrc/steps/<name>.cpp``), the one that the
+    classes' default implementation and the plugin's native local optimizers run.
+
+    Args:
+        columns: the state, one list per key in the optimizer's key order (``state_keys``),
+            one tensor per parameter; every tensor present.
+        fresh: per parameter, whether its state was just made (its first step); only SGD's
+            momentum buffers read it.
+        names, values: the hyperparameters and flags (a flag as 1.0 or 0.0) by name.
+    """
+    state: List[Tensor] = []
+    for i in range(len(params)):
+        for column in columns:
+            state.append(column[i])
+    torch.ops.gilfree_optim.group_step(name, params, grads, state, fresh, names, values)
+
+
+def no_fresh(n: int) -> List[bool]:
+    """``[False] * n`` (TorchScript)."""
+    fresh: List[bool] = []
+    for k in range(n):
+        fresh.append(False)
+    return fresh
 
 
 def flag(options: Dict[str, Optional[bool]], name: str) -> bool:

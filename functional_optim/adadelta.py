@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import choose_impl, foreach_gradients, take
+from ._state import choose_impl, foreach_gradients, fused_step, no_fresh, take
 
 __all__ = ["Adadelta", "adadelta"]
 
@@ -69,9 +69,9 @@ def adadelta(
         torch._foreach_addcmul_(acc_deltas, deltas, deltas, value=1 - rho)
         torch._foreach_add_(params, deltas, alpha=-lr)
     elif len(params) > 0:
-        torch.ops.gilfree_optim.adadelta_(  # ours: it counts the steps itself
-            params, grads, square_avgs, acc_deltas, state_steps, lr=lr, rho=rho, eps=eps,
-            weight_decay=weight_decay, maximize=maximize,
+        fused_step(
+            "adadelta", params, grads, [state_steps, square_avgs, acc_deltas], no_fresh(len(params)),
+            ["lr", "rho", "eps", "weight_decay", "maximize"], [lr, rho, eps, weight_decay, 1.0 if maximize else 0.0],
         )
 
 
@@ -132,6 +132,9 @@ class Adadelta:
         _validation.check_values(h, ["lr", "rho", "eps", "weight_decay"])
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
+        if self._s.impl[g] == "fused":
+            self._s.group_step(g, indices, grads)
+            return
         s = self._s
         h = s.hparams[g]
         lists = s.prepare(g, indices, {"square_avg": 0.0, "acc_delta": 0.0})

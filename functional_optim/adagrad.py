@@ -10,8 +10,8 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
-from . import _docs, _kernels, _methods, _validation
-from ._state import choose_impl, foreach_gradients, scalar_list, take
+from . import _docs, _methods, _validation
+from ._state import choose_impl, foreach_gradients, fused_step, no_fresh, scalar_list, take
 
 __all__ = ["Adagrad", "adagrad"]
 
@@ -54,17 +54,10 @@ def adagrad(
     if len(params) > 0 and impl == "fused":
         if has_sparse_grad:
             raise RuntimeError("`fused` does not support sparse grad or complex param")
-        if params[0].device.type == "cpu" and not _kernels.torch_kernel_on_cpu("adagrad"):
-            torch.ops.gilfree_optim.adagrad_(  # ours: it counts the steps itself
-                params, grads, state_sums, state_steps, lr=lr, lr_decay=lr_decay,
-                weight_decay=weight_decay, eps=eps, maximize=maximize,
-            )
-        else:
-            torch._foreach_add_(state_steps, 1.0)
-            torch._fused_adagrad_(
-                params, grads, state_sums, state_steps, lr=lr, lr_decay=lr_decay,
-                weight_decay=weight_decay, eps=eps, maximize=maximize,
-            )
+        fused_step(
+            "adagrad", params, grads, [state_steps, state_sums], no_fresh(len(params)),
+            ["lr", "lr_decay", "weight_decay", "eps", "maximize"], [lr, lr_decay, weight_decay, eps, 1.0 if maximize else 0.0],
+        )
     elif len(params) > 0 and impl == "foreach" and not has_sparse_grad:
         # (as torch: foreach kernels do not take sparse tensors, so such a group goes one by one)
         torch._foreach_add_(state_steps, 1.0)
@@ -86,15 +79,6 @@ def adagrad(
             param = params[i]
             state_sum = state_sums[i]
             step_t = state_steps[i]
-            if grads[i].is_sparse and weight_decay == 0 and _kernels.sparse_kernel_usable(param):
-                # the fused sparse kernel: only the rows present (it counts the step itself). The
-                # lists come from take(), which TorchScript's dead-code elimination keeps (see there)
-                one = [i]
-                torch.ops.gilfree_optim.sparse_adagrad_(
-                    take(params, one), take(grads, one), take(state_sums, one), take(state_steps, one), lr=lr,
-                    lr_decay=lr_decay, eps=eps, maximize=maximize,
-                )
-                continue
             step_t.add_(1)
             step = float(step_t.item())
             grad = grads[i] if not maximize else -grads[i]
@@ -189,6 +173,9 @@ class Adagrad:
         _validation.check_values(h, ["lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps"])
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
+        if self._s.impl[g] == "fused":
+            self._s.group_step(g, indices, grads)
+            return
         s = self._s
         h = s.hparams[g]
         lists = s.prepare(g, indices, self._fills)

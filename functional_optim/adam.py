@@ -12,8 +12,8 @@ from typing import Dict, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _docs, _kernels, _methods, _validation
-from ._state import adam_moments, choose_impl, foreach_adam_moments, scalar_list, take
+from . import _docs, _methods, _validation
+from ._state import adam_moments, choose_impl, foreach_adam_moments, fused_step, no_fresh, scalar_list, take
 
 __all__ = ["Adam", "adam"]
 
@@ -81,31 +81,15 @@ def adam(
         torch._foreach_div_(exp_avg_sq_sqrt, scalar_list(bias_correction2_sqrts))
         torch._foreach_add_(exp_avg_sq_sqrt, eps)
         torch._foreach_addcdiv_(params, exp_avgs, exp_avg_sq_sqrt, scalar_list(step_sizes))
-    elif len(params) > 0 and params[0].device.type == "cpu" and not _kernels.torch_kernel_on_cpu(
-        "adamw" if decoupled_weight_decay else "adam"
-    ):
-        if decoupled_weight_decay:  # our kernels (they count the steps themselves)
-            torch.ops.gilfree_optim.adamw_(
-                params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr=lr, beta1=beta1,
-                beta2=beta2, weight_decay=weight_decay, eps=eps, amsgrad=amsgrad, maximize=maximize,
-            )
-        else:
-            torch.ops.gilfree_optim.adam_(
-                params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr=lr, beta1=beta1,
-                beta2=beta2, weight_decay=weight_decay, eps=eps, amsgrad=amsgrad, maximize=maximize,
-            )
     elif len(params) > 0:
-        torch._foreach_add_(state_steps, 1.0)
-        if decoupled_weight_decay:
-            torch._fused_adamw_(
-                params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr=lr, beta1=beta1,
-                beta2=beta2, weight_decay=weight_decay, eps=eps, amsgrad=amsgrad, maximize=maximize,
-            )
-        else:
-            torch._fused_adam_(
-                params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr=lr, beta1=beta1,
-                beta2=beta2, weight_decay=weight_decay, eps=eps, amsgrad=amsgrad, maximize=maximize,
-            )
+        columns = [state_steps, exp_avgs, exp_avg_sqs]
+        if amsgrad:
+            columns.append(max_exp_avg_sqs)
+        fused_step(
+            "adamw" if decoupled_weight_decay else "adam", params, grads, columns, no_fresh(len(params)),
+            ["lr", "beta1", "beta2", "weight_decay", "eps", "amsgrad", "maximize", "decoupled_weight_decay"],
+            [lr, beta1, beta2, weight_decay, eps, 1.0 if amsgrad else 0.0, 1.0 if maximize else 0.0, 1.0 if decoupled_weight_decay else 0.0],
+        )
 
 
 @_docs.fill
@@ -173,6 +157,9 @@ class Adam:
 
     # AdamW binds these three hooks too.
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
+        if self._s.impl[g] == "fused":
+            self._s.group_step(g, indices, grads)
+            return
         s = self._s
         h = s.hparams[g]
         amsgrad = s.flag(g, "amsgrad")

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import choose_impl, foreach_gradients, scalar_list, take
+from ._state import choose_impl, foreach_gradients, fused_step, no_fresh, scalar_list, take
 
 __all__ = ["Adamax", "adamax"]
 
@@ -69,9 +69,10 @@ def adamax(
             step_sizes.append((lr / (1 - beta1 ** float(step_t.item()))) * -1)
         torch._foreach_addcdiv_(params, exp_avgs, exp_infs, scalar_list(step_sizes))
     elif len(params) > 0:
-        torch.ops.gilfree_optim.adamax_(  # ours: it counts the steps itself
-            params, grads, exp_avgs, exp_infs, state_steps, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
-            weight_decay=weight_decay, maximize=maximize,
+        fused_step(
+            "adamax", params, grads, [state_steps, exp_avgs, exp_infs], no_fresh(len(params)),
+            ["lr", "beta1", "beta2", "eps", "weight_decay", "maximize"],
+            [lr, beta1, beta2, eps, weight_decay, 1.0 if maximize else 0.0],
         )
 
 
@@ -135,6 +136,9 @@ class Adamax:
         _validation.check_values(h, ["lr", "eps", "betas", "weight_decay"])
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
+        if self._s.impl[g] == "fused":
+            self._s.group_step(g, indices, grads)
+            return
         s = self._s
         h = s.hparams[g]
         lists = s.prepare(g, indices, {"exp_avg": 0.0, "exp_inf": 0.0})

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import adam_moments, choose_impl, foreach_adam_moments, new_step, scalar_list, take
+from ._state import adam_moments, choose_impl, foreach_adam_moments, fused_step, new_step, no_fresh, scalar_list, take
 
 __all__ = ["NAdam", "nadam"]
 
@@ -87,10 +87,10 @@ def nadam(
         torch._foreach_addcdiv_(params, grads, exp_avg_sq_sqrt, scalar_list(step_size_grads))
         torch._foreach_addcdiv_(params, exp_avgs, exp_avg_sq_sqrt, scalar_list(step_size_expavg))
     elif len(params) > 0:
-        torch.ops.gilfree_optim.nadam_(  # ours: it counts the steps itself
-            params, grads, exp_avgs, exp_avg_sqs, mu_products, state_steps, lr=lr, beta1=beta1, beta2=beta2,
-            weight_decay=weight_decay, momentum_decay=momentum_decay, eps=eps,
-            decoupled_weight_decay=decoupled_weight_decay, maximize=maximize,
+        fused_step(
+            "nadam", params, grads, [state_steps, mu_products, exp_avgs, exp_avg_sqs], no_fresh(len(params)),
+            ["lr", "beta1", "beta2", "weight_decay", "momentum_decay", "eps", "decoupled_weight_decay", "maximize"],
+            [lr, beta1, beta2, weight_decay, momentum_decay, eps, 1.0 if decoupled_weight_decay else 0.0, 1.0 if maximize else 0.0],
         )
 
 
@@ -162,6 +162,9 @@ class NAdam:
         _validation.check_values(h, ["lr", "eps", "betas", "weight_decay", "momentum_decay"])
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
+        if self._s.impl[g] == "fused":
+            self._s.group_step(g, indices, grads)
+            return
         s = self._s
         h = s.hparams[g]
         if s.needs_init(g, indices):

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import adam_moments, choose_impl, foreach_adam_moments, scalar_list, take
+from ._state import adam_moments, choose_impl, foreach_adam_moments, fused_step, no_fresh, scalar_list, take
 
 __all__ = ["RAdam", "radam"]
 
@@ -87,10 +87,10 @@ def radam(
         # buffer = sqrt(1 - beta2^t) * rect_step_size / (sqrt(v) + eps) + unrect_step_size
         torch._foreach_addcmul_(params, exp_avgs, buffer)
     elif len(params) > 0:
-        torch.ops.gilfree_optim.radam_(  # ours: it counts the steps itself
-            params, grads, exp_avgs, exp_avg_sqs, state_steps, lr=lr, beta1=beta1, beta2=beta2,
-            weight_decay=weight_decay, eps=eps, decoupled_weight_decay=decoupled_weight_decay,
-            maximize=maximize,
+        fused_step(
+            "radam", params, grads, [state_steps, exp_avgs, exp_avg_sqs], no_fresh(len(params)),
+            ["lr", "beta1", "beta2", "weight_decay", "eps", "decoupled_weight_decay", "maximize"],
+            [lr, beta1, beta2, weight_decay, eps, 1.0 if decoupled_weight_decay else 0.0, 1.0 if maximize else 0.0],
         )
 
 
@@ -161,6 +161,9 @@ class RAdam:
         _validation.check_values(h, ["lr", "eps", "betas", "weight_decay"])
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
+        if self._s.impl[g] == "fused":
+            self._s.group_step(g, indices, grads)
+            return
         s = self._s
         h = s.hparams[g]
         lists = s.prepare(g, indices, {"exp_avg": 0.0, "exp_avg_sq": 0.0})

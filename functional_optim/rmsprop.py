@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import choose_impl, foreach_gradients, take
+from ._state import choose_impl, foreach_gradients, fused_step, no_fresh, take
 
 __all__ = ["RMSprop", "rmsprop"]
 
@@ -82,9 +82,15 @@ def rmsprop(
         else:
             torch._foreach_addcdiv_(params, grads, avg, value=-lr)
     elif len(params) > 0:
-        torch.ops.gilfree_optim.rmsprop_(  # ours: it counts the steps itself
-            params, grads, square_avgs, grad_avgs, momentum_buffer_list, state_steps, lr=lr, alpha=alpha,
-            eps=eps, weight_decay=weight_decay, momentum=momentum, centered=centered, maximize=maximize,
+        columns = [state_steps, square_avgs]
+        if momentum > 0:
+            columns.append(momentum_buffer_list)
+        if centered:
+            columns.append(grad_avgs)
+        fused_step(
+            "rmsprop", params, grads, columns, no_fresh(len(params)),
+            ["lr", "alpha", "eps", "weight_decay", "momentum", "centered", "maximize"],
+            [lr, alpha, eps, weight_decay, momentum, 1.0 if centered else 0.0, 1.0 if maximize else 0.0],
         )
 
 
@@ -153,6 +159,9 @@ class RMSprop:
         _validation.check_values(h, ["lr", "eps", "momentum", "weight_decay", "alpha"])
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
+        if self._s.impl[g] == "fused":
+            self._s.group_step(g, indices, grads)
+            return
         h = self._s.hparams[g]
         momentum = h["momentum"]
         centered = self._s.flag(g, "centered")

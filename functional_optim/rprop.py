@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import choose_impl, take
+from ._state import choose_impl, fused_step, no_fresh, take
 
 __all__ = ["Rprop", "rprop"]
 
@@ -81,9 +81,10 @@ def rprop(
             grad_signs.append(grad.sign())
         torch._foreach_addcmul_(params, grad_signs, step_sizes, value=-1)
     elif len(params) > 0:
-        torch.ops.gilfree_optim.rprop_(  # ours: it counts the steps itself
-            params, grads, prevs, step_sizes, state_steps, step_size_min=step_size_min,
-            step_size_max=step_size_max, etaminus=etaminus, etaplus=etaplus, maximize=maximize,
+        fused_step(
+            "rprop", params, grads, [state_steps, prevs, step_sizes], no_fresh(len(params)),
+            ["step_size_min", "step_size_max", "etaminus", "etaplus", "maximize"],
+            [step_size_min, step_size_max, etaminus, etaplus, 1.0 if maximize else 0.0],
         )
 
 
@@ -149,6 +150,9 @@ class Rprop:
         _validation.check_values(h, ["lr", "etas"])
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
+        if self._s.impl[g] == "fused":
+            self._s.group_step(g, indices, grads)
+            return
         s = self._s
         h = s.hparams[g]
         lists = s.prepare(g, indices, {"prev": 0.0, "step_size": h["lr"]})

@@ -10,8 +10,8 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
-from . import _docs, _kernels, _methods, _validation
-from ._state import choose_impl, flag, foreach_gradients, take
+from . import _docs, _methods, _validation
+from ._state import choose_impl, flag, foreach_gradients, fused_step, no_fresh, take
 
 __all__ = ["SGD", "sgd"]
 
@@ -49,61 +49,6 @@ def _foreach_update(params: List[Tensor], grads: List[Tensor], lr: float, has_sp
             params[i].add_(grads[i], alpha=-lr)
 
 
-def _fused_sgd_kernel(
-    params: List[Tensor], grads: List[Tensor], bufs: List[Tensor], weight_decay: float, momentum: float, lr: float,
-    dampening: float, nesterov: bool, maximize: bool, is_first_step: bool,
-) -> None:
-    """One fused SGD call: ours on CPU unless the table (``_kernels.torch_kernel_on_cpu``) says
-    torch's, torch's ``torch._fused_sgd_`` elsewhere (same arguments and semantics)."""
-    if params[0].device.type == "cpu" and not _kernels.torch_kernel_on_cpu("sgd"):
-        torch.ops.gilfree_optim.sgd_(
-            params, grads, bufs, weight_decay=weight_decay, momentum=momentum, lr=lr, dampening=dampening,
-            nesterov=nesterov, maximize=maximize, is_first_step=is_first_step,
-        )
-    else:
-        torch._fused_sgd_(
-            params, grads, bufs, weight_decay=weight_decay, momentum=momentum, lr=lr, dampening=dampening,
-            nesterov=nesterov, maximize=maximize, is_first_step=is_first_step,
-        )
-
-
-def _fused_sgd_new_buffers(
-    params: List[Tensor], grads: List[Tensor], momentum_buffer_list: List[Optional[Tensor]], weight_decay: float,
-    momentum: float, lr: float, dampening: float, nesterov: bool, maximize: bool,
-) -> None:
-    """torch's fused SGD with momentum when some buffers do not exist yet.
-
-    The kernel starts a buffer (buf = grad) when is_first_step. torch assumes that either all
-    or none of the buffers exist; a mix (a parameter skipped on earlier steps) is handled here
-    by one call for the new buffers and one for the others.
-    """
-    new_positions: List[int] = []
-    old_positions: List[int] = []
-    old_buffers: List[Tensor] = []
-    for i in range(len(params)):
-        buf = momentum_buffer_list[i]
-        if buf is None:
-            new_positions.append(i)
-        else:
-            old_positions.append(i)
-            old_buffers.append(buf)
-    if len(new_positions) > 0:
-        new_buffers: List[Tensor] = []
-        for i in new_positions:
-            buf = torch.empty_like(grads[i])
-            momentum_buffer_list[i] = buf
-            new_buffers.append(buf)
-        _fused_sgd_kernel(
-            take(params, new_positions), take(grads, new_positions), new_buffers, weight_decay, momentum, lr,
-            dampening, nesterov, maximize, True,
-        )
-    if len(old_positions) > 0:
-        _fused_sgd_kernel(
-            take(params, old_positions), take(grads, old_positions), old_buffers, weight_decay, momentum, lr,
-            dampening, nesterov, maximize, False,
-        )
-
-
 @_docs.fill
 def sgd(
     params: List[Tensor], d_p_list: List[Tensor], momentum_buffer_list: List[Optional[Tensor]],
@@ -138,12 +83,6 @@ def sgd(
     if impl == "single":
         for i in range(len(params)):
             param = params[i]
-            if grads[i].is_sparse and momentum == 0 and weight_decay == 0 and _kernels.sparse_kernel_usable(param):
-                # the fused sparse kernel: only the rows present (the lists from take(), which
-                # TorchScript's dead-code elimination keeps: see there)
-                one = [i]
-                torch.ops.gilfree_optim.sparse_sgd_(take(params, one), take(grads, one), lr=lr, maximize=maximize)
-                continue
             grad = grads[i] if not maximize else -grads[i]
             if weight_decay != 0:
                 grad = grad.add(param, alpha=weight_decay)
@@ -165,13 +104,25 @@ def sgd(
     if impl == "fused":
         if has_sparse_grad:
             raise RuntimeError("`_fused_sgd` does not support sparse gradients")
+        columns: List[List[Tensor]] = []
+        fresh = no_fresh(len(params))
         if momentum != 0:
-            _fused_sgd_new_buffers(
-                params, grads, momentum_buffer_list, weight_decay, momentum, lr, dampening, nesterov, maximize
-            )
-            return
-        no_buffers: List[Tensor] = []
-        _fused_sgd_kernel(params, grads, no_buffers, weight_decay, momentum, lr, dampening, nesterov, maximize, False)
+            bufs: List[Tensor] = []
+            for i in range(len(params)):
+                buf = momentum_buffer_list[i]
+                if buf is None:  # started by the step (buf = grad), as torch's first step
+                    new_buf = torch.empty_like(grads[i])
+                    momentum_buffer_list[i] = new_buf
+                    fresh[i] = True
+                    bufs.append(new_buf)
+                else:
+                    bufs.append(buf)
+            columns.append(bufs)
+        fused_step(
+            "sgd", params, grads, columns, fresh,
+            ["lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize"],
+            [lr, momentum, dampening, weight_decay, 1.0 if nesterov else 0.0, 1.0 if maximize else 0.0],
+        )
         return
     bufs: List[Tensor] = []
     if momentum != 0:
@@ -270,28 +221,21 @@ class SGD:
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
         s = self._s
+        if s.impl[g] == "fused":
+            s.group_step(g, indices, grads)
+            return
         h = s.hparams[g]
         momentum = h["momentum"]
         impl = s.impl[g]
-        if momentum != 0 and not s.needs_init(g, indices) and (
-            impl == "foreach" or (impl == "fused" and s.homogeneous[g] and not sparse)
-        ):
+        if momentum != 0 and not s.needs_init(g, indices) and impl == "foreach":
             # Every whole-group step after the first: every buffer exists and the cached lists hold
             # them, typed as the kernels take them. One call for the group: what sgd() does when
             # every buffer exists, without copying the buffers into a List[Optional[Tensor]] and
             # back (the interpreter pays per element for that).
-            params = s.cache_params[g]
-            buffers_now = s.cache_state[g]["momentum_buffer"]
-            if impl == "fused":
-                _fused_sgd_kernel(
-                    params, grads, buffers_now, h["weight_decay"], momentum, h["lr"], h["dampening"],
-                    s.flag(g, "nesterov"), s.flag(g, "maximize"), False,
-                )
-            else:
-                _foreach_momentum_step(
-                    params, grads, buffers_now, h["weight_decay"], momentum, h["lr"], h["dampening"],
-                    s.flag(g, "nesterov"), s.flag(g, "maximize"), sparse,
-                )
+            _foreach_momentum_step(
+                s.cache_params[g], grads, s.cache_state[g]["momentum_buffer"], h["weight_decay"], momentum, h["lr"],
+                h["dampening"], s.flag(g, "nesterov"), s.flag(g, "maximize"), sparse,
+            )
             return
         buffers: List[Optional[Tensor]] = []
         cached = momentum != 0 and not s.needs_init(g, indices)

@@ -12,8 +12,8 @@ from typing import Dict, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _docs, _kernels, _methods, _validation
-from ._state import DENSE_GRADIENT_ERROR
+from . import _docs, _methods, _validation
+from ._state import DENSE_GRADIENT_ERROR, fused_step, no_fresh
 
 __all__ = ["SparseAdam", "sparse_adam"]
 
@@ -65,10 +65,10 @@ def sparse_adam(
             changes nothing but its step counter (as torch).
         exp_avgs, exp_avg_sqs: first and second moment estimates, like ``params``.
         state_steps: 0-dim step counters (float32/float64, on the CPU), incremented by one here.
-        fused: ``True`` the fused CPU kernel (``torch.ops.gilfree_optim.sparse_adam_``: one pass
-            over the touched rows, parallel over rows; needs contiguous CPU parameters);
-            ``False`` torch's composite ops; ``None`` the kernel where it applies, else the
-            composite ops (a parameter at a time).
+        fused: ``True`` or ``None`` the op library's group step (``csrc/steps/sparse_adam.cpp``:
+            the fused CPU kernel ``torch.ops.gilfree_optim.sparse_adam_``, one pass over the
+            touched rows, parallel over rows, for contiguous CPU parameters; torch's composite
+            ops for the others); ``False`` torch's composite ops here (the reference).
         eps, beta1, beta2, lr, maximize: as in :class:`SparseAdam`.
 
     Raises:
@@ -81,15 +81,10 @@ def sparse_adam(
     for grad in grads:
         if not grad.is_sparse:
             raise RuntimeError("SparseAdam does not support dense gradients, please consider Adam instead")
-    use_kernel = fused is None or fused
-    if fused is None:
-        for p in params:
-            if not _kernels.sparse_kernel_usable(p):
-                use_kernel = False
-    if use_kernel and len(params) > 0:
-        torch.ops.gilfree_optim.sparse_adam_(
-            params, grads, exp_avgs, exp_avg_sqs, state_steps, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
-            maximize=maximize,
+    if (fused is None or fused) and len(params) > 0:
+        fused_step(
+            "sparse_adam", params, grads, [state_steps, exp_avgs, exp_avg_sqs], no_fresh(len(params)),
+            ["lr", "beta1", "beta2", "eps", "maximize"], [lr, beta1, beta2, eps, 1.0 if maximize else 0.0],
         )
         return
     for i in range(len(params)):
@@ -171,6 +166,9 @@ class SparseAdam:
         _validation.check_betas(h["beta1"], h["beta2"])
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
+        if self._s.impl[g] == "fused":
+            self._s.group_step(g, indices, grads)
+            return
         s = self._s
         h = s.hparams[g]
         lists = s.prepare(g, indices, {"exp_avg": 0.0, "exp_avg_sq": 0.0})

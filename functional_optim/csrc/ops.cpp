@@ -61,4 +61,23 @@ TORCH_LIBRARY(gilfree_optim, m) {
       "sparse_adagrad_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] state_sums, Tensor(c!)[] state_steps, "
       "*, float lr, float lr_decay, float eps, bool maximize) -> ()");
   m.def("sparse_sgd_(Tensor(a!)[] params, Tensor[] grads, *, float lr, bool maximize) -> ()");
+
+  // One step of one parameter group of `optimizer` ("adam", "sgd", ...: the names registered
+  // by steps/<name>.cpp), as functional_optim's default (fused) implementation takes it
+  // (group_step.h). `names`, `values`: the group's hyperparameters and flags (a flag as 1.0
+  // or 0.0), by functional_optim's names.
+  // The device types whose parameters `optimizer`'s group step takes ([] for a name that has
+  // no group step here).
+  m.def("group_step_devices(str optimizer) -> str[]");
+  // The state keys of a parameter of `dim` dimensions, in torch's order of creation.
+  m.def("state_keys(str optimizer, int dim, str[] names, float[] values) -> str[]");
+  // The state of each of `params` at its first step (`grads`: those gradients), parameter
+  // after parameter, each in the order of its keys.
+  m.def("new_state(str optimizer, Tensor[] params, Tensor[] grads, str[] names, float[] values) -> Tensor[]");
+  // One step: `state` holds every parameter's state tensors (new_state's layout); `fresh[k]`:
+  // params[k]'s state was made by new_state for this step. Gradients checked by the caller
+  // (shape, dtype, device like the parameter; sparse only where the optimizer takes them).
+  m.def(
+      "group_step(str optimizer, Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] state, bool[] fresh, "
+      "str[] names, float[] values) -> ()");
 }

@@ -4,9 +4,10 @@ For every optimizer and every configuration of the table (``tests/support/optim_
 param groups, skipped parameters, late starts), 50 steps of ours with ``fused=True`` and of
 ``torch.optim.<Class>(foreach=False)`` from the same start must agree element by element:
 parameters half-way and at the end, and the whole state at the end (float64: rtol 1e-10;
-float32: rtol 1e-5, atol 1e-6), eagerly and as TorchScript. For SGD, Adam, AdamW and Adagrad,
-``fused=True`` runs the kernel that ``functional_optim._kernels.torch_kernel_on_cpu`` names;
-the other kernel of those four is run eagerly here too, by switching the table.
+float32: rtol 1e-5, atol 1e-6), eagerly and as TorchScript. ``fused=True`` runs the op library's
+group step (``functional_optim/csrc/steps``): torch's fused kernels for SGD, Adam, AdamW and
+Adagrad, this package's for the others (this package's kernels for those four are checked
+against torch in ``test_fused_kernels.py``).
 """
 import pytest
 import torch
@@ -24,7 +25,6 @@ CASES = [
     for config in info.configs
     for dtype in DTYPES
 ]
-BOTH_KERNELS = [info for info in C.INFOS if info.name.lower() in _kernels.TORCH_FUSED]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -36,19 +36,6 @@ def _library():
 @pytest.mark.parametrize("info, config, dtype", CASES)
 def test_fused_matches_torch_single_tensor(info, config, dtype):
     run_parity(info, config, None, dtype, our_overrides={"fused": True}, torch_overrides={"foreach": False})
-
-
-@pytest.mark.parametrize("info", BOTH_KERNELS, ids=str)
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
-def test_other_kernel_of_the_table_matches_too(info, dtype, monkeypatch):
-    """The kernel the table does not pick (eagerly: TorchScript compiles the table once)."""
-    table = _kernels.torch_kernel_on_cpu
-    monkeypatch.setattr(_kernels, "torch_kernel_on_cpu", lambda name: not table(name))
-    for config in info.configs:
-        run_parity(
-            info, config, None, dtype, our_overrides={"fused": True}, torch_overrides={"foreach": False},
-            scripted_too=False,
-        )
 
 
 def test_parity_check_can_fail():

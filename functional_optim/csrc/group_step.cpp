@@ -1,0 +1,217 @@
+// The registry of group steps and the kernels of the ops state_keys, new_state and
+// group_step (group_step.h; schemas in ops.cpp).
+#include "group_step.h"
+
+#include <torch/library.h>
+
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+namespace gilfree_optim {
+namespace {
+
+std::map<std::string, OptimizerDef>& registry() {
+  static auto* r = new std::map<std::string, OptimizerDef>();  // filled at load, then read only
+  return *r;
+}
+
+std::vector<double> valuesOf(const std::vector<std::string>& names, const std::vector<double>& values) {
+  TORCH_CHECK_VALUE(
+      names.size() == values.size(), "gilfree_optim: got ", names.size(), " names but ", values.size(),
+      " values of hyperparameters and flags");
+  return values;
+}
+
+// The keys of each parameter (computed once per dimension count).
+std::vector<size_t> keyCounts(const OptimizerDef& def, at::TensorList params, const GroupValues& v) {
+  std::unordered_map<int64_t, size_t> byDim;
+  std::vector<size_t> counts;
+  for (const auto& p : params) {
+    auto it = byDim.find(p.dim());
+    if (it == byDim.end()) {
+      it = byDim.emplace(p.dim(), def.keys(p.dim(), v).size()).first;
+    }
+    counts.push_back(it->second);
+  }
+  return counts;
+}
+
+std::vector<std::string> stateKeysKernel(
+    const std::string& optimizer,
+    int64_t dim,
+    const std::vector<std::string>& names,
+    const std::vector<double>& values) {
+  const auto checked = valuesOf(names, values);
+  return optimizerNamed(optimizer).keys(dim, GroupValues(names, checked));
+}
+
+std::vector<std::string> groupStepDevicesKernel(const std::string& optimizer) {
+  auto it = registry().find(optimizer);
+  return it == registry().end() ? std::vector<std::string>() : it->second.devices;
+}
+
+std::vector<at::Tensor> newStateKernel(
+    const std::string& optimizer,
+    at::TensorList params,
+    at::TensorList grads,
+    const std::vector<std::string>& names,
+    const std::vector<double>& values) {
+  const auto& def = optimizerNamed(optimizer);
+  const auto checked = valuesOf(names, values);
+  const GroupValues v(names, checked);
+  TORCH_CHECK_VALUE(
+      grads.size() == params.size(), "gilfree_optim::new_state: ", params.size(), " params but ", grads.size(),
+      " grads");
+  at::NoGradGuard noGrad;
+  std::vector<at::Tensor> out;
+  for (size_t k = 0; k < params.size(); ++k) {
+    auto created = def.create(params[k], grads[k], v);
+    out.insert(out.end(), created.begin(), created.end());
+  }
+  return out;
+}
+
+void groupStepKernel(
+    const std::string& optimizer,
+    at::TensorList params,
+    at::TensorList grads,
+    at::TensorList state,
+    c10::List<bool> fresh,
+    const std::vector<std::string>& names,
+    const std::vector<double>& values) {
+  const auto& def = optimizerNamed(optimizer);
+  const auto checked = valuesOf(names, values);
+  const GroupValues v(names, checked);
+  TORCH_CHECK_VALUE(
+      grads.size() == params.size() && fresh.size() == params.size(), "gilfree_optim::group_step: ", params.size(),
+      " params but ", grads.size(), " grads and ", fresh.size(), " fresh flags");
+  const auto counts = keyCounts(def, params, v);
+  size_t total = 0;
+  for (size_t c : counts) {
+    total += c;
+  }
+  TORCH_CHECK_VALUE(
+      state.size() == total, "gilfree_optim::group_step: ", optimizer, " keeps ", total,
+      " state tensors for these parameters (their keys, parameter after parameter); got ", state.size());
+  Group group;
+  size_t at = 0;
+  for (size_t k = 0; k < params.size(); ++k) {
+    group.params.push_back(params[k]);
+    group.grads.push_back(grads[k]);
+    group.state.emplace_back(state.begin() + at, state.begin() + at + counts[k]);
+    group.fresh.push_back(fresh.get(k));
+    group.sparse = group.sparse || grads[k].is_sparse();
+    at += counts[k];
+  }
+  at::NoGradGuard noGrad;
+  def.step(group, v);
+}
+
+// Under torch.compile (fake tensors) and on meta tensors: nothing to compute.
+void groupStepMeta(
+    const std::string&,
+    at::TensorList,
+    at::TensorList,
+    at::TensorList,
+    c10::List<bool>,
+    const std::vector<std::string>&,
+    const std::vector<double>&) {}
+
+}  // namespace
+
+GroupValues::GroupValues(const std::vector<std::string>& names, const std::vector<double>& values)
+    : names_(names), values_(values) {}
+
+double GroupValues::get(const char* name) const {
+  for (size_t i = 0; i < names_.size(); ++i) {
+    if (names_[i] == name) {
+      return values_[i];
+    }
+  }
+  TORCH_CHECK_VALUE(false, "gilfree_optim: the group's values have no '", name, "'");
+}
+
+std::vector<Positions> Group::parts() const {
+  std::vector<std::pair<c10::Device, at::ScalarType>> keys;
+  std::vector<Positions> out;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto key = std::make_pair(params[i].device(), params[i].scalar_type());
+    size_t k = 0;
+    while (k < keys.size() && keys[k] != key) {
+      ++k;
+    }
+    if (k == keys.size()) {
+      keys.push_back(key);
+      out.emplace_back();
+    }
+    out[k].push_back(i);
+  }
+  return out;
+}
+
+std::vector<at::Tensor> Group::column(size_t j, const Positions& positions) const {
+  std::vector<at::Tensor> out;
+  out.reserve(positions.size());
+  for (size_t k : positions) {
+    out.push_back(state[k].at(j));
+  }
+  return out;
+}
+
+std::vector<at::Tensor> take(const std::vector<at::Tensor>& tensors, const Positions& positions) {
+  std::vector<at::Tensor> out;
+  out.reserve(positions.size());
+  for (size_t k : positions) {
+    out.push_back(tensors[k]);
+  }
+  return out;
+}
+
+bool registerOptimizer(const char* name, OptimizerDef def) {
+  registry().emplace(name, def);
+  return true;
+}
+
+const OptimizerDef& optimizerNamed(const std::string& name) {
+  auto it = registry().find(name);
+  if (it == registry().end()) {
+    std::string known;
+    for (const auto& [n, d] : registry()) {
+      known += (known.empty() ? "" : ", ") + n;
+    }
+    TORCH_CHECK_VALUE(false, "gilfree_optim: no group step named '", name, "' (known: ", known, ")");
+  }
+  return it->second;
+}
+
+at::Tensor newStep(const at::Tensor& param) {
+  return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(param.device()));
+}
+
+at::Tensor like(const at::Tensor& param, double value) {
+  return at::full_like(param, value, {}, at::MemoryFormat::Preserve);
+}
+
+bool sparseKernelUsable(const at::Tensor& param) {
+  const auto dtype = param.scalar_type();
+  return param.device().is_cpu() && param.is_contiguous() &&
+      (dtype == at::kFloat || dtype == at::kDouble || dtype == at::kBFloat16 || dtype == at::kHalf);
+}
+
+// These take no tensor: one kernel for every dispatch key.
+TORCH_LIBRARY_IMPL(gilfree_optim, CompositeImplicitAutograd, m) {
+  m.impl("state_keys", TORCH_FN(stateKeysKernel));
+  m.impl("group_step_devices", TORCH_FN(groupStepDevicesKernel));
+}
+
+TORCH_LIBRARY_IMPL(gilfree_optim, CompositeExplicitAutograd, m) {
+  m.impl("new_state", TORCH_FN(newStateKernel));
+  m.impl("group_step", TORCH_FN(groupStepKernel));
+}
+
+TORCH_LIBRARY_IMPL(gilfree_optim, Meta, m) {
+  m.impl("group_step", TORCH_FN(groupStepMeta));
+}
+
+}  // namespace gilfree_optim

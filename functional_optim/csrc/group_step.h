@@ -1,0 +1,91 @@
+// One optimizer step of one parameter group, written once per optimizer (steps/<name>.cpp):
+// the parameter state it keeps (torch's keys, in torch's order of creation), how that state
+// starts, and the step itself (the split by device and dtype, the kernel calls, dense and
+// sparse). Three ops serve every optimizer by name (schemas in ops.cpp): state_keys,
+// new_state and group_step. functional_optim's classes call them for their default (fused)
+// implementation, eagerly, under TorchScript and under torch.compile; the plugin's native
+// local optimizers call them through the dispatcher. The single-tensor and multi-tensor
+// Python paths of functional_optim stay as the reference the tests compare against.
+//
+// A group's hyperparameters and flags reach the ops by name, as two lists (names, values;
+// a flag as 1.0 or 0.0): the names are functional_optim's (lr, beta1, beta2, amsgrad...).
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <string>
+#include <vector>
+
+namespace gilfree_optim {
+
+class GroupValues {
+ public:
+  GroupValues(const std::vector<std::string>& names, const std::vector<double>& values);
+  // The value of `name`; raises ValueError naming it when the group has no such value.
+  double get(const char* name) const;
+  bool flag(const char* name) const {
+    return get(name) != 0;
+  }
+
+ private:
+  const std::vector<std::string>& names_;
+  const std::vector<double>& values_;
+};
+
+using Positions = std::vector<size_t>;
+
+// The parameters of one step, with their gradients and state.
+struct Group {
+  std::vector<at::Tensor> params, grads;
+  // state[k]: params[k]'s state tensors, in the order of its keys.
+  std::vector<std::vector<at::Tensor>> state;
+  // fresh[k]: params[k]'s state was created for this step (its first).
+  std::vector<bool> fresh;
+  bool sparse = false;  // some gradient is sparse (COO)
+
+  // Positions grouped by (device, dtype), in first-seen order: one fused call each.
+  std::vector<Positions> parts() const;
+  // The state tensors at position `j` of the keys of the parameters at `positions`.
+  std::vector<at::Tensor> column(size_t j, const Positions& positions) const;
+};
+
+std::vector<at::Tensor> take(const std::vector<at::Tensor>& tensors, const Positions& positions);
+
+struct OptimizerDef {
+  // torch's state keys of a parameter with `dim` dimensions, in torch's order of creation.
+  std::vector<std::string> (*keys)(int64_t dim, const GroupValues& v);
+  // A parameter's state at its first step (a tensor per key; `grad`: its first gradient).
+  std::vector<at::Tensor> (*create)(const at::Tensor& param, const at::Tensor& grad, const GroupValues& v);
+  // One step of `group` (checked by the caller: every gradient fits its parameter, sparse
+  // only where the optimizer takes sparse gradients; every state tensor present). Runs
+  // under no_grad.
+  void (*step)(Group& group, const GroupValues& v);
+  // The device types whose tensors `step` takes ("cpu"; "cuda" too where it calls torch's
+  // fused kernels, which have CUDA builds).
+  std::vector<std::string> devices;
+};
+
+// Registers `def` under `name` when the library loads (each steps/<name>.cpp does).
+bool registerOptimizer(const char* name, OptimizerDef def);
+// Raises ValueError naming the registered optimizers for an unknown name.
+const OptimizerDef& optimizerNamed(const std::string& name);
+
+// A step counter as the fused implementations keep it: 0-dim float32 on the parameter's
+// device, holding 0.
+at::Tensor newStep(const at::Tensor& param);
+// A tensor like `param` (shape, dtype, device, memory format) filled with `value`.
+at::Tensor like(const at::Tensor& param, double value);
+
+// An op of this library (a fused kernel), looked up by name.
+template <typename Fn>
+c10::TypedOperatorHandle<Fn> kernel(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Fn>();
+}
+using L = at::TensorList;
+
+// Whether the fused sparse kernels (cpu/fused_sparse.cpp) step this parameter: a contiguous
+// CPU tensor of a fused dtype.
+bool sparseKernelUsable(const at::Tensor& param);
+
+}  // namespace gilfree_optim

@@ -1,0 +1,27 @@
+// Adadelta's group step: functional_optim's fused kernel (cpu/fused_adadelta.cpp), one call
+// per device and dtype (torch/optim/adadelta.py, torch 2.13).
+#include "group_step.h"
+
+namespace gilfree_optim {
+namespace {
+
+std::vector<std::string> keys(int64_t, const GroupValues&) {
+  return {"step", "square_avg", "acc_delta"};
+}
+
+std::vector<at::Tensor> create(const at::Tensor& param, const at::Tensor&, const GroupValues&) {
+  return {newStep(param), like(param, 0), like(param, 0)};
+}
+
+void step(Group& g, const GroupValues& v) {
+  static const auto op = kernel<void(L, L, L, L, L, double, double, double, double, bool)>("gilfree_optim::adadelta_");
+  for (const auto& part : g.parts()) {
+    op.call(take(g.params, part), take(g.grads, part), g.column(1, part), g.column(2, part), g.column(0, part),
+            v.get("lr"), v.get("rho"), v.get("eps"), v.get("weight_decay"), v.flag("maximize"));
+  }
+}
+
+[[maybe_unused]] const bool registered = registerOptimizer("adadelta", {keys, create, step, {"cpu"}});
+
+}  // namespace
+}  // namespace gilfree_optim

@@ -1,0 +1,73 @@
+// Adagrad's group step: torch's fused kernel for dense gradients; torch.optim's
+// single-tensor code for a group with any sparse gradient, its sparse gradients stepped by
+// the fused sparse kernel where it can (torch/optim/adagrad.py, torch 2.13). torch creates
+// the state at construction (the callers do, with new_state).
+#include "group_step.h"
+
+namespace gilfree_optim {
+namespace {
+
+std::vector<std::string> keys(int64_t, const GroupValues&) {
+  return {"step", "sum"};
+}
+
+std::vector<at::Tensor> create(const at::Tensor& param, const at::Tensor&, const GroupValues& v) {
+  return {newStep(param), like(param, v.get("initial_accumulator_value"))};
+}
+
+at::Tensor makeSparse(const at::Tensor& grad, const at::Tensor& indices, const at::Tensor& values) {
+  return at::sparse_coo_tensor(indices, values, grad.sizes(), values.options().layout(at::kSparse));
+}
+
+void single(Group& g, const GroupValues& v) {
+  const double lr = v.get("lr"), weightDecay = v.get("weight_decay"), lrDecay = v.get("lr_decay");
+  const double eps = v.get("eps");
+  const bool maximize = v.flag("maximize");
+  static const auto sparseOp = kernel<void(L, L, L, L, double, double, double, bool)>("gilfree_optim::sparse_adagrad_");
+  for (size_t k = 0; k < g.params.size(); ++k) {
+    auto param = g.params[k];
+    auto stepT = g.state[k][0];
+    auto stateSum = g.state[k][1];
+    if (g.grads[k].is_sparse() && weightDecay == 0 && sparseKernelUsable(param)) {
+      sparseOp.call({param}, {g.grads[k]}, {stateSum}, {stepT}, lr, lrDecay, eps, maximize);  // it counts the step
+      continue;
+    }
+    stepT.add_(1);
+    const double step = stepT.item<double>();
+    at::Tensor grad = maximize ? g.grads[k].neg() : g.grads[k];
+    if (weightDecay != 0) {
+      grad = grad.add(param, weightDecay);
+    }
+    const double clr = lr / (1 + (step - 1) * lrDecay);
+    if (grad.is_sparse()) {
+      grad = grad.coalesce();  // the update is non-linear so indices must be unique
+      auto gradIndices = grad._indices();
+      auto gradValues = grad._values();
+      stateSum.add_(makeSparse(grad, gradIndices, gradValues.pow(2)));
+      auto std = stateSum.sparse_mask(grad);
+      auto stdValues = std._values().sqrt_().add_(eps);
+      param.add_(makeSparse(grad, gradIndices, gradValues / stdValues), -clr);
+    } else {
+      stateSum.addcmul_(grad, grad, 1);
+      auto std = stateSum.sqrt().add_(eps);
+      param.addcdiv_(grad, std, -clr);
+    }
+  }
+}
+
+void step(Group& g, const GroupValues& v) {
+  if (g.sparse) {
+    return single(g, v);
+  }
+  for (const auto& part : g.parts()) {
+    auto steps = g.column(0, part);
+    at::_foreach_add_(steps, 1.0);
+    at::_fused_adagrad_(take(g.params, part), take(g.grads, part), g.column(1, part), steps, v.get("lr"),
+                        v.get("lr_decay"), v.get("weight_decay"), v.get("eps"), v.flag("maximize"));
+  }
+}
+
+[[maybe_unused]] const bool registered = registerOptimizer("adagrad", {keys, create, step, {"cpu", "cuda"}});
+
+}  // namespace
+}  // namespace gilfree_optim

@@ -1,0 +1,28 @@
+// Adamax's group step: functional_optim's fused kernel (cpu/fused_adamax.cpp), one call per
+// device and dtype (torch/optim/adamax.py, torch 2.13).
+#include "group_step.h"
+
+namespace gilfree_optim {
+namespace {
+
+std::vector<std::string> keys(int64_t, const GroupValues&) {
+  return {"step", "exp_avg", "exp_inf"};
+}
+
+std::vector<at::Tensor> create(const at::Tensor& param, const at::Tensor&, const GroupValues&) {
+  return {newStep(param), like(param, 0), like(param, 0)};
+}
+
+void step(Group& g, const GroupValues& v) {
+  static const auto op =
+      kernel<void(L, L, L, L, L, double, double, double, double, double, bool)>("gilfree_optim::adamax_");
+  for (const auto& part : g.parts()) {
+    op.call(take(g.params, part), take(g.grads, part), g.column(1, part), g.column(2, part), g.column(0, part),
+            v.get("lr"), v.get("beta1"), v.get("beta2"), v.get("eps"), v.get("weight_decay"), v.flag("maximize"));
+  }
+}
+
+[[maybe_unused]] const bool registered = registerOptimizer("adamax", {keys, create, step, {"cpu"}});
+
+}  // namespace
+}  // namespace gilfree_optim

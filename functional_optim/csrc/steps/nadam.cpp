@@ -1,0 +1,30 @@
+// NAdam's group step: functional_optim's fused kernel (cpu/fused_nadam.cpp), one call per
+// device and dtype (torch/optim/nadam.py, torch 2.13).
+#include "group_step.h"
+
+namespace gilfree_optim {
+namespace {
+
+std::vector<std::string> keys(int64_t, const GroupValues&) {
+  return {"step", "mu_product", "exp_avg", "exp_avg_sq"};
+}
+
+// mu_product: a 0-dim tensor of the default dtype on the CPU, as torch keeps it.
+std::vector<at::Tensor> create(const at::Tensor& param, const at::Tensor&, const GroupValues&) {
+  return {newStep(param), at::ones({}), like(param, 0), like(param, 0)};
+}
+
+void step(Group& g, const GroupValues& v) {
+  static const auto op = kernel<void(L, L, L, L, L, L, double, double, double, double, double, double, bool, bool)>(
+      "gilfree_optim::nadam_");
+  for (const auto& part : g.parts()) {
+    op.call(take(g.params, part), take(g.grads, part), g.column(2, part), g.column(3, part), g.column(1, part),
+            g.column(0, part), v.get("lr"), v.get("beta1"), v.get("beta2"), v.get("weight_decay"),
+            v.get("momentum_decay"), v.get("eps"), v.flag("decoupled_weight_decay"), v.flag("maximize"));
+  }
+}
+
+[[maybe_unused]] const bool registered = registerOptimizer("nadam", {keys, create, step, {"cpu"}});
+
+}  // namespace
+}  // namespace gilfree_optim

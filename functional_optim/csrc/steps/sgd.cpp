@@ -1,0 +1,87 @@
+// SGD's group step: torch's fused kernel for dense gradients (one call per device and dtype,
+// new momentum buffers started apart); torch.optim's single-tensor code, its sparse COO
+// gradients stepped by the fused sparse kernel where it can, for a group with any sparse
+// gradient (torch/optim/sgd.py, torch 2.13).
+#include "group_step.h"
+
+namespace gilfree_optim {
+namespace {
+
+std::vector<std::string> keys(int64_t, const GroupValues& v) {
+  if (v.get("momentum") != 0) {
+    return {"momentum_buffer"};
+  }
+  return {};
+}
+
+// The buffer is written by the first step (buf = the gradient used), as torch starts it.
+std::vector<at::Tensor> create(const at::Tensor&, const at::Tensor& grad, const GroupValues& v) {
+  if (v.get("momentum") != 0) {
+    return {at::empty_like(grad)};
+  }
+  return {};
+}
+
+void fused(Group& g, const GroupValues& v) {
+  const double lr = v.get("lr"), momentum = v.get("momentum"), dampening = v.get("dampening");
+  const double weightDecay = v.get("weight_decay");
+  const bool nesterov = v.flag("nesterov"), maximize = v.flag("maximize");
+  for (const auto& part : g.parts()) {
+    if (momentum == 0) {
+      at::_fused_sgd_(take(g.params, part), take(g.grads, part), {}, weightDecay, momentum, lr, dampening, nesterov,
+                      maximize, false);
+      continue;
+    }
+    // the kernel starts every buffer of a call (buf = grad) when is_first_step: new buffers
+    // in one call, the others in another
+    for (const bool first : {true, false}) {
+      Positions these;
+      for (size_t k : part) {
+        if (g.fresh[k] == first) {
+          these.push_back(k);
+        }
+      }
+      if (!these.empty()) {
+        at::_fused_sgd_(take(g.params, these), take(g.grads, these), g.column(0, these), weightDecay, momentum, lr,
+                        dampening, nesterov, maximize, first);
+      }
+    }
+  }
+}
+
+void single(Group& g, const GroupValues& v) {
+  const double lr = v.get("lr"), momentum = v.get("momentum"), dampening = v.get("dampening");
+  const double weightDecay = v.get("weight_decay");
+  const bool nesterov = v.flag("nesterov"), maximize = v.flag("maximize");
+  static const auto sparseOp = kernel<void(L, L, double, bool)>("gilfree_optim::sparse_sgd_");
+  for (size_t k = 0; k < g.params.size(); ++k) {
+    auto param = g.params[k];
+    if (g.grads[k].is_sparse() && momentum == 0 && weightDecay == 0 && sparseKernelUsable(param)) {
+      sparseOp.call({param}, {g.grads[k]}, lr, maximize);  // only the rows present
+      continue;
+    }
+    at::Tensor grad = maximize ? g.grads[k].neg() : g.grads[k];
+    if (weightDecay != 0) {
+      grad = grad.add(param, weightDecay);
+    }
+    if (momentum != 0) {
+      auto buf = g.state[k][0];
+      if (g.fresh[k]) {
+        buf.copy_(grad);  // torch: buf = clone(grad)
+      } else {
+        buf.mul_(momentum).add_(grad, 1 - dampening);
+      }
+      grad = nesterov ? grad.add(buf, momentum) : buf;
+    }
+    param.add_(grad, -lr);
+  }
+}
+
+void step(Group& g, const GroupValues& v) {
+  g.sparse ? single(g, v) : fused(g, v);
+}
+
+[[maybe_unused]] const bool registered = registerOptimizer("sgd", {keys, create, step, {"cpu", "cuda"}});
+
+}  // namespace
+}  // namespace gilfree_optim
