@@ -23,7 +23,8 @@ from .adamax import Adamax
 from .adamw import AdamW
 from .nadam import NAdam
 from .radam import RAdam
-from .registry import functional_optimizer_for, register_functional_optimizer, registered_optimizers
+from . import configuration
+from .registry import functional_optimizer_for, register_functional_optimizer, registered_optimizers, torch_optimizer_for
 from .rmsprop import RMSprop
 from .rprop import Rprop
 from .scripting import OptimizerModule, script_optimizer
@@ -34,6 +35,7 @@ from .torch_optimizer import as_torch_optimizer
 
 __all__ = [
     "SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adamax", "Adadelta", "Rprop", "NAdam", "RAdam", "SparseAdam",
-    "functional_optimizer_for", "register_functional_optimizer", "registered_optimizers",
+    "functional_optimizer_for", "register_functional_optimizer", "registered_optimizers", "torch_optimizer_for",
+    "configuration",
     "OptimizerModule", "script_optimizer", "state_dict", "load_state_dict", "as_torch_optimizer",
 ]

@@ -21,17 +21,16 @@ results equal ``torch.optim``'s default single-tensor step to the bit, which use
 parity tests rely on; ours agree to rounding and are faster on many small tensors:
 ``scripts/bench_optim.py --kernels``), this package's for the others.
 """
-import glob
-import importlib.machinery
 import os
-import re
 from typing import List, Optional
 
 import torch
-from torch import Tensor
+
+from . import ops
+from .library import load_op_library
 
 __all__ = [
-    "LIBRARY_ENV_VAR", "library_in", "find_library", "load", "available", "FUSED_DTYPES", "fused_dtype",
+    "LIBRARY_ENV_VAR", "load", "available", "FUSED_DTYPES", "fused_dtype",
     "fused_devices", "op_for",
 ]
 
@@ -56,62 +55,10 @@ def fused_devices(name: str) -> List[str]:
     if not torch.jit.is_scripting():
         if not eager_available():
             return []
-    return torch.ops.gilfree_optim.group_step_devices(name)
+    return ops.group_step_devices(name)
 
 
 _state = {"path": None, "error": None}
-
-
-def library_in(folders: List[str], env_var: str = LIBRARY_ENV_VAR) -> Optional[str]:
-    """The op library file to load: ``$<env_var>`` when set, else the first
-    ``_C<extension suffix>`` file in ``folders``; ``None`` when there is none.
-
-    Shared with ``plugin._library`` (``plugin`` may import ``functional_optim``, not the
-    other way round), which raises its own error when this returns ``None``.
-
-    Raises nothing.
-    """
-    override = os.environ.get(env_var)
-    if override:
-        return override
-    for folder in folders:
-        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-            candidates = glob.glob(os.path.join(folder, "_C" + suffix))
-            if candidates:
-                return candidates[0]
-    return None
-
-
-def built_against(path: str, marker: bytes = b"gilfree-optim") -> str:
-    """The torch version recorded in the library file at ``path`` (the string
-    ``"<marker> built against torch <version>"`` that each library's ``csrc/build_info.cpp``
-    holds), or ``"unknown"``. Read from the file's bytes, so it works for a file the loader
-    rejects. Shared with ``plugin._library``.
-
-    Raises nothing.
-    """
-    try:
-        with open(path, "rb") as f:
-            match = re.search(re.escape(marker) + rb" built against torch ([0-9A-Za-z.+_-]+)", f.read())
-    except OSError:
-        return "unknown"
-    return match.group(1).decode() if match else "unknown"
-
-
-def find_library() -> str:
-    """Path of the op library: ``$GILFREE_OPTIM_LIBRARY`` or ``functional_optim/_C*.so``.
-
-    Raises:
-        ImportError: no library file was found (the package was not built).
-    """
-    folder = os.path.dirname(os.path.abspath(__file__))
-    path = library_in([folder])
-    if path is None:
-        raise ImportError(
-            f"functional_optim: no op library (_C*.so) found in {folder} and ${LIBRARY_ENV_VAR} is not set; the "
-            f"fused CPU kernels need it (build it with `pip install --no-build-isolation -e .`)"
-        )
-    return path
 
 
 def load() -> str:
@@ -121,24 +68,16 @@ def load() -> str:
         The library's path.
 
     Raises:
-        ImportError: the library is missing, fails to load, or lacks the ``gilfree_optim`` ops
-            (built from older sources); the message names the file.
+        ImportError: the library is missing, fails to load, or lacks the group steps (built
+            from older sources); the message names the file.
     """
     if _state["path"] is not None:
         return _state["path"]
     if _state["error"] is not None:
         raise ImportError(_state["error"])
     try:
-        path = find_library()
-        try:
-            torch.ops.load_library(path)
-        except (OSError, RuntimeError) as e:
-            reason = f"{e}: {e.__cause__}" if e.__cause__ is not None else str(e)
-            raise ImportError(
-                f"functional_optim: failed to load the op library {path} (built against torch "
-                f"{built_against(path)}, running torch {torch.__version__}): {reason}. Rebuild it against this "
-                f"torch with `pip install --no-build-isolation -e .`."
-            ) from e
+        path = load_op_library("functional_optim", os.path.dirname(os.path.abspath(__file__)), LIBRARY_ENV_VAR,
+                               b"gilfree-optim")
         if not hasattr(torch.ops.gilfree_optim, "group_step"):
             raise ImportError(
                 f"functional_optim: the op library {path} has no group steps "

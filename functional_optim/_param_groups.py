@@ -197,7 +197,17 @@ def parse(
 
 class WriteThroughDict(dict):
     """A dict whose ``update`` and ``setdefault`` go through ``__setitem__`` (dict's own skip
-    it), so a subclass that checks or forwards writes in ``__setitem__`` sees every one."""
+    it), so a subclass that checks or forwards writes in ``__setitem__`` sees every one (the
+    param-group dicts of this package's optimizers and of the plugin's DistributedOptimizer).
+
+    Args:
+        *args, **kwargs: as for ``dict`` (the initial items, stored without ``__setitem__``).
+
+    Raises nothing itself.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         for key, value in dict(*args, **kwargs).items():

@@ -34,7 +34,7 @@ from typing import Dict, List, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from . import _kernels, _validation
+from . import _kernels, _validation, ops
 
 __all__ = [
     "GroupedState", "TUPLE_HYPERPARAMETERS", "choose_impl", "split_by_device_dtype",
@@ -416,7 +416,7 @@ class GroupedState:
             if full:
                 self.cache_flat[g] = state
                 self.cache_valid[g] = True
-        torch.ops.gilfree_optim.group_step(self.name, self.params_of(g, indices), grads, state, fresh, names, values)
+        ops.group_step(self.name, self.params_of(g, indices), grads, state, fresh, names, values)
 
     def create_missing(self, indices: List[int], grads: List[Tensor], names: List[str], values: List[float]) -> List[bool]:
         """Makes the state keys the parameters ``indices`` lack (``new_state``); returns, per
@@ -437,7 +437,7 @@ class GroupedState:
                 lacking_params.append(self.params[i])
                 lacking_grads.append(grads[k])
         if len(lacking) > 0:
-            made = torch.ops.gilfree_optim.new_state(self.name, lacking_params, lacking_grads, names, values)
+            made = ops.new_state(self.name, lacking_params, lacking_grads, names, values)
             at = 0
             for i in lacking:
                 for key in self.keys[i]:
@@ -468,7 +468,7 @@ class GroupedState:
         for i in range(self.offsets[g], self.offsets[g + 1]):
             dim = self.params[i].dim()
             if dim not in by_dim:
-                by_dim[dim] = torch.ops.gilfree_optim.state_keys(self.name, dim, self.op_names[g], self.op_values[g])
+                by_dim[dim] = ops.state_keys(self.name, dim, self.op_names[g], self.op_values[g])
             self.keys[i] = by_dim[dim]
 
     # ----------------------------------------------------------------- state protocol
@@ -690,7 +690,7 @@ def fused_step(
     for i in range(len(params)):
         for column in columns:
             state.append(column[i])
-    torch.ops.gilfree_optim.group_step(name, params, grads, state, fresh, names, values)
+    ops.group_step(name, params, grads, state, fresh, names, values)
 
 
 def no_fresh(n: int) -> List[bool]:

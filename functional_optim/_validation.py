@@ -141,8 +141,10 @@ def check_gradients(
             grad = group_gradients[k]
             if grad is not None:
                 param = group[k]
+                # (is_same_size under TorchScript; its bool result would break a torch.compile graph)
+                same_size = grad.is_same_size(param) if torch.jit.is_scripting() else grad.shape == param.shape
                 if (
-                    grad.is_nested or grad.is_sparse or not grad.is_same_size(param)
+                    grad.is_nested or grad.is_sparse or not same_size
                     or grad.dtype != param.dtype or grad.device != param.device
                 ):
                     check_one_gradient(start + k, param, grad, sparse_errors[g])

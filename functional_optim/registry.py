@@ -5,7 +5,7 @@ Like ``torch.distributed.optim.utils.functional_optim_map``: code that is handed
 can run as TorchScript. All eleven built-in pairs are registered at import; other libraries can add
 theirs with :func:`register_functional_optimizer`.
 """
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 
@@ -21,7 +21,7 @@ from .rprop import Rprop
 from .sgd import SGD
 from .sparse_adam import SparseAdam
 
-__all__ = ["register_functional_optimizer", "functional_optimizer_for", "registered_optimizers"]
+__all__ = ["register_functional_optimizer", "functional_optimizer_for", "torch_optimizer_for", "registered_optimizers"]
 
 _REGISTRY: Dict[type, type] = {}
 
@@ -78,6 +78,16 @@ def functional_optimizer_for(optim_class: type) -> type:
     )
 
 
+def torch_optimizer_for(functional_class: type) -> Optional[type]:
+    """The ``torch.optim`` class that this package's ``functional_class`` stands for (the
+    registry's built-in pairs: ``functional_optim.Adam`` -> ``torch.optim.Adam``), or None for
+    a class registered by a user or not registered.
+
+    Raises nothing.
+    """
+    return _BUILTIN.get(functional_class)
+
+
 def registered_optimizers() -> Dict[type, type]:
     """A copy of the current mapping.
 
@@ -90,7 +100,8 @@ def registered_optimizers() -> Dict[type, type]:
     return dict(_REGISTRY)
 
 
-for _torch_class, _ours in [
+# THE list of built-in optimizers: torch.optim's class -> this package's.
+_BUILTIN_PAIRS = [
     (torch.optim.SGD, SGD),
     (torch.optim.Adam, Adam),
     (torch.optim.AdamW, AdamW),
@@ -102,6 +113,8 @@ for _torch_class, _ours in [
     (torch.optim.NAdam, NAdam),
     (torch.optim.RAdam, RAdam),
     (torch.optim.SparseAdam, SparseAdam),
-]:
+]
+_BUILTIN: Dict[type, type] = {ours: torch_class for torch_class, ours in _BUILTIN_PAIRS}
+for _torch_class, _ours in _BUILTIN_PAIRS:
     register_functional_optimizer(_torch_class, _ours)
 del _torch_class, _ours

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from . import _jit
 
-__all__ = ["OptimizerModule", "script_optimizer", "script_class"]
+__all__ = ["OptimizerModule", "script_optimizer", "script_class", "script"]
 
 
 class OptimizerModule(torch.nn.Module):
@@ -199,6 +199,24 @@ class OptimizerModule(torch.nn.Module):
                 (``torch.jit.Error``, a ``RuntimeError``, with the same message once scripted).
         """
         self.optim.set_state(state)
+
+
+def script(obj: Any) -> Any:
+    """``torch.jit.script(obj)``, resolving a class's names in its own module: the one place
+    this package (and the plugin) calls TorchScript's compiler, whose deprecation warning is
+    not silenced.
+
+    Args:
+        obj: a function, a TorchScript-compatible class, or an ``nn.Module`` instance.
+
+    Returns:
+        What ``torch.jit.script`` returns.
+
+    Raises:
+        Whatever ``torch.jit.script`` raises (code TorchScript cannot compile; a
+        ``RuntimeError`` where torch no longer compiles TorchScript).
+    """
+    return _jit.script(obj)
 
 
 def script_class(cls: type) -> type:

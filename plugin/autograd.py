@@ -198,18 +198,19 @@ def _check_context_id(function: str, context_id) -> None:
 
 
 @torch.jit.ignore
-def _check_backward_arguments(context_id, roots, retain_graph, mode) -> None:
-    _check_context_id("backward", context_id)
+def _check_backward_arguments(context_id, roots, retain_graph, mode, what: str = "backward") -> None:
+    """The argument checks of ``what`` (``backward``, ``backward_and_step``), torch's messages."""
+    _check_context_id(what, context_id)
     if not isinstance(roots, (list, tuple)):
-        raise TypeError(f"backward(): {_INCOMPATIBLE}: roots must be a list of Tensors, got {type(roots).__name__}")
+        raise TypeError(f"{what}(): {_INCOMPATIBLE}: roots must be a list of Tensors, got {type(roots).__name__}")
     for i, root in enumerate(roots):
         if not isinstance(root, Tensor):
-            raise TypeError(f"backward(): {_INCOMPATIBLE}: roots[{i}] must be a Tensor, got {type(root).__name__}")
+            raise TypeError(f"{what}(): {_INCOMPATIBLE}: roots[{i}] must be a Tensor, got {type(root).__name__}")
     if not isinstance(retain_graph, bool):
         raise TypeError(
-            f"backward(): {_INCOMPATIBLE}: retain_graph must be a bool, got {type(retain_graph).__name__}")
+            f"{what}(): {_INCOMPATIBLE}: retain_graph must be a bool, got {type(retain_graph).__name__}")
     if not isinstance(mode, str):
-        raise TypeError(f"backward(): {_INCOMPATIBLE}: mode must be a str, got {type(mode).__name__}")
+        raise TypeError(f"{what}(): {_INCOMPATIBLE}: mode must be a str, got {type(mode).__name__}")
 
 
 class context:

@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-__all__ = ["backward", "get_gradients", "gradients_for", "new_step_lock"]
+__all__ = ["backward", "get_gradients", "gradients_for", "new_step_lock", "new_local_optimizer"]
 
 
 def backward(context_id: int, roots: List[Tensor], retain_graph: bool = False, mode: str = "smart") -> None:
@@ -222,6 +222,96 @@ def _scale_gradients(context_id: int, params: List[Any], coefficient: Tensor) ->
     multiplies every gradient of ``params`` in the context by ``coefficient`` (a 0-dim
     tensor), in place."""
     torch.ops.dist_engine._scale_gradients(context_id, params, coefficient)
+
+
+# --- the native local optimizers (plugin/csrc/optim/local_optimizer.h; plugin.optim.LocalOptimizer)
+# Each op reaches one by its handle; errors begin with the Python type they stand for
+# ("ValueError: ..."); the steps return a StepStatus (0 applied, 1 the gradients changed since
+# the backward pass checked them, 2 the deadline passed). Schemas and contracts: ops.cpp.
+
+
+def new_local_optimizer(
+    name: str, groups: List[List[Tensor]], hparams: List[Dict[str, float]], options: List[Dict[str, Optional[bool]]],
+    tensor_hparams: List[Dict[str, Tensor]], sparse_errors: List[Optional[str]], dense_error: Optional[str],
+    state: Dict[int, Dict[str, Tensor]],
+) -> torch.ScriptObject:
+    """A new ``torch.classes.dist_engine.LocalOptimizer`` (see ``plugin.optim.LocalOptimizer``
+    for the arguments: a ``functional_optim.configuration.Configuration``'s fields)."""
+    return torch.classes.dist_engine.LocalOptimizer(
+        name, groups, hparams, options, tensor_hparams, sparse_errors, dense_error, state
+    )
+
+
+def _native(op: str, *args: Any) -> Any:
+    """``torch.ops.dist_engine.<op>(*args)``, its error raised as the type its text begins with
+    (the C++ writes ``"ValueError: ..."`` for a caller over RPC), without that prefix."""
+    try:
+        return getattr(torch.ops.dist_engine, op)(*args)
+    except (ValueError, RuntimeError) as e:
+        text = str(e)
+        prefix = type(e).__name__ + ": "
+        if text.startswith(prefix):
+            raise type(e)(text[len(prefix):]) from None
+        raise
+
+
+def _optimizer_step(handle: int, context_id: int, version: int, deadline_ms: int) -> int:
+    """The op ``dist_engine::_optimizer_step``: the context's gradients (version -1) or those the
+    backward pass checked (``version``), applied before ``deadline_ms`` (-1: none)."""
+    return _native("_optimizer_step", handle, context_id, version, deadline_ms)
+
+
+def _optimizer_prepare(handle: int, context_id: int, lease_ms: int) -> int:
+    """The op ``dist_engine::_optimizer_prepare``: phase 1 (check and park); the token."""
+    return _native("_optimizer_prepare", handle, context_id, lease_ms)
+
+
+def _optimizer_commit(handle: int, token: int, deadline_ms: int) -> int:
+    """The op ``dist_engine::_optimizer_commit``: phase 2, before ``deadline_ms``."""
+    return _native("_optimizer_commit", handle, token, deadline_ms)
+
+
+def _optimizer_drop(handle: int, token: int) -> bool:
+    """The op ``dist_engine::_optimizer_drop``: forgets a prepared step."""
+    return _native("_optimizer_drop", handle, token)
+
+
+def _optimizer_step_gradients(handle: int, gradients: List[Optional[Tensor]]) -> None:
+    """The op ``dist_engine::_optimizer_step_gradients``: a step with these gradients."""
+    _native("_optimizer_step_gradients", handle, gradients)
+
+
+def _optimizer_state(handle: int) -> Tuple[Dict[int, Dict[str, Tensor]], List[Dict[str, float]], List[Dict[str, Optional[bool]]]]:
+    """The op ``dist_engine::_optimizer_state``: copies of the state, each group's values."""
+    return _native("_optimizer_state", handle)
+
+
+def _optimizer_load_state(handle: int, state: Dict[int, Dict[str, Tensor]], hparams: List[Dict[str, float]],
+                          options: List[Dict[str, Optional[bool]]], sparse_errors: List[Optional[str]]) -> bool:
+    """The op ``dist_engine::_optimizer_load_state``; whether it now takes sparse gradients."""
+    return _native("_optimizer_load_state", handle, state, hparams, options, sparse_errors)
+
+
+def _optimizer_hyperparameters(handle: int) -> Tuple[List[Dict[str, float]], List[Dict[str, Optional[bool]]]]:
+    """The op ``dist_engine::_optimizer_hyperparameters``: each group's values."""
+    return _native("_optimizer_hyperparameters", handle)
+
+
+def _optimizer_set_group(handle: int, group: int, hparams: Dict[str, float], options: Dict[str, Optional[bool]],
+                         tensor_hparams: Dict[str, Tensor], sparse_error: Optional[str]) -> bool:
+    """The op ``dist_engine::_optimizer_set_group``; whether it now takes sparse gradients."""
+    return _native("_optimizer_set_group", handle, group, hparams, options, tensor_hparams, sparse_error)
+
+
+def _optimizer_accepts_sparse(handle: int) -> bool:
+    """The op ``dist_engine::_optimizer_accepts_sparse``."""
+    return _native("_optimizer_accepts_sparse", handle)
+
+
+def _configure_auth_transport(key: str, crypto_library: str, listen_host: str) -> None:
+    """The op ``dist_engine::_configure_auth_transport`` (plugin.rpc): the authenticating
+    transport's key, libcrypto and listen address; registers the transport the first time."""
+    torch.ops.dist_engine._configure_auth_transport(key, crypto_library, listen_host)
 
 
 def _swap_current_context(context_id: int) -> int:

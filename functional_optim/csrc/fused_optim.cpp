@@ -102,6 +102,21 @@ void checkSteps(const char* op, at::TensorList params, at::TensorList steps, con
   }
 }
 
+void checkScalars(const char* op, at::TensorList params, at::TensorList scalars, const char* name) {
+  TORCH_CHECK(
+      scalars.size() == params.size(), "gilfree_optim::", op, ": ", name, " has ", scalars.size(),
+      " tensors but params has ", params.size());
+  for (const auto i : c10::irange(scalars.size())) {
+    const at::Tensor& s = scalars[i];
+    TORCH_CHECK(s.defined() && s.numel() == 1 && s.layout() == at::kStrided, where(op, name, i),
+                " must be a one-element tensor");
+    TORCH_CHECK(isSupportedDtype(s.scalar_type()), where(op, name, i), " has dtype ", s.scalar_type(),
+                "; expected float32, float64, bfloat16 or float16");
+    TORCH_CHECK(s.device().is_cpu() || s.device().is_meta(), where(op, name, i), " is on ", s.device(),
+                "; the fused CPU step keeps it on the CPU");
+  }
+}
+
 Isa selectedIsa() {
   // at::get_cpu_capability() (ATen/Version.h, checked on torch 2.13) names the instruction
   // set ATen's own CPU kernels were dispatched to: the best this CPU supports, lowered by

@@ -53,6 +53,10 @@ void checkTensorLists(
 // (or meta, for the meta kernel).
 void checkSteps(const char* op, at::TensorList params, at::TensorList steps, const char* name = "state_steps");
 
+// `scalars`: one 1-element floating-point tensor per parameter (float32, float64, bfloat16 or
+// float16), on the CPU (or meta).
+void checkScalars(const char* op, at::TensorList params, at::TensorList scalars, const char* name);
+
 // Whether the op runs on the meta device (some parameter is a meta tensor): its kernel then
 // only checks its arguments (the CPU and Meta kernels are one function).
 bool isMeta(at::TensorList params);

@@ -108,6 +108,24 @@ void groupStepKernel(
   def.step(group, v);
 }
 
+// On meta tensors (torch.compile's fake tensors run this): the state as new_state makes it,
+// every tensor on the meta device (a state tensor kept on the CPU whatever the parameter's
+// device, such as NAdam's mu_product, is made there: made again on meta, same shape and dtype).
+std::vector<at::Tensor> newStateMeta(
+    const std::string& optimizer,
+    at::TensorList params,
+    at::TensorList grads,
+    const std::vector<std::string>& names,
+    const std::vector<double>& values) {
+  auto out = newStateKernel(optimizer, params, grads, names, values);
+  for (auto& t : out) {
+    if (!t.is_meta()) {
+      t = at::empty_like(t, t.options().device(at::kMeta));
+    }
+  }
+  return out;
+}
+
 // Under torch.compile (fake tensors) and on meta tensors: nothing to compute.
 void groupStepMeta(
     const std::string&,
@@ -211,6 +229,7 @@ TORCH_LIBRARY_IMPL(gilfree_optim, CompositeExplicitAutograd, m) {
 }
 
 TORCH_LIBRARY_IMPL(gilfree_optim, Meta, m) {
+  m.impl("new_state", TORCH_FN(newStateMeta));
   m.impl("group_step", TORCH_FN(groupStepMeta));
 }
 

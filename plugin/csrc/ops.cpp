@@ -122,23 +122,23 @@ TORCH_LIBRARY(dist_engine, m) {
   // writes parameters, state or hyperparameters holds the parameters' locks (step_lock.h).
   // Errors begin with the Python exception type they stand for ("ValueError: ...").
   //
-  // A step: the context's gradients of its parameters (gradients_for; an unknown context
-  // gives none: nothing happens), checked (functional_optim's check_gradients: count, shape,
-  // dtype, device, sparse), then applied through the fused kernels.
-  def(m, "_optimizer_step(int handle, int context_id) -> ()");
-  // Phase 1 of a step over several owners: reads and checks (no lock), parks the gradients
-  // for at most lease_ms (_park_step); returns the token.
+  // The steps return a StepStatus (local_optimizer.h): 0 applied; 1 the gradients changed
+  // since the backward pass checked them; 2 the locks were reached after deadline_ms (ms since
+  // the Unix epoch; -1: none); nothing applied for 1 and 2. Before applying, each checks the
+  // gradients (functional_optim's check_gradients: count, shape, dtype, device, sparse) and
+  // raises when one does not fit, changing nothing; then it runs functional_optim's group step.
+  //
+  // One round trip: the context's gradients here (gradients_for: an unknown context gives
+  // none, nothing happens) when version is -1, else the engine's gradients if still at
+  // `version` (as the backward pass checked them).
+  def(m, "_optimizer_step(int handle, int context_id, int version, int deadline_ms) -> int");
+  // Two phases: phase 1 reads and checks (no lock) and parks the gradients for at most
+  // lease_ms (_park_step); returns the token. Phase 2 takes them (_take_step; raises when
+  // unknown or expired) and applies them (checked again first). Drop forgets a parked step
+  // (whether it was still parked).
   def(m, "_optimizer_prepare(int handle, int context_id, int lease_ms) -> int");
-  // Phase 2: takes the parked gradients (_take_step; raises when unknown or expired) and
-  // applies them (checked again first).
-  def(m, "_optimizer_commit(int handle, int token) -> ()");
-  // Forgets a parked step; whether it was still parked.
+  def(m, "_optimizer_commit(int handle, int token, int deadline_ms) -> int");
   def(m, "_optimizer_drop(int handle, int token) -> bool");
-  // An owner's part of a checked step: the engine's gradients if still at `version` (as the
-  // backward pass checked them), then, holding the locks, applies them before deadline_ms
-  // (ms since the Unix epoch; -1: none). Returns 0 (applied), 1 (the gradients changed since
-  // the check: nothing applied), 2 (the deadline passed: nothing applied); bad gradients raise.
-  def(m, "_optimizer_step_checked(int handle, int context_id, int version, int deadline_ms) -> int");
   // A step with the given gradients (one per parameter, flat order; None skips one).
   def(m, "_optimizer_step_gradients(int handle, Tensor?[] gradients) -> ()");
   // Copies of the state (flat index -> {key: tensor}, parameters that have state only), and
@@ -147,35 +147,38 @@ TORCH_LIBRARY(dist_engine, m) {
       "_optimizer_state(int handle) -> (Dict(int, Dict(str, Tensor)), Dict(str, float)[], "
       "Dict(str, bool?)[])");
   // Replaces all state with copies of `state` (torch's casting rules) and sets each group's
-  // hyperparameters (a number unbinds a Tensor of that name) and flags, at once; checks every
-  // index, shape and name first and changes nothing when one fails. Values validated by the
-  // caller. Returns whether the optimizer now takes sparse gradients (as _optimizer_accepts_sparse:
+  // hyperparameters (a number unbinds a Tensor of that name), flags and sparse-gradient rule
+  // (the RuntimeError message for a sparse gradient, None: taken), at once; checks every index,
+  // shape and name first and changes nothing when one fails. Values validated by the caller.
+  // Returns whether the optimizer now takes sparse gradients (as _optimizer_accepts_sparse:
   // the caller's checked step needs it, and the new values may change it).
   def(m,
       "_optimizer_load_state(int handle, Dict(int, Dict(str, Tensor)) state, Dict(str, float)[] hparams, "
-      "Dict(str, bool?)[] options) -> bool");
+      "Dict(str, bool?)[] options, str?[] sparse_errors) -> bool");
   // Each group's hyperparameters (functional names; Tensor ones read now) and flags.
   def(m, "_optimizer_hyperparameters(int handle) -> (Dict(str, float)[], Dict(str, bool?)[])");
-  // Sets values of one group: numbers (unbinding a Tensor of that name), flags, and Tensors to
-  // follow (1 element each, read before every step). Validated by the caller; unknown group or
-  // name, or flags that would take the group off the fused kernels, raise. Returns whether the
-  // optimizer now takes sparse gradients (as _optimizer_load_state).
+  // Sets values of one group: numbers (unbinding a Tensor of that name), flags, Tensors to
+  // follow (1 element each, read before every step) and its sparse-gradient rule. Validated by
+  // the caller; unknown group or name, or flags that would take the group off the fused
+  // implementation, raise. Returns whether the optimizer now takes sparse gradients.
   def(m,
       "_optimizer_set_group(int handle, int group, Dict(str, float) hparams, Dict(str, bool?) options, "
-      "Dict(str, Tensor) tensor_hparams) -> bool");
+      "Dict(str, Tensor) tensor_hparams, str? sparse_error) -> bool");
   // Whether every group takes sparse gradients.
   def(m, "_optimizer_accepts_sparse(int handle) -> bool");
   // torch.classes.dist_engine.LocalOptimizer(name, groups, hparams, options, tensor_hparams,
-  // defaults): see local_optimizer.h.
+  // sparse_errors, dense_error, state): see local_optimizer.h.
   m.class_<dist_engine::LocalOptimizer>("LocalOptimizer")
       .def(torch::init([](const std::string& name,
                           const std::vector<std::vector<at::Tensor>>& groups,
                           const c10::List<dist_engine::Hyperparameters>& hparams,
                           const c10::List<dist_engine::Options>& options,
                           const c10::List<dist_engine::TensorHyperparameters>& tensorHparams,
-                          const dist_engine::Hyperparameters& defaults) {
+                          const std::vector<std::optional<std::string>>& sparseErrors,
+                          const std::optional<std::string>& denseError,
+                          const dist_engine::OptimizerState& state) {
         return dist_engine::LocalOptimizer::registered(c10::make_intrusive<dist_engine::LocalOptimizer>(
-            name, groups, hparams, options, tensorHparams, defaults));
+            name, groups, hparams, options, tensorHparams, sparseErrors, denseError, state));
       }))
       .def("handle", &dist_engine::LocalOptimizer::handle);
 

@@ -24,6 +24,3 @@ __all__ = [
     "DistributedOptimizer", "LocalOptimizer", "PythonLocalOptimizer", "PythonStepWarning", "ScriptLocalOptimizer",
     "clip_grad_norm_",
 ]
-
-# PythonLocalOptimizer's drop_step is the same call as ScriptLocalOptimizer's: one docstring
-PythonLocalOptimizer.drop_step.__doc__ = ScriptLocalOptimizer.drop_step.__doc__

@@ -2,10 +2,18 @@
 steps run on the workers that own the parameters, natively, without their GIL.
 
 :class:`DistributedOptimizer` takes RRefs to parameters, groups them by owner and has each owner
-build its local optimizer (``plugin/optim/_local.py``): for the eleven built-in optimizers a native
+build its local optimizer (``plugin/optim/_local.py``): for the registry's optimizers a native
 :class:`~plugin.optim.LocalOptimizer`, which reads the context's gradients and steps through
-the fused kernels in C++. ``step(context_id)`` calls every owner by RPC; the owner answers on an
-RPC thread, without its GIL and without TorchScript.
+``functional_optim``'s group steps in C++. It steps by one of two protocols, each written once
+here, over the one owner interface of ``_owners.py``:
+
+* the all-or-nothing step (:meth:`DistributedOptimizer.step`, :meth:`~DistributedOptimizer.step_async`):
+  one round trip when the engine's pass has vouched for the gradients (or there is one owner),
+  two phases otherwise;
+* the step inside the backward pass (:meth:`~DistributedOptimizer.backward_and_step`), per owner.
+
+Both bound every owner's part by the one deadline rule (``_owners.deadline_ms``) and read its
+outcome in the one status table (``_owners.APPLIED`` ...).
 """
 import warnings
 from collections import OrderedDict
@@ -18,12 +26,15 @@ from torch import Tensor
 from torch.distributed.rpc import RRef
 
 import functional_optim
-from functional_optim._torch_face import TorchOptimizerFace
+from functional_optim.torch_optimizer import TorchOptimizerFace
 
 from .. import ops
 from . import _local, _param_groups
-from ._owners import Owner, deadline_ms, gather, lease_ms, raise_failures, send_python, wait_all
-from ._python import PythonStepWarning, uses_python_step, warn_once
+from ._owners import (
+    APPLIED, LATE, NOT_REACHED, REFUSED, STATUS_TEXT, Owner, deadline_ms, gather, lease_ms, raise_failures,
+    send_python, wait_all,
+)
+from ._python import uses_python_step, warn_once
 
 __all__ = ["DistributedOptimizer"]
 
@@ -31,12 +42,12 @@ __all__ = ["DistributedOptimizer"]
 class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
     """Runs an optimizer on every worker that owns some of the parameters.
 
-    Like ``torch.distributed.optim.DistributedOptimizer``, with these differences: the eleven
-    built-in optimizers (``functional_optim``'s classes, or their ``torch.optim``
-    counterparts) step natively on the owners (:class:`LocalOptimizer`: C++, the fused
-    kernels), so no owner takes its GIL for a step or any other call, and nothing depends on
-    TorchScript; any other ``torch.optim.Optimizer`` subclass, and a built-in optimizer in a
-    configuration the fused kernels do not cover, steps in Python on the owners
+    Like ``torch.distributed.optim.DistributedOptimizer``, with these differences: the
+    registry's optimizers (``functional_optim``'s classes, or their ``torch.optim``
+    counterparts) step natively on the owners (:class:`LocalOptimizer`: C++, the op library's
+    group steps), so no owner takes its GIL for a step or any other call, and nothing depends
+    on TorchScript; any other ``torch.optim.Optimizer`` subclass, and a built-in optimizer in a
+    configuration without the fused implementation, steps in Python on the owners
     (:class:`PythonLocalOptimizer`, as torch's ``_LocalOptimizer``), holding their GIL, with a
     :class:`PythonStepWarning` once per class that says why; a functional class the user
     registered steps as TorchScript (:class:`ScriptLocalOptimizer`) where torch still
@@ -58,7 +69,8 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
       parameters change between the backward pass and the step: then the error lists the
       owners that applied).
     * A step, :meth:`state_dict` or another call that an owner does not answer (dead or
-      frozen) raises after the RPC timeout, naming that owner.
+      frozen) raises after the RPC timeout, naming that owner; an owner's part of a step that
+      reaches it after half the RPC timeout applies nothing.
 
     Args:
         optimizer_class (type): a ``functional_optim`` class (``functional_optim.Adam``) or its
@@ -106,9 +118,9 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         )
         built = wait_all(futures, "building the local optimizer")
         self._owners: "OrderedDict[str, Owner]" = OrderedDict(
-            (owner, Owner(owner, b.kind, b.rref, b.handle, b.accepts_sparse)) for owner, b in built.items()
+            (owner, Owner(owner, b.kind, b.rref, b.handle, b.accepts_sparse, b.optimizer)) for owner, b in built.items()
         )
-        # the owners' RPC worker ids, for the check the backward pass made (see step)
+        # the owners' RPC worker ids, for what the backward pass reports (see step)
         self._owner_ids = [rpc.get_worker_info(owner).id for owner in self._owners]
         reasons = OrderedDict((owner, b.reason) for owner, b in built.items() if b.kind == "python" and b.reason)
         if reasons and not uses_python_step(optimizer_class):
@@ -128,18 +140,18 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         ``"torchscript"`` (:class:`ScriptLocalOptimizer`), by owner name."""
         return OrderedDict((name, owner.kind) for name, owner in self._owners.items())
 
-    def _check_context(self, context_id: int) -> None:
+    def _check_context(self, context_id: int, what: str) -> None:
         """Raises unless ``context_id`` is a live context on this worker (as torch's step)."""
         try:
             dist_autograd._is_valid_context(context_id)  # what torch's DistributedOptimizer.step checks
         except RuntimeError as e:
             raise RuntimeError(
-                f"DistributedOptimizer: step({context_id}): no distributed autograd context {context_id} on "
-                f"this worker ({rpc.get_worker_info().name!r}): step inside the `with dist_autograd.context()` "
+                f"DistributedOptimizer: {what}: no distributed autograd context {context_id} on "
+                f"this worker ({rpc.get_worker_info().name!r}): call it inside the `with dist_autograd.context()` "
                 f"block that created it"
             ) from e
 
-    # --- steps --------------------------------------------------------------------------------
+    # --- the all-or-nothing step ----------------------------------------------------------------
 
     def step(self, context_id: int) -> None:
         """Applies the gradients of distributed autograd context ``context_id`` on every owner.
@@ -149,25 +161,26 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         parameter without a gradient in the context is skipped, as in torch; an owner that no
         backward pass of the context reached skips all of its parameters.
 
-        All or nothing. With one owner the step is one call. With several, one of two
-        protocols:
+        All or nothing, by one protocol in two forms:
 
-        * **checked** (one round trip): when the plugin's engine ran the context's latest
-          backward pass from this worker, each worker checked, as its part of the pass ended,
-          that every gradient there fits its parameter (the parameter's shape, dtype and
-          device; dense, or sparse COO, which the step takes only when its optimizer does) and
-          told this worker. If the pass reached every owner, each found its gradients fit,
-          and every owner's local optimizer is native, the caller sends the step to every owner
-          at once and each applies it, only if its gradients did not change since the check
-          and only before a deadline of half the RPC timeout on its system clock
-          (:meth:`LocalOptimizer.step_checked`). An owner lost after the pass then leaves the
-          others applied, named in the error.
+        * **one round trip** with one owner, or when the gradients are vouched for: the plugin's
+          engine ran the context's latest backward pass from this worker, and each worker
+          checked, as its part of the pass ended, that every gradient there fits its parameter
+          (the parameter's shape, dtype and device; dense, or sparse COO, which the step takes
+          only when its optimizer does) and told this worker. If the pass reached every owner,
+          each found its gradients fit, and every owner's local optimizer is native, the caller
+          sends the step to every owner at once and each applies it, only if its gradients did
+          not change since the check. An owner lost after the pass then leaves the others
+          applied, named in the error.
         * **two phases** otherwise (torch's engine ran the backward, an owner the pass did not
           reach or where the engine holds no gradient, a failed pass, a Python or TorchScript
           local optimizer): phase 1 on every owner reads, validates and keeps the gradients;
           only when every owner succeeded, phase 2 applies them. A gradient that one owner
           rejects changes no owner; an owner that dies or freezes between the phases makes the
           step raise, naming it and listing the owners that applied it.
+
+        Either way an owner applies only before a deadline of half the RPC timeout on its
+        system clock, so an owner frozen past it and resumed applies nothing.
 
         Args:
             context_id (int): the distributed autograd context whose gradients to apply: live
@@ -181,55 +194,30 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
                 when some owners applied, a ``RuntimeError`` listing them instead).
         """
         what = f"step({context_id})"
-        self._check_context(context_id)
-        if len(self._owners) == 1:
-            (name, owner), = self._owners.items()
-            _, failures = gather(OrderedDict([(name, owner.step(context_id))]))
-            if failures:
-                timed_out = failures[0].kind == "timeout"
-                raise_failures(failures, what, "; it may still apply the step when it answers" if timed_out else "")
-            return
+        self._check_context(context_id, what)
         versions = self._checked_versions(context_id)
-        if versions:
-            self._checked_step(context_id, versions, what)
+        if versions or len(self._owners) == 1:
+            self._checked_step(context_id, versions or [-1], what)
         else:
-            self._check_commits(self._commit(self._prepare(context_id, what)), what)
+            self._report(self._commit(self._prepare(context_id, what)), what)
+
+    def _checked_step(self, context_id: int, versions: List[int], what: str) -> None:
+        """The one round trip: every owner checks and applies at once, each only if its
+        gradients are still those the pass checked (``versions``, in the owners' order; -1 for
+        a lone owner's own check) and only before the deadline."""
+        deadline = deadline_ms()
+        futures = OrderedDict(
+            (name, owner.step(context_id, versions[i], deadline)) for i, (name, owner) in enumerate(self._owners.items())
+        )
+        self._report(futures, what)
 
     def _checked_versions(self, context_id: int) -> List[int]:
         """Each owner's version of the context's gradients as the plugin's backward pass
-        checked them (``ops._checked_versions``), when a checked step covers this step; else
-        ``[]`` (then the step takes the two phases)."""
-        if any(owner.kind != "native" for owner in self._owners.values()):
+        checked them (``ops._checked_versions``), when every owner is native; else ``[]``."""
+        if not all(owner.native for owner in self._owners.values()):
             return []
         accept_sparse = all(owner.accepts_sparse for owner in self._owners.values())
         return ops._checked_versions(context_id, self._owner_ids, accept_sparse)
-
-    def _checked_step(self, context_id: int, versions: List[int], what: str) -> None:
-        """The checked step: every owner applies at once, one round trip, with no validation
-        round first, each only if its gradients are still those the pass checked (``versions``,
-        in the owners' order) and only before the deadline (``_owners.deadline_ms``); the
-        caller waits at most the RPC timeout."""
-        deadline = deadline_ms()
-        futures = OrderedDict(
-            (name, owner.step_checked(context_id, versions[i], deadline))
-            for i, (name, owner) in enumerate(self._owners.items())
-        )
-        statuses, failures = gather(futures)
-        applied = [name for name, status in statuses.items() if status == _APPLIED]
-        refused = OrderedDict((name, status) for name, status in statuses.items() if status != _APPLIED)
-        if not failures and not refused:
-            return
-        lost = [f.owner for f in failures if f.kind in ("timeout", "unreachable")]
-        outcome = f"the step was applied on owners {applied}" if applied else "no owner applied the step"
-        if lost:
-            outcome += (f" and not confirmed on {lost} (an owner that did not answer in time may have applied it "
-                        f"before its deadline, half the RPC timeout after the step was sent, or before it died)")
-        parts = [outcome] + [f"owner {name!r} refused it: {_REFUSALS[status]}" for name, status in refused.items()]
-        detail = "; " + "; ".join(parts)
-        if failures:
-            # when some owners changed: never the error type of a step that changed none
-            raise_failures(failures, what, detail, RuntimeError if applied or lost else None)
-        raise RuntimeError(f"DistributedOptimizer: {what} failed on owners {list(refused)}{detail}")
 
     def _prepare(self, context_id: int, what: str) -> "OrderedDict[str, int]":
         """Phase 1 on every owner at once; on any failure drops what the others prepared and
@@ -244,18 +232,31 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         return tokens
 
     def _commit(self, tokens: "OrderedDict[str, int]") -> "OrderedDict[str, torch.futures.Future]":
-        return OrderedDict((name, self._owners[name].commit(token)) for name, token in tokens.items())
+        """Phase 2 on every owner at once, before the deadline."""
+        deadline = deadline_ms()
+        return OrderedDict((name, self._owners[name].commit(token, deadline)) for name, token in tokens.items())
 
     @staticmethod
-    def _check_commits(futures: "OrderedDict[str, torch.futures.Future]", what: str) -> None:
-        done, failures = gather(futures)
+    def _report(futures: "OrderedDict[str, torch.futures.Future]", what: str) -> None:
+        """Waits for the owners' parts of a step that applies (the caller waits at most the RPC
+        timeout) and raises unless every owner applied, naming the owners that did not and
+        those that did."""
+        statuses, failures = gather(futures)
+        applied = [name for name, status in statuses.items() if status == APPLIED]
+        refused = OrderedDict((name, status) for name, status in statuses.items() if status != APPLIED)
+        if not failures and not refused:
+            return
+        lost = [f.owner for f in failures if f.kind in ("timeout", "unreachable")]
+        outcome = f"the step was applied on owners {applied}" if applied else "no owner applied the step"
+        if lost:
+            outcome += (f" and not confirmed on {lost} (an owner that did not answer in time may have applied it "
+                        f"before its deadline, half the RPC timeout after the step was sent, or before it died)")
+        parts = [outcome] + [f"owner {name!r} refused it: {STATUS_TEXT[status]}" for name, status in refused.items()]
+        detail = "; " + "; ".join(parts)
         if failures:
-            failed = [f.owner for f in failures]
-            raise_failures(
-                failures, what,
-                f"; the step was applied on owners {list(done)} and not confirmed on {failed} "
-                f"(an owner that did not answer in time may still apply it)",
-            )
+            # when some owners changed: never the error type of a step that changed none
+            raise_failures(failures, what, detail, RuntimeError if applied or lost else None)
+        raise RuntimeError(f"DistributedOptimizer: {what} failed on owners {list(refused)}{detail}")
 
     def step_async(self, context_id: int) -> torch.futures.Future:
         """Starts :meth:`step`; returns once every owner holds the step's gradients.
@@ -278,7 +279,7 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
                 running (raised at once; owners' errors go to the future).
         """
         what = f"step({context_id})"
-        self._check_context(context_id)
+        self._check_context(context_id, what)
         done = torch.futures.Future()
         try:
             tokens = self._prepare(context_id, what)
@@ -289,13 +290,15 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
 
         def finish(_):
             try:
-                self._check_commits(futures, what)
+                self._report(futures, what)
                 done.set_result(None)
             except Exception as e:  # noqa: BLE001 (handed to the future)
                 done.set_exception(e)
 
         torch.futures.collect_all(list(futures.values())).then(finish)
         return done
+
+    # --- the step inside the backward pass --------------------------------------------------
 
     def backward_and_step(self, context_id: int, roots: List[Tensor], retain_graph: bool = False,
                           mode: str = "smart") -> None:
@@ -355,12 +358,12 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         """
         from .. import autograd
 
-        autograd._check_backward_arguments(context_id, roots, retain_graph, mode)
+        autograd._check_backward_arguments(context_id, roots, retain_graph, mode, "backward_and_step")
         if mode != "smart" and mode != "fast":
             raise ValueError(f'backward_and_step(): mode must be "smart" or "fast", got "{mode}"')
         what = f"backward_and_step({context_id})"
-        self._check_context(context_id)
-        if any(owner.kind != "native" for owner in self._owners.values()):
+        self._check_context(context_id, what)
+        if not all(owner.native for owner in self._owners.values()):
             autograd.backward(context_id, list(roots), retain_graph, mode)
             self.step(context_id)
             return
@@ -373,13 +376,12 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
             error.add_note(f"DistributedOptimizer: {what}: owners whose part of the pass had ended before it failed "
                            f"may have applied the step (any of {list(self._owners)})")
             raise
-        outcomes = ops._step_outcomes(context_id, self._owner_ids)
-        if all(o in (_IN_PASS_APPLIED, _IN_PASS_NOT_REACHED) for o in outcomes):
+        outcomes = OrderedDict(zip(self._owners, ops._step_outcomes(context_id, self._owner_ids)))
+        if all(o in (APPLIED, NOT_REACHED) for o in outcomes.values()):
             return
-        names = list(self._owners)
-        applied = [n for n, o in zip(names, outcomes) if o == _IN_PASS_APPLIED]
-        late = [n for n, o in zip(names, outcomes) if o == _IN_PASS_LATE]
-        refused = [n for n, o in zip(names, outcomes) if o == _IN_PASS_REFUSED]
+        applied = [n for n, o in outcomes.items() if o == APPLIED]
+        late = [n for n, o in outcomes.items() if o == LATE]
+        refused = [n for n, o in outcomes.items() if o == REFUSED]
         outcome = f"the step was applied on owners {applied}" if applied else "no owner applied the step"
         if late:
             outcome += f"; owners {late} reached their step after its deadline and applied nothing"
@@ -411,16 +413,13 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
                 the message; every owner is waited for, at most the RPC timeout), or the
                 owners' hyperparameters differ.
         """
-        futures = OrderedDict((name, owner.state()) for name, owner in self._owners.items())
-        local = wait_all(futures, "state_dict()")
+        local = wait_all(OrderedDict((name, owner.state()) for name, owner in self._owners.items()), "state_dict()")
         state: Dict[int, Dict[str, Tensor]] = {}
         group: Optional[Dict[str, Any]] = None
         for owner, indices in self._indices.items():
             sd = local[owner]
-            if self._owners[owner].kind == "native":
-                sd = _local.state_dict_of(sd, len(indices), self._int_steps())
             for local_index, entry in sd["state"].items():
-                state[indices[local_index]] = entry
+                state[indices[int(local_index)]] = entry
             owner_group = {k: v for k, v in sd["param_groups"][0].items() if k != "params"}
             if group is None:
                 group = owner_group
@@ -459,17 +458,14 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
             )
         saved_ids = list(groups[0]["params"])
         hyper = {k: v for k, v in groups[0].items() if k != "params"}
-        native_group = self._native_group_update(hyper) if self._has_native_owner() else None
+        values = self._checked_update(lambda h, o: _local.checked_group_update(self._optimizer_class, h, o, hyper))
         futures = OrderedDict()
         for owner, indices in self._indices.items():
             local_state = {
                 n: state_dict["state"][saved_ids[i]] for n, i in enumerate(indices) if saved_ids[i] in state_dict["state"]
             }
-            if self._owners[owner].kind == "native":
-                futures[owner] = self._owners[owner].load_state(_local.native_state(local_state), *native_group)
-            else:
-                local_sd = {"state": local_state, "param_groups": [dict(hyper, params=list(range(len(indices))))]}
-                futures[owner] = self._owners[owner].load_state(local_sd)
+            local_sd = {"state": local_state, "param_groups": [dict(hyper, params=list(range(len(indices))))]}
+            futures[owner] = self._owners[owner].load_state(local_sd, values)
         self._note_accepts_sparse(wait_all(futures, "load_state_dict()"))
         # torch.optim takes the saved group's keys wholesale: keep those the owners do not hold
         self._forget_param_groups(extras=hyper)
@@ -486,56 +482,49 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         Raises:
             ValueError: the name is unknown or the value invalid (checked before anything is
                 sent for native owners; otherwise the first owner that rejected it is named).
-            RuntimeError: an owner failed (named in the message).
+            RuntimeError: an owner failed (named).
         """
         self._set_group({name: float(value)}, {}, f"set_hyperparameter({name!r})")
         self._forget_param_groups()
 
-    def _has_native_owner(self) -> bool:
-        return any(owner.kind == "native" for owner in self._owners.values())
-
-    def _native_group_update(self, values: Dict[str, Any]) -> Tuple[Dict[str, float], Dict[str, Optional[bool]]]:
-        """The functional-named hyperparameters and flags among ``values`` (torch's names), checked
-        as the optimizer's own ``set_group`` checks them, before anything reaches a native owner."""
-        current = self._native_current_group()
-        return _local.checked_group_update(self._optimizer_class, current["hparams"], current["options"], values)
-
-    def _native_current_group(self) -> Dict[str, Any]:
-        name = next(name for name, owner in self._owners.items() if owner.kind == "native")
-        hparams, options = wait_all(OrderedDict([(name, self._owners[name].hyperparameters())]), "reading the hyperparameters")[name]
-        return {"hparams": dict(hparams[0]), "options": dict(options[0])}
+    def _checked_update(self, update: Any) -> Optional[Tuple[Dict[str, float], Dict[str, Optional[bool]], Optional[str]]]:
+        """``update(hparams, options)`` of a native owner's current group values (functional
+        names), which checks the new values as the optimizer's own ``set_group`` does, before
+        anything is sent; None when no owner is native (the owners check)."""
+        native = next((owner for owner in self._owners.values() if owner.native), None)
+        if native is None:
+            return None
+        hparams, options = _param_groups.functional_values(
+            wait_all(OrderedDict([(native.name, native.hyperparameters())]), "reading the hyperparameters")[native.name]
+        )
+        return update(hparams, options)
 
     def _set_group(self, hparams: Dict[str, float], options: Dict[str, Optional[bool]], what: str) -> None:
         """Sets hyperparameters (functional names) and flags on every owner; returns when all
         have them. Checked first, before anything is sent, when an owner is native."""
-        if self._has_native_owner():
-            current = self._native_current_group()
-            try:
-                _local.check_group_values(self._optimizer_class, dict(current["hparams"], **hparams),
-                                          dict(current["options"], **options))
-            except (ValueError, TypeError, RuntimeError) as e:
-                raise type(e)(f"DistributedOptimizer: {what}: {e} (checked before anything was sent; no owner "
-                              f"changed)") from e
-        futures = OrderedDict((name, owner.set_group(hparams, options)) for name, owner in self._owners.items())
-        self._note_accepts_sparse(wait_all(futures, what))
-
-    def _int_steps(self) -> bool:
-        """Whether the state dict holds each ``'step'`` as a Python int (SparseAdam, as torch's)."""
+        functional_class = functional_optim.functional_optimizer_for
         try:
-            return functional_optim.functional_optimizer_for(self._optimizer_class) is functional_optim.SparseAdam
-        except KeyError:
-            return False
+            values = self._checked_update(lambda h, o: (
+                dict(h, **hparams), dict(o, **options),
+                functional_optim.configuration.check_group(functional_class(self._optimizer_class),
+                                                           dict(h, **hparams), dict(o, **options))))
+        except (ValueError, TypeError, RuntimeError) as e:
+            raise type(e)(f"DistributedOptimizer: {what}: {e} (checked before anything was sent; no owner "
+                          f"changed)") from e
+        sparse_error = values[2] if values is not None else None
+        futures = OrderedDict((name, owner.set_group(hparams, options, sparse_error)) for name, owner in self._owners.items())
+        self._note_accepts_sparse(wait_all(futures, what))
 
     def _note_accepts_sparse(self, answers: "OrderedDict[str, Any]") -> None:
         """Native owners answer a change of hyperparameters or state with whether their local
         optimizer now takes sparse gradients (Adagrad's weight_decay, SGD's fused flag change
-        it), which decides whether a checked step may cover a pass that found sparse ones."""
+        it), which decides whether the backward pass can vouch for a pass that found sparse ones."""
         for name, answer in answers.items():
-            if self._owners[name].kind == "native":
+            if self._owners[name].native:
                 self._owners[name].accepts_sparse = bool(answer)
 
     # --- the torch.optim.Optimizer face (for torch.optim.lr_scheduler); see _param_groups.py ---
-    # (zero_grad, add_param_group, state and the state-dict hooks: functional_optim/_torch_face.py)
+    # (zero_grad, add_param_group, state and the state-dict hooks: functional_optim/torch_optimizer.py)
 
     _STATE_ERROR = "DistributedOptimizer keeps its state on the owners; read it with state_dict()"
     _ADD_PARAM_GROUP_ERROR = "DistributedOptimizer has one parameter group; add_param_group is not supported"
@@ -600,16 +589,3 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
     def __repr__(self) -> str:
         group = "" if self._group is None else f", param_group={ {k: v for k, v in self._group.items() if k != 'params'} }"
         return f"DistributedOptimizer(owners={self.owners}{group})"
-
-
-# The outcomes of an owner's step in the backward pass (ops._step_outcomes).
-_IN_PASS_APPLIED, _IN_PASS_LATE, _IN_PASS_REFUSED, _IN_PASS_NOT_REACHED = 0, 2, 3, 4
-
-# The statuses of a native owner's part of a checked step (LocalOptimizer.step_checked).
-_APPLIED = 0
-_REFUSALS = {
-    1: "the context's gradients there changed after the backward pass checked them (another backward pass of the "
-       "context, started elsewhere or from another thread); nothing was applied there",
-    2: "the step reached that owner's locks after its deadline (the owner was frozen or overloaded); nothing was "
-       "applied there",
-}

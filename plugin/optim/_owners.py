@@ -1,22 +1,21 @@
-"""The caller's side of the distributed optimizer's RPCs: one :class:`Owner` per worker that
-holds a local optimizer, the fan-out to all of them (send, wait, name who failed), and the
-time bounds every multi-owner call shares (the lease of a prepared step, a step's deadline).
+"""The caller's side of the distributed optimizer's RPCs: one interface to every owner's
+local optimizer, the fan-out to all of them (send, wait, name who failed), the one deadline
+rule and the one status table of the step protocols.
 
 An owner's local optimizer is one of three kinds, chosen on the owner when it is built
-(:mod:`plugin.optim._local`):
+(:mod:`plugin.optim._local`): ``"native"`` (:class:`~plugin.optim.LocalOptimizer`, C++ behind
+an RRef, reached by native RPC functions: the owner answers on an RPC thread without its GIL),
+``"python"`` (:class:`~plugin.optim.PythonLocalOptimizer`, reached by Python functions) or
+``"torchscript"`` (:class:`~plugin.optim.ScriptLocalOptimizer`, whose steps are TorchScript
+functions). :class:`Owner` presents the three alike (the Python and TorchScript ones through
+the functions of ``_local.py``, their adapters): the caller never branches on the kind, only
+on what an owner can do (:attr:`Owner.native`: take its step inside the backward pass and in
+one round trip on gradients the engine's pass vouched for).
 
-* ``"native"``: a :class:`~plugin.optim.LocalOptimizer`, C++ behind an RRef; the caller calls
-  its ops by their native RPC functions (``plugin/csrc/rpc/rpc_functions.h``): the owner answers
-  on an RPC thread without its GIL and without TorchScript;
-* ``"python"``: a :class:`~plugin.optim.PythonLocalOptimizer`, called by Python functions
-  (the owner's GIL);
-* ``"torchscript"``: a :class:`~plugin.optim.ScriptLocalOptimizer`, called by TorchScript
-  functions (``plugin/optim/_scripted.py``): for functional classes registered by users.
-
-Every method of :class:`Owner` returns a ``torch.futures.Future`` at once; :func:`gather`
-waits for a set of them and sorts the outcomes. A failure's kind (``ops._failure_kind``:
-the RPC timed out, the owner could not be reached, or the owner raised) is read from the
-future itself, never from its message.
+Every method returns a ``torch.futures.Future`` at once; :func:`gather` waits for a set of them
+and sorts the outcomes. A failure's kind (``ops._failure_kind``: the RPC timed out, the owner
+could not be reached, or the owner raised) is read from the future itself, never from its
+message.
 """
 import time
 from collections import OrderedDict
@@ -26,12 +25,24 @@ import torch
 import torch.distributed.rpc as rpc
 
 from .. import _rpc_functions, ops
-from . import _local
 from .._errors import raise_on_worker, remote_error_summary
+from . import _local
 
 __all__ = [
-    "Owner", "Failure", "gather", "raise_failures", "wait_all", "lease_ms", "deadline_ms", "outside_autograd_context",
+    "Owner", "Failure", "gather", "raise_failures", "wait_all", "lease_ms", "deadline_ms", "send_python",
+    "APPLIED", "CHANGED", "LATE", "REFUSED", "NOT_REACHED", "STATUS_TEXT",
 ]
+
+# The outcome of an owner's part of a step: one table for every protocol (the C++'s
+# StepStatus, plugin/csrc/optim/local_optimizer.h). Nothing is applied but for APPLIED.
+APPLIED, CHANGED, LATE, REFUSED, NOT_REACHED = 0, 1, 2, 3, 4
+STATUS_TEXT = {
+    CHANGED: "the context's gradients there changed after the backward pass checked them (another backward pass of "
+             "the context, started elsewhere or from another thread); nothing was applied there",
+    LATE: "the step reached that owner's locks after its deadline (the owner was frozen or overloaded); nothing was "
+          "applied there",
+    REFUSED: "its optimizer refused the gradients; nothing was applied there",
+}
 
 
 # --- time bounds ----------------------------------------------------------------------------
@@ -53,11 +64,12 @@ def lease_ms() -> int:
 
 
 def deadline_ms() -> int:
-    """The deadline of an owner's part of a step sent now: half the RPC timeout from now, in
-    milliseconds since the Unix epoch on the system clock (the owners compare it with theirs);
-    -1 (none) when the timeout is infinite. An owner that reaches its locks later applies
-    nothing, so one frozen past it and then resumed cannot apply a step its caller already
-    reported as failed; the caller, which waits up to the whole timeout, hears of it first."""
+    """THE deadline rule of every step that applies (one round trip, phase 2, inside the
+    backward pass): half the RPC timeout from now, in milliseconds since the Unix epoch on the
+    system clock (the owners compare it with theirs); -1 (none) when the timeout is infinite.
+    An owner that reaches its locks later applies nothing (LATE), so one frozen past it and
+    then resumed cannot apply a step its caller already reported as failed; the caller, which
+    waits up to the whole timeout, hears of it first."""
     timeout = _finite_timeout()
     return time.time_ns() // 1_000_000 + int(500 * timeout) if timeout is not None else -1
 
@@ -65,28 +77,17 @@ def deadline_ms() -> int:
 # --- sending --------------------------------------------------------------------------------
 
 
-class outside_autograd_context:
-    """``with outside_autograd_context():`` sends Python and TorchScript RPCs from this thread
-    with no current distributed autograd context.
-
-    torch attaches autograd metadata to every such RPC sent from inside a context, tensors or
-    not, and the receiver then creates the context if it does not know it: a step sent from
-    inside ``with dist_autograd.context()`` after the owner released that context would recreate
-    it there, empty (and leave it behind). Nothing the optimizer sends belongs to the autograd
-    graph. (Native calls, ``ops._call_function``, never carry autograd metadata.)
-    """
-
-    def __enter__(self):
-        self._previous = ops._swap_current_context(-1)
-
-    def __exit__(self, *exc):
-        ops._swap_current_context(self._previous)
-
-
 def send_python(worker: str, fn: Any, args: tuple) -> torch.futures.Future:
-    """``rpc.rpc_async(worker, fn, args)`` outside any distributed autograd context."""
-    with outside_autograd_context():
+    """``rpc.rpc_async(worker, fn, args)`` from this thread outside any distributed autograd
+    context: torch attaches autograd metadata to every RPC sent from inside one, and the
+    receiver would create the context if it does not know it (a step sent after the owner
+    released the context would recreate it there, empty). Nothing the optimizer sends belongs
+    to the autograd graph. (Native calls, ``_rpc_functions.call``, do the same.)"""
+    previous = ops._swap_current_context(-1)
+    try:
         return rpc.rpc_async(worker, fn, args=args)
+    finally:
+        ops._swap_current_context(previous)
 
 
 class Owner:
@@ -97,71 +98,86 @@ class Owner:
         kind (str): ``"native"``, ``"python"`` or ``"torchscript"`` (see the module).
         rref (RRef): the local optimizer, held on the owner (its lifetime is the RRef's).
         handle (int): a native local optimizer's handle on its owner (``-1`` for the others).
-        accepts_sparse (bool): whether the local optimizer takes sparse gradients (native only;
-            decides whether a checked step covers a pass that found sparse gradients).
+        accepts_sparse (bool): whether the local optimizer takes sparse gradients (decides
+            whether the backward pass can vouch for a pass that found sparse ones).
+        optimizer (str): a native one's optimizer name in the op library (its state format).
 
     Raises nothing itself; its futures complete with the owner's errors.
     """
 
-    def __init__(self, name: str, kind: str, rref: Any, handle: int = -1, accepts_sparse: bool = False) -> None:
+    def __init__(self, name: str, kind: str, rref: Any, handle: int = -1, accepts_sparse: bool = False,
+                 optimizer: str = "") -> None:
         self.name = name
         self.kind = kind
         self.rref = rref
         self.handle = handle
         self.accepts_sparse = accepts_sparse
+        self.optimizer = optimizer
+
+    @property
+    def native(self) -> bool:
+        """Whether it steps inside the backward pass and on vouched-for gradients (a native
+        local optimizer: the engine's check of the gradients is its own check)."""
+        return self.handle >= 0
 
     def __repr__(self) -> str:
         return f"Owner({self.name!r}, {self.kind})"
 
-    # Each call: the native op's name and arguments, or the Python/TorchScript function of
-    # plugin/optim/_local.py's table (its second argument is the local optimizer's RRef).
     def _call(self, op: str, *args: Any) -> torch.futures.Future:
-        if self.kind == "native":
+        if self.native:
             return _rpc_functions.call(self.name, op, (self.handle,) + args)
         return send_python(self.name, _local.function_for(self.kind, op), (self.rref,) + args)
 
-    def step(self, context_id: int) -> torch.futures.Future:
-        """The local optimizer's ``step(context_id)``."""
-        return self._call("_optimizer_step", context_id)
+    # The protocols. Each step's future completes with a status of the table above.
+    def step(self, context_id: int, version: int, deadline: int) -> torch.futures.Future:
+        """One round trip: the owner reads the context's gradients (``version`` -1) or those
+        the backward pass checked (``version``: its version of them), checks them, applies
+        them before ``deadline``."""
+        return self._call("_optimizer_step", context_id, version, deadline)
 
     def prepare(self, context_id: int, lease: int) -> torch.futures.Future:
-        """Phase 1 of a two-phase step; the future's value is the token."""
+        """Phase 1: reads, checks and keeps the gradients for ``lease`` ms; the value is a token."""
         return self._call("_optimizer_prepare", context_id, lease)
 
-    def commit(self, token: int) -> torch.futures.Future:
-        """Phase 2: applies the prepared step ``token``."""
-        return self._call("_optimizer_commit", token)
+    def commit(self, token: int, deadline: int) -> torch.futures.Future:
+        """Phase 2: applies the prepared step ``token`` before ``deadline``."""
+        return self._call("_optimizer_commit", token, deadline)
 
     def drop(self, token: int) -> torch.futures.Future:
         """Forgets the prepared step ``token``."""
         return self._call("_optimizer_drop", token)
 
-    def step_checked(self, context_id: int, version: int, deadline: int) -> torch.futures.Future:
-        """A native owner's part of a checked step; the future's value is its status (0 applied,
-        1 the gradients changed since the backward pass checked them, 2 the deadline passed)."""
-        assert self.kind == "native"
-        return self._call("_optimizer_step_checked", context_id, version, deadline)
-
+    # State and values, in one form for every kind: a torch.optim state dict of one group
+    # (local indices), and the group's values by functional name.
     def state(self) -> torch.futures.Future:
-        """The local optimizer's state: a native one's ``(state, hparams, options)`` (see
-        ``_local.state_dict_of``), the others' ``torch.optim``-format state dict (local
-        indices), its tensors copies."""
-        return self._call("_optimizer_state")
+        """The local optimizer's ``torch.optim``-format state dict (copies of its tensors;
+        local indices)."""
+        fut = self._call("_optimizer_state")
+        if not self.native:
+            return fut
+        return fut.then(lambda f: _local.native_state_dict(self.optimizer, f.wait()))
 
-    def load_state(self, *args: Any) -> torch.futures.Future:
-        """Loads state: a native one's ``(state, hparams, options)`` (checked by the caller), the
-        others' ``torch.optim``-format state dict of one group (local indices)."""
-        return self._call("_optimizer_load_state", *args)
+    def load_state(self, state_dict: Dict[str, Any], values: Optional[Tuple[Any, ...]]) -> torch.futures.Future:
+        """Loads a ``torch.optim``-format state dict of one group (local indices); ``values``: the
+        group's new values as ``_local.checked_group_update`` made them (native owners)."""
+        if self.native:
+            state = {int(i): entry for i, entry in _local.native_state(state_dict["state"]).items()}
+            hparams, options, sparse_error = values
+            return self._call("_optimizer_load_state", state, [hparams], [options], [sparse_error])
+        return self._call("_optimizer_load_state", state_dict)
 
     def hyperparameters(self) -> torch.futures.Future:
-        """A native one's ``(hparams, options)``, each group's hyperparameters (functional names)
-        and flags; the others' ``_local.group_of`` form of its group."""
-        return self._call("_optimizer_hyperparameters")
+        """The group's values: ``_local.group_of``'s form."""
+        fut = self._call("_optimizer_hyperparameters")
+        if not self.native:
+            return fut
+        return fut.then(lambda f: _local.group_of(*f.wait()))
 
-    def set_group(self, hparams: Dict[str, float], options: Dict[str, Optional[bool]]) -> torch.futures.Future:
+    def set_group(self, hparams: Dict[str, float], options: Dict[str, Optional[bool]],
+                  sparse_error: Optional[str]) -> torch.futures.Future:
         """Sets hyperparameters (functional names) and flags of the local optimizer's group."""
-        if self.kind == "native":
-            return self._call("_optimizer_set_group", 0, hparams, options, {})
+        if self.native:
+            return self._call("_optimizer_set_group", 0, hparams, options, {}, sparse_error)
         return self._call("_optimizer_set_group", hparams, options)
 
 

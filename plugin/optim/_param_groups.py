@@ -17,18 +17,16 @@ here they get a local face:
   scheduler touches costs nothing more.
 """
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from functional_optim._param_groups import WriteThroughDict, split_values
-from functional_optim._state import TUPLE_HYPERPARAMETERS
-from functional_optim.state_protocol import _torch_group
+from functional_optim.configuration import TUPLE_HYPERPARAMETERS, split_values
+from functional_optim.torch_optimizer import WriteThroughDict
 
-from . import _local
 from ._owners import wait_all
 
-__all__ = ["DistributedParamGroup"]
+__all__ = ["DistributedParamGroup", "fetch_group", "send_group", "functional_values"]
 
 
 # --- on the caller ------------------------------------------------------------------------
@@ -108,9 +106,6 @@ def fetch_group(optimizer: Any) -> Dict[str, Any]:
     """Reads the group from every owner (in parallel) and checks that they agree."""
     futures = OrderedDict((name, owner.hyperparameters()) for name, owner in optimizer._owners.items())
     fetched = wait_all(futures, "reading the hyperparameters")
-    for name, owner in optimizer._owners.items():
-        if owner.kind == "native":
-            fetched[name] = _local.group_of(*fetched[name])
     first_owner, first = next(iter(fetched.items()))
     for owner, other in fetched.items():
         if other["group"] != first["group"]:
@@ -124,3 +119,15 @@ def send_group(optimizer: Any, hparams: Dict[str, float], options: Dict[str, Opt
     """Sets hyperparameters and flags on every owner; returns when all have them (checked
     before anything is sent when an owner is native)."""
     optimizer._set_group(hparams, options, f"setting {what!r}")
+
+
+def functional_values(fetched: Dict[str, Any]) -> Tuple[Dict[str, float], Dict[str, Optional[bool]]]:
+    """An owner's group (``_local.group_of``'s form) as its hyperparameters and flags by
+    functional name (pairs split)."""
+    group = fetched["group"]
+    halves = {half: (pair, k) for pair, both in TUPLE_HYPERPARAMETERS.items() for k, half in enumerate(both)}
+    hparams = {}
+    for name in fetched["hparam_names"]:
+        pair = halves.get(name)
+        hparams[name] = group[pair[0]][pair[1]] if pair is not None and pair[0] in group else group[name]
+    return hparams, {name: group[name] for name in fetched["option_names"]}

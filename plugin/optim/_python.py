@@ -30,8 +30,7 @@ import torch
 from torch import Tensor
 
 import functional_optim
-from functional_optim import _validation
-from functional_optim._state import TUPLE_HYPERPARAMETERS
+from functional_optim.configuration import TUPLE_HYPERPARAMETERS, check_gradients
 
 from .. import ops
 
@@ -156,8 +155,6 @@ class PythonLocalOptimizer:
                 f"of parameters; a distributed optimizer has one"
             )
         self._lock = ops.new_step_lock(self._params)
-        n = len(self._params)
-        self._check_args = ([0, n], [None], [self._params], [list(range(n))])
 
     # --- steps ------------------------------------------------------------------------------
 
@@ -188,9 +185,27 @@ class PythonLocalOptimizer:
                 differs from its parameter's. Nothing changes then.
             Exception: what the optimizer's ``step()`` raises; nothing changed then.
         """
-        self._check(gradients)
+        check_gradients(self._params, gradients)
         with ops._holding(self._lock):
             self._run(gradients, keep=True)
+
+    def step_before(self, context_id: int, deadline_ms: int) -> int:
+        """:meth:`step`, unless the system clock reached ``deadline_ms`` (ms since the Unix
+        epoch; -1: none) when the locks are held: the owner's part of a step in one round trip.
+
+        Returns:
+            int: 0 applied, 2 the deadline passed (nothing applied).
+
+        Raises:
+            ValueError, Exception: as :meth:`step`.
+        """
+        gradients = ops.gradients_for(context_id, self._params)
+        check_gradients(self._params, gradients)
+        with ops._holding(self._lock):
+            if 0 <= deadline_ms <= ops._wall_clock_ms():
+                return 2
+            self._run(gradients, keep=True)
+        return 0
 
     def prepare_step(self, context_id: int, lease_ms: int) -> int:
         """Phase 1 of a step over several owners: reads and checks the context's gradients,
@@ -213,17 +228,21 @@ class PythonLocalOptimizer:
             Exception: what the optimizer's ``step()`` raises on these gradients.
         """
         gradients = ops.gradients_for(context_id, self._params)
-        self._check(gradients)
+        check_gradients(self._params, gradients)
         trial = [None if g is None else g.clone() for g in gradients]  # the trial cannot change them
         with ops._holding(self._lock):
             self._run(trial, keep=False)
         return ops._park_step(gradients, lease_ms)
 
-    def commit_step(self, token: int) -> None:
-        """Phase 2: applies the gradients kept by :meth:`prepare_step`, as :meth:`step`.
+    def commit_step(self, token: int, deadline_ms: int = -1) -> int:
+        """Phase 2: applies the gradients kept by :meth:`prepare_step`, as :meth:`step_before`.
 
         Args:
             token (int): from :meth:`prepare_step` on this worker.
+            deadline_ms (int): ms since the Unix epoch, or -1 (none).
+
+        Returns:
+            int: 0 applied, 2 the deadline passed (nothing applied).
 
         Raises:
             RuntimeError: the token is unknown or its lease expired (nothing is applied).
@@ -231,16 +250,15 @@ class PythonLocalOptimizer:
         """
         gradients = ops._take_step(token)
         with ops._holding(self._lock):
+            if 0 <= deadline_ms <= ops._wall_clock_ms():
+                return 2
             self._run(gradients, keep=True)
+        return 0
 
     def drop_step(self, token: int) -> bool:
-        # docstring: ScriptLocalOptimizer.drop_step's (set in plugin/optim/__init__.py)
+        """Forgets a prepared step without applying it; whether it was still prepared (False:
+        unknown, taken or expired). Raises nothing."""
         return ops._drop_step(token)
-
-    def _check(self, gradients: List[Optional[Tensor]]) -> None:
-        # count, shape, dtype, device, with the native path's messages; sparse gradients pass
-        # (the optimizer's step decides; prepare_step's trial runs it)
-        _validation.check_gradients(self._params, gradients, *self._check_args)
 
     def _run(self, gradients: List[Optional[Tensor]], keep: bool) -> None:
         """The optimizer's step with ``gradients`` in ``.grad``; the caller holds the locks.

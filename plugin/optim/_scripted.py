@@ -18,8 +18,8 @@ from torch import Tensor
 from torch.distributed.rpc import RRef
 
 import functional_optim
-from functional_optim import _jit, _validation
-from functional_optim.scripting import OptimizerModule, script_class
+from functional_optim.configuration import check_gradients
+from functional_optim.scripting import OptimizerModule, script, script_class
 
 from .. import ops
 
@@ -65,13 +65,6 @@ class ScriptLocalOptimizer(torch.nn.Module):
         self._params = list(params)
         self.optimizer = OptimizerModule(functional_class(self._params, *args, **kwargs))
         self._lock = ops.new_step_lock(self._params)
-        # what prepare_step checks (the checks the optimizer's step makes first) for a class
-        # registered from elsewhere (no GroupedState): sparse gradients pass prepare_step, and
-        # its own step still rejects them, on that owner only
-        self._sparse_errors: List[Optional[str]] = [None]
-        self._offsets = [0, len(self._params)]
-        self._groups = [self._params]
-        self._group_indices = [list(range(len(self._params)))]
 
     @classmethod
     def create(cls, optimizer_class: type, params: List[Tensor], *args: Any, **kwargs: Any) -> torch.jit.ScriptModule:
@@ -97,7 +90,7 @@ class ScriptLocalOptimizer(torch.nn.Module):
         module = cls(optimizer_class, params, *args, **kwargs)
         with _COMPILE_LOCK:  # TorchScript does not compile from several threads at once
             script_class(type(module.optimizer.optim))
-            return _jit.script(module)
+            return script(module)
 
     @torch.jit.export
     def step(self, context_id: int) -> None:
@@ -120,6 +113,19 @@ class ScriptLocalOptimizer(torch.nn.Module):
             self.optimizer.step(gradients)
 
     @torch.jit.export
+    def step_before(self, context_id: int, deadline_ms: int) -> int:
+        """:meth:`step`, unless the system clock reached ``deadline_ms`` (ms since the Unix
+        epoch; -1: none) when the locks are held: the owner's part of a step in one round trip.
+        Returns 0 (applied) or 2 (the deadline passed: nothing applied); raises as :meth:`step`."""
+        gradients = ops.gradients_for(context_id, self._params)
+        check_gradients(self._params, gradients)
+        with self._lock:
+            if deadline_ms >= 0 and ops._wall_clock_ms() >= deadline_ms:
+                return 2
+            self.optimizer.step(gradients)
+        return 0
+
+    @torch.jit.export
     def prepare_step(self, context_id: int, lease_ms: int) -> int:
         """Phase 1 of a step over several owners: reads the context's gradients of this
         worker's parameters, validates them as the optimizer's step would, and keeps them
@@ -139,33 +145,32 @@ class ScriptLocalOptimizer(torch.nn.Module):
             RuntimeError: a sparse gradient for an optimizer that does not take them.
         """
         gradients = ops.gradients_for(context_id, self._params)
-        self._check_gradients(gradients)
+        check_gradients(self._params, gradients)
         return ops._park_step(gradients, lease_ms)
 
-    def _check_gradients(self, gradients: List[Optional[Tensor]]) -> None:
-        """Raises what the optimizer's step would raise first for ``gradients``, changing nothing."""
-        if hasattr(self.optimizer.optim, "_s"):
-            self.optimizer.optim._s.check_gradients(gradients)
-        else:
-            _validation.check_gradients(
-                self._params, gradients, self._offsets, self._sparse_errors, self._groups, self._group_indices
-            )
-
     @torch.jit.export
-    def commit_step(self, token: int) -> None:
+    def commit_step(self, token: int, deadline_ms: int) -> int:
         """Phase 2: applies the gradients kept by :meth:`prepare_step`, under the parameters'
-        locks (as :meth:`step`).
+        locks (as :meth:`step`), unless ``deadline_ms`` (-1: none) has passed by then.
 
         Args:
             token (int): from :meth:`prepare_step` on this module.
+            deadline_ms (int): ms since the Unix epoch, or -1.
+
+        Returns:
+            int: 0 applied, 2 the deadline passed (nothing applied).
 
         Raises:
             RuntimeError: the token is unknown or its lease expired (nothing is applied), or
-                the optimizer rejects a gradient (hyperparameters changed in between).
+                the optimizer rejects a gradient (a sparse one, or hyperparameters changed in
+                between).
         """
         gradients = ops._take_step(token)
         with self._lock:
+            if deadline_ms >= 0 and ops._wall_clock_ms() >= deadline_ms:
+                return 2
             self.optimizer.step(gradients)
+        return 0
 
     @torch.jit.export
     def drop_step(self, token: int) -> bool:
@@ -217,7 +222,7 @@ _FUNCTIONS: dict = {}
 def scripted_functions() -> dict:
     """The TorchScript functions by which a caller steps an owner's :class:`ScriptLocalOptimizer`
     (by the native op names they stand for: ``_optimizer_step``, ``_optimizer_prepare``,
-    ``_optimizer_commit``, ``_optimizer_drop``), compiled on first use, on the caller and on
+    ``_optimizer_commit``), compiled on first use, on the caller and on
     every owner that builds one (an RPC names a TorchScript function by its qualified name,
     which the callee must have compiled). They run on the owner without the GIL.
 
@@ -237,40 +242,34 @@ def _compile() -> dict:
         warnings.filterwarnings("ignore", message=r".*torch\.jit\.interface`? is deprecated")
         _Interface = torch.jit.interface(_LocalOptimizerInterface)
     return {
-        "_optimizer_step": _jit.script(_step),
-        "_optimizer_prepare": _jit.script(_prepare),
-        "_optimizer_commit": _jit.script(_commit),
-        "_optimizer_drop": _jit.script(_drop),
+        "_optimizer_step": script(_step),
+        "_optimizer_prepare": script(_prepare),
+        "_optimizer_commit": script(_commit),
     }
 
 
 class _LocalOptimizerInterface(torch.nn.Module):
     """The TorchScript type of a scripted :class:`ScriptLocalOptimizer` (for ``RRef[...]``)."""
 
-    def step(self, context_id: int) -> None: pass
+    def step_before(self, context_id: int, deadline_ms: int) -> int: pass
     def prepare_step(self, context_id: int, lease_ms: int) -> int: pass
-    def commit_step(self, token: int) -> None: pass
-    def drop_step(self, token: int) -> bool: pass
+    def commit_step(self, token: int, deadline_ms: int) -> int: pass
 
 
 # The interface type, made by _compile (torch.jit.interface); the functions below name it.
 _Interface: Any = None
 
 
-def _step(local_optimizer: RRef[_Interface], context_id: int) -> None:
-    local_optimizer.local_value().step(context_id)
+def _step(local_optimizer: RRef[_Interface], context_id: int, version: int, deadline_ms: int) -> int:
+    return local_optimizer.local_value().step_before(context_id, deadline_ms)
 
 
 def _prepare(local_optimizer: RRef[_Interface], context_id: int, lease_ms: int) -> int:
     return local_optimizer.local_value().prepare_step(context_id, lease_ms)
 
 
-def _commit(local_optimizer: RRef[_Interface], token: int) -> None:
-    local_optimizer.local_value().commit_step(token)
-
-
-def _drop(local_optimizer: RRef[_Interface], token: int) -> bool:
-    return local_optimizer.local_value().drop_step(token)
+def _commit(local_optimizer: RRef[_Interface], token: int, deadline_ms: int) -> int:
+    return local_optimizer.local_value().commit_step(token, deadline_ms)
 
 
 def interface_type() -> Any:

@@ -5,6 +5,8 @@ import warnings
 
 import pytest
 import torch
+
+from plugin.optim._param_groups import functional_values
 import torch.distributed.rpc as rpc
 from torch.optim import lr_scheduler as sched
 
@@ -57,8 +59,8 @@ def owners_hyperparameters(opt):
     out = {}
     for name, owner in opt._owners.items():
         assert owner.kind == "native", (name, owner.kind)
-        hparams, _ = owner.hyperparameters().wait()
-        out[name] = dict(hparams[0])
+        hparams, _ = functional_values(owner.hyperparameters().wait())
+        out[name] = hparams
     return out
 
 

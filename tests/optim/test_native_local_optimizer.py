@@ -314,7 +314,7 @@ def test_load_state_dict_sets_values_and_rejects_a_bad_one_changing_nothing():
         assert str(got.value) == str(expected.value)
         assert_same_state(before["state"], native.state_dict()["state"])
         assert_same_groups(before["param_groups"], native.state_dict()["param_groups"])
-    with pytest.raises(RuntimeError, match="would no longer step through a fused kernel"):
+    with pytest.raises(RuntimeError, match="would no longer run the fused implementation"):
         native.load_state_dict(dict(saved, param_groups=[dict(g, foreach=True) for g in saved["param_groups"]]))
     grads = gradients(eager_params, 1)
     eager.step(grads)
@@ -368,7 +368,7 @@ def test_set_group_effects_and_errors():
         with pytest.raises(error) as got:
             native.set_group(*args)
         assert str(got.value) == str(expected.value)
-    with pytest.raises(RuntimeError, match="would no longer step through a fused kernel with foreach=True"):
+    with pytest.raises(RuntimeError, match="would no longer run the fused implementation with foreach=True"):
         native.set_group(0, {"lr": 0.5}, {"foreach": True})
     with pytest.raises(RuntimeError, match="`fused` and `foreach` cannot be `True` together"):
         native.set_group(0, {}, {"foreach": True, "fused": True})
@@ -392,7 +392,7 @@ def test_why_not_native_says_why():
 
     assert LocalOptimizer.why_not_native(Mine, params) == "a functional class registered by the user"
     meta = [torch.zeros(3, device="meta", requires_grad=True)]
-    assert LocalOptimizer.why_not_native(F.RMSprop, meta, lr=0.1) == "no fused kernel for RMSprop on meta"
+    assert LocalOptimizer.why_not_native(F.RMSprop, meta, lr=0.1) == "no fused implementation for RMSprop on meta"
     assert LocalOptimizer.why_not_native(F.Adam, params, lr=-1.0) is None  # the constructor raises it
     with pytest.raises(ValueError, match="Invalid learning rate: -1.0"):
         LocalOptimizer(F.Adam, params, lr=-1.0)
@@ -492,6 +492,10 @@ def call(owner, op, *args):
     return _rpc_functions.call(owner, op, args).wait()
 
 
+# the sparse-gradient rule the caller sends with new values (functional_optim.configuration.check_group)
+ADAM_SPARSE = "Adam does not support sparse gradients, please consider SparseAdam instead"
+
+
 def test_ops_by_rpc_on_an_owner(cluster):
     owner, name = "worker1", "native_a"
     rref = rpc.rpc_sync(owner, optim_remote.make_param, args=(name, (3, 4), 7, torch.float64))
@@ -503,40 +507,40 @@ def test_ops_by_rpc_on_an_owner(cluster):
         for ctx in forward_backward(name, owner, 0.5 + step):
             grad = owner_gradient(ctx, name, owner)
             if step == 0:
-                call(owner, "_optimizer_step", handle, ctx)
+                call(owner, "_optimizer_step", handle, ctx, -1, -1)
             elif step == 1:
                 token = call(owner, "_optimizer_prepare", handle, ctx, 10_000)
                 dropped = call(owner, "_optimizer_prepare", handle, ctx, 10_000)
                 assert call(owner, "_optimizer_drop", handle, dropped) is True
                 assert call(owner, "_optimizer_drop", handle, dropped) is False
-                call(owner, "_optimizer_commit", handle, token)
+                call(owner, "_optimizer_commit", handle, token, -1)
             else:
                 versions = ops._checked_versions(ctx, [1], False)
                 assert len(versions) == 1
                 if step == 3:  # a deadline in the past: refused, nothing applied
-                    assert call(owner, "_optimizer_step_checked", handle, ctx, versions[0], 1) == 2
-                    assert call(owner, "_optimizer_step_checked", handle, ctx, versions[0] + 1, -1) == 1
-                assert call(owner, "_optimizer_step_checked", handle, ctx, versions[0], -1) == 0
+                    assert call(owner, "_optimizer_step", handle, ctx, versions[0], 1) == 2
+                    assert call(owner, "_optimizer_step", handle, ctx, versions[0] + 1, -1) == 1
+                assert call(owner, "_optimizer_step", handle, ctx, versions[0], -1) == 0
         reference.step([grad])
         assert torch.equal(rref.to_here(), reference_param.detach()), f"step {step}"
     state, hparams, options = call(owner, "_optimizer_state", handle)
     assert_same_state(reference.get_state(), state)
     assert hparams == reference.hyperparameters() and options == reference.options()
-    call(owner, "_optimizer_set_group", handle, 0, {"lr": 0.05}, {"amsgrad": True}, {})
+    call(owner, "_optimizer_set_group", handle, 0, {"lr": 0.05}, {"amsgrad": True}, {}, ADAM_SPARSE)
     assert call(owner, "_optimizer_hyperparameters", handle)[0][0]["lr"] == 0.05
     loaded = {0: {k: v * 2 for k, v in state[0].items()}}
-    call(owner, "_optimizer_load_state", handle, loaded, [{"lr": 0.2}], [{"amsgrad": False}])
+    call(owner, "_optimizer_load_state", handle, loaded, [{"lr": 0.2}], [{"amsgrad": False}], [ADAM_SPARSE])
     state2, hparams2, options2 = call(owner, "_optimizer_state", handle)
     assert_same_state(loaded, state2)
     assert hparams2[0]["lr"] == 0.2 and options2[0]["amsgrad"] is False
     # errors come back with their type first, naming nothing changed
     with pytest.raises(RuntimeError, match=r"ValueError: set_state: state\[0\]\['exp_avg'\] has shape \[7\]"):
-        call(owner, "_optimizer_load_state", handle, {0: {"exp_avg": torch.zeros(7)}}, [{}], [{}])
+        call(owner, "_optimizer_load_state", handle, {0: {"exp_avg": torch.zeros(7)}}, [{}], [{}], [ADAM_SPARSE])
     with pytest.raises(RuntimeError, match=r"RuntimeError: Adam does not support sparse gradients"):
         with dist_autograd.context() as ctx:
             bad = rpc.rpc_sync(owner, optim_remote.use_param_sparse, args=(torch.tensor([0, 1]), name))
             plugin.autograd.backward(ctx, [bad.sum()])
-            call(owner, "_optimizer_step", handle, ctx)
+            call(owner, "_optimizer_step", handle, ctx, -1, -1)
     assert_same_state(loaded, call(owner, "_optimizer_state", handle)[0])
     rpc.rpc_sync(owner, forget_on_owner, args=(name,))
     with pytest.raises(RuntimeError, match=rf"worker 'worker1' \(id 1\).*no local optimizer with handle {handle} here"):
@@ -556,11 +560,11 @@ def test_an_owner_steps_while_a_thread_holds_its_gil(cluster, phases):
         rpc.rpc_sync(owner, hold_gil_on_owner, args=(4.0,))
         time.sleep(1.0)  # the thread holds the owner's GIL now
         if phases == "step":
-            call(owner, "_optimizer_step", handle, ctx)
+            call(owner, "_optimizer_step", handle, ctx, -1, -1)
         elif phases == "prepare-commit":
-            call(owner, "_optimizer_commit", handle, call(owner, "_optimizer_prepare", handle, ctx, 10_000))
+            call(owner, "_optimizer_commit", handle, call(owner, "_optimizer_prepare", handle, ctx, 10_000), -1)
         else:
-            assert call(owner, "_optimizer_step_checked", handle, ctx, versions[0], -1) == 0
+            assert call(owner, "_optimizer_step", handle, ctx, versions[0], -1) == 0
         stepped_at = time.time()
     done_at = rpc.rpc_sync(owner, gil_hog_done_at)
     assert stepped_at < done_at

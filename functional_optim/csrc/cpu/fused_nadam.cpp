@@ -12,6 +12,8 @@
 //   mu_product *= mu (in the tensor's dtype), bc2 = 1 - beta2^t.
 #include "fused_loop.h"
 
+#include <ATen/ScalarOps.h>
+
 namespace gilfree_optim {
 inline namespace CPU_CAPABILITY {
 namespace {
@@ -28,21 +30,26 @@ void nadamKernel(
     double momentumDecay, double eps, bool decoupledWeightDecay, bool maximize) {
   const char* op = "nadam_";
   checkTensorLists(op, params, {{"grads", grads}, {"exp_avgs", expAvgs}, {"exp_avg_sqs", expAvgSqs}});
-  checkSteps(op, params, muProducts, "mu_products");
+  checkScalars(op, params, muProducts, "mu_products");
   const std::vector<double> stepValues = startStep(op, params, steps);
   std::vector<NadamScalars> scalars;
   for (const auto i : c10::irange(stepValues.size())) {
     const double step = stepValues[i];
     const double mu = beta1 * (1.0 - 0.5 * std::pow(0.96, step * momentumDecay));
     const double muNext = beta1 * (1.0 - 0.5 * std::pow(0.96, (step + 1) * momentumDecay));
-    // mu_product.mul_(mu): in the tensor's dtype, with mu cast to it first.
+    // mu_product.mul_(mu): in the tensor's dtype, with mu cast to it first; a bfloat16 or
+    // float16 one (torch's load_state_dict casts it to such a parameter's dtype) as torch's
+    // `mu_product *= mu` with a Python float: ATen's op on the wrapped number (float math,
+    // rounded once), not mul_(Scalar), which would round mu to the tensor's dtype first
     const at::Tensor& mp = muProducts[i];
     if (mp.scalar_type() == at::kFloat) {
       *mp.data_ptr<float>() = *mp.data_ptr<float>() * static_cast<float>(mu);
-    } else {
+    } else if (mp.scalar_type() == at::kDouble) {
       *mp.data_ptr<double>() = *mp.data_ptr<double>() * mu;
+    } else {
+      mp.mul_(at::native::wrapped_scalar_tensor(mu));
     }
-    const double muProduct = readScalar(mp);
+    const double muProduct = mp.item<double>();
     const double muProductNext = muProduct * muNext;
     scalars.push_back(
         {1 - std::pow(beta2, step), (lr * (1.0 - mu) / (1.0 - muProduct)) * -1,

@@ -7,6 +7,7 @@
 #include "rpc/worker_error.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -118,8 +119,51 @@ int64_t wallClockMs() {
       .count();
 }
 
-Hyperparameters copyOf(const Hyperparameters& d) {
-  return d.copy();
+// functional_optim's generic ops (functional_optim/csrc/group_step.h), called boxed by name:
+// functional_optim loads them (plugin/optim/_native.py imports it first).
+c10::IValue callGroupOp(const char* op, std::vector<c10::IValue> args) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, c10::OperatorHandle> handles;
+  std::optional<c10::OperatorHandle> handle;
+  {
+    std::lock_guard<std::mutex> guard(mu);
+    auto it = handles.find(op);
+    if (it == handles.end()) {
+      it = handles.emplace(op, c10::Dispatcher::singleton().findSchemaOrThrow(op, "")).first;
+    }
+    handle = it->second;
+  }
+  torch::jit::Stack stack(std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
+  handle->callBoxed(&stack);
+  return stack.empty() ? c10::IValue() : std::move(stack[0]);
+}
+
+// A group's values as the ops take them: the hyperparameters, then each flag that is set
+// (1.0 or 0.0), by name (functional_optim's GroupedState.set_op_values).
+std::pair<std::vector<std::string>, std::vector<double>> opValues(const Hyperparameters& h, const Options& o) {
+  std::vector<std::string> names;
+  std::vector<double> values;
+  for (const auto& item : h) {
+    names.push_back(item.key());
+    values.push_back(item.value());
+  }
+  for (const auto& item : o) {
+    if (item.value().has_value()) {
+      names.push_back(item.key());
+      values.push_back(*item.value() ? 1.0 : 0.0);
+    }
+  }
+  return {names, values};
+}
+
+// Whether a group with these flags runs the fused implementation (fused=True, or foreach and
+// fused both unset): the one a native local optimizer runs.
+bool runsFused(const Options& options) {
+  auto fused = options.find("fused");
+  auto foreach = options.find("foreach");
+  const bool fusedSet = fused != options.end() && fused->value().has_value();
+  const bool foreachSet = foreach != options.end() && foreach->value().has_value();
+  return (fusedSet && *fused->value()) || (!fusedSet && !foreachSet);
 }
 
 }  // namespace
@@ -127,41 +171,46 @@ Hyperparameters copyOf(const Hyperparameters& d) {
 // --- construction and the registry --------------------------------------------------------
 
 LocalOptimizer::LocalOptimizer(
-    const std::string& name,
+    std::string name,
     const std::vector<std::vector<at::Tensor>>& groups,
     const c10::List<Hyperparameters>& hparams,
     const c10::List<Options>& options,
     const c10::List<TensorHyperparameters>& tensorHparams,
-    const Hyperparameters& defaults)
-    : handle_(newHandle()), kind_(optimizerKindNamed(name)), params_(flatten(groups)), locks_(paramLocksFor(params_)) {
+    const std::vector<std::optional<std::string>>& sparseErrors,
+    std::optional<std::string> denseError,
+    const OptimizerState& state)
+    : handle_(newHandle()),
+      name_(std::move(name)),
+      params_(flatten(groups)),
+      denseError_(std::move(denseError)),
+      locks_(paramLocksFor(params_)),
+      sparseErrors_(sparseErrors) {
   TORCH_CHECK_VALUE(
-      hparams.size() == groups.size() && options.size() == groups.size() && tensorHparams.size() == groups.size(),
-      "ValueError: LocalOptimizer: expected one dict of hyperparameters, options and Tensor hyperparameters per "
-      "group (",
-      groups.size(), " groups); got ", hparams.size(), ", ", options.size(), ", ", tensorHparams.size());
+      hparams.size() == groups.size() && options.size() == groups.size() && tensorHparams.size() == groups.size() &&
+          sparseErrors.size() == groups.size(),
+      "ValueError: LocalOptimizer: expected one dict of hyperparameters, options and Tensor hyperparameters and one "
+      "sparse-gradient rule per group (", groups.size(), " groups); got ", hparams.size(), ", ", options.size(), ", ",
+      tensorHparams.size(), ", ", sparseErrors.size());
   TORCH_CHECK_VALUE(!params_.empty(), "ValueError: optimizer got an empty parameter list");
   offsets_.push_back(0);
+  state_.resize(params_.size());
+  keys_.resize(params_.size());
   for (size_t g = 0; g < groups.size(); ++g) {
     offsets_.push_back(offsets_.back() + static_cast<int64_t>(groups[g].size()));
     hparams_.push_back(hparams.get(g).copy());
     options_.push_back(options.get(g).copy());
     tensorHparams_.push_back(tensorHparams.get(g).copy());
     TORCH_CHECK(
-        stepsFused(options_.back()),
-        "RuntimeError: LocalOptimizer: parameter group ", g,
-        " does not step through a fused kernel (its foreach and fused flags); the native local optimizer steps only "
-        "fused groups");
-    sparseErrors_.push_back(sparseErrorFor(kind_, hparams_.back(), options_.back()));
+        runsFused(options_.back()), "RuntimeError: LocalOptimizer: parameter group ", g,
+        " does not run the fused implementation (its foreach and fused flags); a native local optimizer runs only "
+        "that one");
+    setKeysLocked(g);
   }
-  auto it = defaults.find("initial_accumulator_value");
-  if (it != defaults.end()) {
-    initialAccumulatorValue_ = it->value();
-  }
-  state_.resize(params_.size());
-  for (size_t g = 0; g < groups.size(); ++g) {
-    std::vector<ParamState> states(state_.begin() + offsets_[g], state_.begin() + offsets_[g + 1]);
-    at::NoGradGuard noGrad;
-    initStateAtConstruction(kind_, groups[g], states, initialAccumulatorValue_);
+  for (const auto& item : state) {
+    TORCH_CHECK_VALUE(
+        item.key() >= 0 && item.key() < static_cast<int64_t>(params_.size()), "ValueError: LocalOptimizer: state of ",
+        "parameter ", item.key(), ", which does not exist");
+    state_[item.key()] = item.value().copy();  // the tensors themselves: no copies
   }
 }
 
@@ -216,7 +265,6 @@ LocalOptimizer::Checked LocalOptimizer::check(
   Checked checked;
   const size_t numGroups = offsets_.size() - 1;
   checked.present.resize(numGroups);
-  checked.sparse.resize(numGroups, false);
   for (size_t g = 0; g < numGroups; ++g) {
     for (int64_t i = offsets_[g]; i < offsets_[g + 1]; ++i) {
       const auto& grad = gradients[i];
@@ -224,17 +272,16 @@ LocalOptimizer::Checked LocalOptimizer::check(
         continue;
       }
       const auto& param = params_[i];
-      const bool fits = !grad->is_nested() && grad->scalar_type() == param.scalar_type() &&
-          grad->device() == param.device() && grad->sizes().equals(param.sizes());
+      const bool fits = (grad->layout() == c10::kStrided || grad->layout() == c10::kSparse) && !grad->is_nested() &&
+          grad->scalar_type() == param.scalar_type() && grad->device() == param.device() &&
+          grad->sizes().equals(param.sizes());
       TORCH_CHECK_VALUE(
           fits, "ValueError: gradients[", i, "]: expected ", describe(param), " (like its parameter); got ",
           describe(*grad));
       if (grad->is_sparse()) {
         TORCH_CHECK(!sparseErrors[g].has_value(), "RuntimeError: ", *sparseErrors[g]);
-        checked.sparse[g] = true;
       } else {
-        const auto denseError = denseErrorFor(kind_);
-        TORCH_CHECK(!denseError.has_value(), "RuntimeError: ", *denseError);
+        TORCH_CHECK(!denseError_.has_value(), "RuntimeError: ", *denseError_);
       }
       checked.present[g].push_back(static_cast<size_t>(i));
     }
@@ -280,9 +327,9 @@ Options LocalOptimizer::updatedOptions(int64_t group, const Options& updates) co
     o.insert_or_assign(item.key(), item.value());
   }
   TORCH_CHECK(
-      stepsFused(o), "RuntimeError: parameter group ", group,
-      " would no longer step through a fused kernel with these foreach and fused flags; a native local optimizer "
-      "steps only fused groups");
+      runsFused(o), "RuntimeError: parameter group ", group,
+      " would no longer run the fused implementation with these foreach and fused flags; a native local optimizer "
+      "runs only that one");
   return o;
 }
 
@@ -296,29 +343,93 @@ void LocalOptimizer::syncTensorHyperparametersLocked() {
   }
 }
 
+void LocalOptimizer::setKeysLocked(size_t g) {
+  const auto [names, values] = opValues(hparams_[g], options_[g]);
+  std::unordered_map<int64_t, std::vector<std::string>> byDim;
+  for (int64_t i = offsets_[g]; i < offsets_[g + 1]; ++i) {
+    const int64_t dim = params_[i].dim();
+    auto it = byDim.find(dim);
+    if (it == byDim.end()) {
+      auto keys = callGroupOp("gilfree_optim::state_keys", {name_, dim, names, values}).toList();
+      std::vector<std::string> list;
+      for (const auto& key : keys) {
+        list.push_back(key.get().toStringRef());
+      }
+      it = byDim.emplace(dim, std::move(list)).first;
+    }
+    keys_[i] = it->second;
+  }
+}
+
 void LocalOptimizer::applyLocked(const MaybeGradients& gradients) {
   auto checked = check(gradients, sparseErrors_);
   syncTensorHyperparametersLocked();
+  at::NoGradGuard noGrad;
   for (size_t g = 0; g < checked.present.size(); ++g) {
     const auto& present = checked.present[g];
     if (present.empty()) {
       continue;
     }
-    std::vector<at::Tensor> params, grads;
-    std::vector<ParamState> states;  // handles: shared with state_
+    const auto [names, values] = opValues(hparams_[g], options_[g]);
+    // the state these parameters lack, as torch makes it at a parameter's first step
+    std::vector<at::Tensor> params, grads, lackingParams, lackingGrads;
+    std::vector<size_t> lacking;
+    c10::List<bool> fresh;
     for (size_t i : present) {
       params.push_back(params_[i]);
       grads.push_back(*gradients[i]);
-      states.push_back(state_[i]);
+      size_t have = 0;
+      for (const auto& key : keys_[i]) {
+        have += state_[i].contains(key) ? 1 : 0;
+      }
+      fresh.push_back(have == 0 && !keys_[i].empty());
+      if (have < keys_[i].size()) {
+        lacking.push_back(i);
+        lackingParams.push_back(params_[i]);
+        lackingGrads.push_back(*gradients[i]);
+      }
     }
-    stepGroup(kind_, hparams_[g], options_[g], params, grads, states, checked.sparse[g], initialAccumulatorValue_);
+    if (!lacking.empty()) {
+      auto made = callGroupOp("gilfree_optim::new_state", {name_, lackingParams, lackingGrads, names, values})
+                      .toTensorVector();
+      size_t at = 0;
+      for (size_t i : lacking) {
+        for (const auto& key : keys_[i]) {
+          if (!state_[i].contains(key)) {
+            state_[i].insert(key, made[at]);
+          }
+          ++at;
+        }
+      }
+    }
+    std::vector<at::Tensor> state;
+    for (size_t i : present) {
+      for (const auto& key : keys_[i]) {
+        state.push_back(state_[i].at(key));
+      }
+    }
+    callGroupOp("gilfree_optim::group_step", {name_, params, grads, state, fresh, names, values});
   }
 }
 
-void LocalOptimizer::step(int64_t contextId) {
-  auto gradients = gradientsFor(contextId, params_);
+int64_t LocalOptimizer::applyBefore(const MaybeGradients& gradients, int64_t deadlineMs) {
   Held held(locks_);
+  if (deadlineMs >= 0 && wallClockMs() >= deadlineMs) {
+    return kLate;
+  }
   applyLocked(gradients);
+  return kApplied;
+}
+
+int64_t LocalOptimizer::step(int64_t contextId, int64_t version, int64_t deadlineMs) {
+  if (version < 0) {
+    return applyBefore(gradientsFor(contextId, params_), deadlineMs);
+  }
+  auto grads = gradientsAtVersion(contextId, version);
+  if (!grads.has_value()) {
+    return kChanged;  // changed since the backward pass checked them
+  }
+  return applyBefore(gradientsOf(*grads, params_), deadlineMs);
 }
 
 int64_t LocalOptimizer::prepare(int64_t contextId, int64_t leaseMs) {
@@ -332,31 +443,9 @@ int64_t LocalOptimizer::prepare(int64_t contextId, int64_t leaseMs) {
   return parkStep(std::move(gradients), leaseMs);
 }
 
-void LocalOptimizer::commit(int64_t token) {
-  auto gradients = takeStep(token);
-  Held held(locks_);
-  applyLocked(gradients);  // checks again: the values may have changed since the prepare
-}
-
-int64_t LocalOptimizer::stepChecked(int64_t contextId, int64_t version, int64_t deadlineMs) {
-  auto grads = gradientsAtVersion(contextId, version);
-  if (!grads.has_value()) {
-    return 1;  // changed since the backward pass checked them
-  }
-  return applyBefore(gradientsOf(*grads, params_), deadlineMs);
-}
-
-int64_t LocalOptimizer::stepBefore(int64_t contextId, int64_t deadlineMs) {
-  return applyBefore(gradientsFor(contextId, params_), deadlineMs);
-}
-
-int64_t LocalOptimizer::applyBefore(const MaybeGradients& gradients, int64_t deadlineMs) {
-  Held held(locks_);
-  if (deadlineMs >= 0 && wallClockMs() >= deadlineMs) {
-    return 2;
-  }
-  applyLocked(gradients);
-  return 0;
+int64_t LocalOptimizer::commit(int64_t token, int64_t deadlineMs) {
+  // checks again under the locks: the values may have changed since the prepare
+  return applyBefore(takeStep(token), deadlineMs);
 }
 
 void LocalOptimizer::stepGradients(const MaybeGradients& gradients) {
@@ -380,25 +469,32 @@ std::tuple<OptimizerState, c10::List<Hyperparameters>, c10::List<Options>> Local
     }
     out.insert(static_cast<int64_t>(i), entry);
   }
+  auto [hparams, options] = valuesLocked();
+  return {out, hparams, options};
+}
+
+std::tuple<c10::List<Hyperparameters>, c10::List<Options>> LocalOptimizer::valuesLocked() const {
   c10::List<Hyperparameters> hparams;
   c10::List<Options> options;
   for (size_t g = 0; g < hparams_.size(); ++g) {
     hparams.push_back(hparams_[g].copy());
     options.push_back(options_[g].copy());
   }
-  return {out, hparams, options};
+  return {hparams, options};
 }
 
 void LocalOptimizer::loadState(
     const OptimizerState& state,
     const c10::List<Hyperparameters>& hparams,
-    const c10::List<Options>& options) {
+    const c10::List<Options>& options,
+    const std::vector<std::optional<std::string>>& sparseErrors) {
   Held held(locks_);
   const size_t numGroups = hparams_.size();
   TORCH_CHECK_VALUE(
-      hparams.size() == numGroups && options.size() == numGroups, "ValueError: load_state: expected ", numGroups,
-      " dicts of hyperparameters and of options (one per parameter group); got ", hparams.size(), " and ",
-      options.size());
+      hparams.size() == numGroups && options.size() == numGroups && sparseErrors.size() == numGroups,
+      "ValueError: load_state: expected ", numGroups,
+      " dicts of hyperparameters and of options and sparse-gradient rules (one per parameter group); got ",
+      hparams.size(), ", ", options.size(), " and ", sparseErrors.size());
   std::vector<Hyperparameters> newHparams;
   std::vector<Options> newOptions;
   for (size_t g = 0; g < numGroups; ++g) {
@@ -424,12 +520,13 @@ void LocalOptimizer::loadState(
   for (const auto& item : state) {
     const int64_t i = item.key();
     const auto& param = params_[i];
-    const bool fused = flagOf(newOptions[groupOf(i)], "fused");
+    const auto fused = newOptions[groupOf(i)].find("fused");
+    const bool fusedTrue = fused != newOptions[groupOf(i)].end() && fused->value().value_or(false);
     ParamState copied;
     for (const auto& value : item.value()) {
       const auto& v = value.value();
       if (value.key() == "step") {
-        copied.insert(value.key(), fused ? v.to(param.device(), at::kFloat, false, true) : v.clone());
+        copied.insert(value.key(), fusedTrue ? v.to(param.device(), at::kFloat, false, true) : v.clone());
       } else if (param.is_floating_point()) {
         copied.insert(value.key(), v.to(param.device(), param.scalar_type(), false, true));
       } else {
@@ -438,7 +535,7 @@ void LocalOptimizer::loadState(
     }
     newState[i] = copied;
   }
-  // nothing below raises
+  // nothing below raises (but for the library's state_keys)
   state_ = std::move(newState);
   std::lock_guard<std::mutex> guard(sparseErrorsMu_);
   for (size_t g = 0; g < numGroups; ++g) {
@@ -447,27 +544,23 @@ void LocalOptimizer::loadState(
     }
     hparams_[g] = newHparams[g];
     options_[g] = newOptions[g];
-    sparseErrors_[g] = sparseErrorFor(kind_, hparams_[g], options_[g]);
+    sparseErrors_[g] = sparseErrors[g];
+    setKeysLocked(g);
   }
 }
 
 std::tuple<c10::List<Hyperparameters>, c10::List<Options>> LocalOptimizer::hyperparameters() {
   Held held(locks_);
   syncTensorHyperparametersLocked();
-  c10::List<Hyperparameters> hparams;
-  c10::List<Options> options;
-  for (size_t g = 0; g < hparams_.size(); ++g) {
-    hparams.push_back(copyOf(hparams_[g]));
-    options.push_back(options_[g].copy());
-  }
-  return {hparams, options};
+  return valuesLocked();
 }
 
 void LocalOptimizer::setGroup(
     int64_t group,
     const Hyperparameters& hparams,
     const Options& options,
-    const TensorHyperparameters& tensorHparams) {
+    const TensorHyperparameters& tensorHparams,
+    std::optional<std::string> sparseError) {
   Held held(locks_);
   checkGroup(group);
   auto h = updatedHyperparameters(group, hparams);
@@ -492,7 +585,8 @@ void LocalOptimizer::setGroup(
   }
   hparams_[group] = h;
   options_[group] = o;
-  sparseErrors_[group] = sparseErrorFor(kind_, h, o);
+  sparseErrors_[group] = std::move(sparseError);
+  setKeysLocked(group);
 }
 
 bool LocalOptimizer::acceptsSparse() {
@@ -509,16 +603,16 @@ bool LocalOptimizer::acceptsSparse() {
 
 namespace {
 
-void stepKernel(int64_t handle, int64_t contextId) {
-  LocalOptimizer::find(handle)->step(contextId);
+int64_t stepKernel(int64_t handle, int64_t contextId, int64_t version, int64_t deadlineMs) {
+  return LocalOptimizer::find(handle)->step(contextId, version, deadlineMs);
 }
 
 int64_t prepareKernel(int64_t handle, int64_t contextId, int64_t leaseMs) {
   return LocalOptimizer::find(handle)->prepare(contextId, leaseMs);
 }
 
-void commitKernel(int64_t handle, int64_t token) {
-  LocalOptimizer::find(handle)->commit(token);
+int64_t commitKernel(int64_t handle, int64_t token, int64_t deadlineMs) {
+  return LocalOptimizer::find(handle)->commit(token, deadlineMs);
 }
 
 bool dropKernel(int64_t handle, int64_t token) {
@@ -527,16 +621,8 @@ bool dropKernel(int64_t handle, int64_t token) {
   return dropped;
 }
 
-int64_t stepCheckedKernel(int64_t handle, int64_t contextId, int64_t version, int64_t deadlineMs) {
-  return LocalOptimizer::find(handle)->stepChecked(contextId, version, deadlineMs);
-}
-
 void stepGradientsKernel(int64_t handle, const c10::List<std::optional<at::Tensor>>& gradients) {
-  MaybeGradients held;
-  held.reserve(gradients.size());
-  for (const auto& g : gradients) {
-    held.push_back(g);
-  }
+  MaybeGradients held(gradients.begin(), gradients.end());
   LocalOptimizer::find(handle)->stepGradients(held);
 }
 
@@ -549,9 +635,10 @@ bool loadStateKernel(
     int64_t handle,
     const OptimizerState& state,
     const c10::List<Hyperparameters>& hparams,
-    const c10::List<Options>& options) {
+    const c10::List<Options>& options,
+    const std::vector<std::optional<std::string>>& sparseErrors) {
   auto optimizer = LocalOptimizer::find(handle);
-  optimizer->loadState(state, hparams, options);
+  optimizer->loadState(state, hparams, options, sparseErrors);
   return optimizer->acceptsSparse();
 }
 
@@ -565,9 +652,10 @@ bool setGroupKernel(
     int64_t group,
     const Hyperparameters& hparams,
     const Options& options,
-    const TensorHyperparameters& tensorHparams) {
+    const TensorHyperparameters& tensorHparams,
+    std::optional<std::string> sparseError) {
   auto optimizer = LocalOptimizer::find(handle);
-  optimizer->setGroup(group, hparams, options, tensorHparams);
+  optimizer->setGroup(group, hparams, options, tensorHparams, std::move(sparseError));
   return optimizer->acceptsSparse();
 }
 
@@ -582,7 +670,6 @@ TORCH_LIBRARY_IMPL(dist_engine, CompositeImplicitAutograd, m) {
   m.impl("_optimizer_prepare", TORCH_FN(prepareKernel));
   m.impl("_optimizer_commit", TORCH_FN(commitKernel));
   m.impl("_optimizer_drop", TORCH_FN(dropKernel));
-  m.impl("_optimizer_step_checked", TORCH_FN(stepCheckedKernel));
   m.impl("_optimizer_step_gradients", TORCH_FN(stepGradientsKernel));
   m.impl("_optimizer_state", TORCH_FN(stateKernel));
   m.impl("_optimizer_load_state", TORCH_FN(loadStateKernel));

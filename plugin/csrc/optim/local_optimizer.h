@@ -1,20 +1,24 @@
-// The native local optimizer: one owner's share of a DistributedOptimizer over one of the
-// eleven built-in optimizers, stepped in C++ through the fused kernels (optimizer_steps.h),
-// without the GIL and without TorchScript.
+// The native local optimizer: one owner's share of a DistributedOptimizer, stepped in C++
+// without the GIL and without TorchScript. It names no particular optimizer: it keeps the
+// parameters, each group's values and each parameter's state the way functional_optim's
+// GroupedState keeps them, and steps a group through functional_optim's group step of its
+// optimizer (the ops gilfree_optim::new_state and group_step, by the optimizer's name,
+// through the dispatcher: functional_optim/csrc/group_step.h), the code the functional_optim
+// class runs for its default implementation. So its results are bitwise the class's.
 //
 // torch.classes.dist_engine.LocalOptimizer(name, groups, hparams, options, tensor_hparams,
-// defaults) holds what a functional_optim eager instance holds in its GroupedState after
-// construction (plugin/optim/_native.py builds that instance first, for its validation and
-// param-group parsing, and passes its values): the parameters in groups, each group's
-// hyperparameters (functional names: lr, beta1, ...), flags, and the 1-element Tensors that
-// some hyperparameters follow (read with .item() before every step, as
-// GroupedState.sync_tensor_hparams), and per-parameter state with torch's keys.
+// sparse_errors, dense_error, state) takes what functional_optim.configure() gives for the
+// configuration (plugin/optim/_native.py): the parameters in groups; each group's
+// hyperparameters (functional names: lr, beta1...), flags, the 1-element Tensors some
+// hyperparameters follow (read with .item() before every step) and the RuntimeError message
+// for a sparse gradient (None: the group takes them); the message for a dense gradient (None:
+// dense gradients are taken); the state torch creates at construction (Adagrad's), kept as it
+// is.
 //
-// Each object gets a handle (unique in the process, never reused) in a per-process registry
-// of weak references: the object lives as long as its owners (the Python LocalOptimizer, kept
-// by the RRef its caller holds), and the ops below reach it by handle, locally and by RPC
-// (rpc_functions.h). A handle whose object is gone raises a RuntimeError naming the handle
-// and this worker.
+// Each object gets a handle (unique in the process, never reused) in a registry of weak
+// references: it lives as long as its owners (the Python LocalOptimizer, kept by the RRef its
+// caller holds), and the ops reach it by handle, locally and by RPC (rpc/rpc_functions.h). A
+// handle whose object is gone raises a RuntimeError naming the handle and this worker.
 //
 // Locks: every call that reads or writes the parameters, their state or the group values holds
 // the parameters' locks (step_lock.h: shared with every other local optimizer over the same
@@ -22,13 +26,11 @@
 // prepare reads and checks without them.
 //
 // Errors: the text of every error raised here begins with the Python exception type it stands
-// for ("ValueError: gradients[3]: expected shape [4, 5], ..."; "RuntimeError: ..."): over RPC
-// only the text survives, and the caller rebuilds the type from it (plugin/_errors.py). The
-// messages after the type are functional_optim's (functional_optim/_validation.py,
-// _state.py). Nothing changes when a check fails.
+// for ("ValueError: gradients[3]: expected shape [4, 5], ..."): over RPC only the text
+// survives, and the caller rebuilds the type from it (plugin/_errors.py). The messages after
+// the type are functional_optim's. Nothing changes when a check fails.
 #pragma once
 
-#include "optim/optimizer_steps.h"
 #include "optim/step_lock.h"
 
 #include <ATen/core/Dict.h>
@@ -45,25 +47,34 @@
 
 namespace dist_engine {
 
+// The outcome of an owner's part of a step, one table for every protocol (the caller's
+// Python mirrors it: plugin/optim/_owners.py).
+enum StepStatus : int64_t {
+  kApplied = 0,
+  kChanged = 1,     // the gradients changed since the backward pass checked them: nothing applied
+  kLate = 2,        // the owner reached its locks after the deadline: nothing applied
+  kRefused = 3,     // the optimizer's check failed (step in the pass): nothing applied
+  kNotReached = 4,  // no part of the pass ran there (step in the pass): no gradient to apply
+};
+
+using ParamState = c10::Dict<std::string, at::Tensor>;
+using Hyperparameters = c10::Dict<std::string, double>;
+using Options = c10::Dict<std::string, std::optional<bool>>;
 using TensorHyperparameters = c10::Dict<std::string, at::Tensor>;
 using OptimizerState = c10::Dict<int64_t, ParamState>;
 using MaybeGradients = std::vector<std::optional<at::Tensor>>;
 
 class LocalOptimizer : public torch::CustomClassHolder {
  public:
-  // `name`: one of functional_optim._kernels.OPTIMIZERS. `groups[g]`: group g's parameters
-  // (flat index: group after group). `hparams`, `options`, `tensorHparams`: one entry per
-  // group, validated by the caller, every group stepping through a fused kernel (stepsFused).
-  // `defaults`: the constructor's values that apply to every group (Adagrad's
-  // "initial_accumulator_value": every sum starts from it, as in torch). Creates what the
-  // optimizer creates at construction (Adagrad's 'step' and 'sum').
   LocalOptimizer(
-      const std::string& name,
+      std::string name,
       const std::vector<std::vector<at::Tensor>>& groups,
       const c10::List<Hyperparameters>& hparams,
       const c10::List<Options>& options,
       const c10::List<TensorHyperparameters>& tensorHparams,
-      const Hyperparameters& defaults);
+      const std::vector<std::optional<std::string>>& sparseErrors,
+      std::optional<std::string> denseError,
+      const OptimizerState& state);
 
   // Adds `self` to the registry under its handle (called once, right after construction).
   static c10::intrusive_ptr<LocalOptimizer> registered(c10::intrusive_ptr<LocalOptimizer> self);
@@ -77,60 +88,64 @@ class LocalOptimizer : public torch::CustomClassHolder {
     return handle_;
   }
 
-  // The ops (see ops.cpp for their contracts).
-  void step(int64_t contextId);
+  // The steps (see ops.cpp for the ops' contracts). Each returns a StepStatus; bad gradients
+  // raise (nothing applied). `deadlineMs`: ms since the Unix epoch, -1 for none.
+  // One round trip: the context's gradients here (version -1), or the engine's gradients if
+  // still at `version` (else kChanged), applied holding the locks before the deadline.
+  int64_t step(int64_t contextId, int64_t version, int64_t deadlineMs);
+  // Two phases: check and park the context's gradients (no lock), then apply them.
   int64_t prepare(int64_t contextId, int64_t leaseMs);
-  void commit(int64_t token);
-  int64_t stepChecked(int64_t contextId, int64_t version, int64_t deadlineMs);
-  // The step in the backward pass (pass_end.h): step(contextId) if, once it holds
-  // the locks, deadlineMs (ms since the Unix epoch; -1: none) has not passed. Returns 0
-  // (applied) or 2 (late: nothing applied); bad gradients raise, nothing applied.
-  int64_t stepBefore(int64_t contextId, int64_t deadlineMs);
+  int64_t commit(int64_t token, int64_t deadlineMs);
   void stepGradients(const MaybeGradients& gradients);
+
   std::tuple<OptimizerState, c10::List<Hyperparameters>, c10::List<Options>> state();
+  // Replaces all state with copies of `state` (torch's casting rules) and sets each group's
+  // values; checks every index, shape and name first.
   void loadState(
       const OptimizerState& state,
       const c10::List<Hyperparameters>& hparams,
-      const c10::List<Options>& options);
+      const c10::List<Options>& options,
+      const std::vector<std::optional<std::string>>& sparseErrors);
   std::tuple<c10::List<Hyperparameters>, c10::List<Options>> hyperparameters();
   void setGroup(
       int64_t group,
       const Hyperparameters& hparams,
       const Options& options,
-      const TensorHyperparameters& tensorHparams);
+      const TensorHyperparameters& tensorHparams,
+      std::optional<std::string> sparseError);
   bool acceptsSparse();
 
  private:
   struct Checked {
     std::vector<std::vector<size_t>> present;  // per group: flat indices with a gradient
-    std::vector<bool> sparse;                  // per group: one of them is sparse
   };
 
   // check_gradients: the count, then each gradient in flat order (shape, dtype, device;
-  // sparse only where `sparseErrors[g]` is nullopt; dense only where denseErrorFor(kind_) is
-  // nullopt, i.e. not for SparseAdam). Raises the first failure.
+  // sparse only where the group's sparse error is None; dense only without a dense error).
   Checked check(const MaybeGradients& gradients, const std::vector<std::optional<std::string>>& sparseErrors) const;
   // Checks and applies; the caller holds the locks.
   void applyLocked(const MaybeGradients& gradients);
-  // Takes the locks; then applyLocked unless deadlineMs (-1: none) has passed. Returns 0
-  // (applied) or 2 (late: nothing applied).
+  // Takes the locks; then applyLocked unless the deadline has passed. kApplied or kLate.
   int64_t applyBefore(const MaybeGradients& gradients, int64_t deadlineMs);
   void syncTensorHyperparametersLocked();
+  std::tuple<c10::List<Hyperparameters>, c10::List<Options>> valuesLocked() const;
+  // The state keys of every parameter of group `g` with its current values.
+  void setKeysLocked(size_t g);
   int64_t groupOf(int64_t index) const;
   void checkGroup(int64_t group) const;
-  // A copy of `current` with `updates` (unknown names: ValueError, functional_optim's message).
   Hyperparameters updatedHyperparameters(int64_t group, const Hyperparameters& updates) const;
   Options updatedOptions(int64_t group, const Options& updates) const;
 
   const int64_t handle_;
-  const OptimizerKind kind_;
+  const std::string name_;
   std::vector<at::Tensor> params_;  // flat
   std::vector<int64_t> offsets_;    // group g: offsets_[g] <= i < offsets_[g + 1]
   std::vector<Hyperparameters> hparams_;
   std::vector<Options> options_;
   std::vector<TensorHyperparameters> tensorHparams_;
-  std::vector<ParamState> state_;  // per flat index
-  double initialAccumulatorValue_ = 0.0;
+  std::vector<ParamState> state_;              // per flat index
+  std::vector<std::vector<std::string>> keys_;  // per flat index: its state keys, in order
+  const std::optional<std::string> denseError_;
   const std::vector<std::shared_ptr<ParamLock>> locks_;
   // Guards sparseErrors_ for a prepare's check, which holds no parameter lock (writers hold
   // both, the parameters' locks first).

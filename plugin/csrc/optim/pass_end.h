@@ -27,20 +27,12 @@
 // pass; 0 when none was asked of it), word 1 = the version.
 #pragma once
 
+#include "optim/local_optimizer.h"
+
 #include <cstdint>
 #include <vector>
 
 namespace dist_engine {
-
-// The outcome of an owner's part of a step, one table for every protocol (the caller's
-// Python mirrors it: plugin/optim/_owners.py).
-enum StepStatus : int64_t {
-  kApplied = 0,
-  kChanged = 1,     // the gradients changed since the backward pass checked them: nothing applied
-  kLate = 2,        // the owner reached its locks after the deadline: nothing applied
-  kRefused = 3,     // the optimizer's check failed (step in the pass): nothing applied
-  kNotReached = 4,  // no part of the pass ran there (step in the pass): no gradient to apply
-};
 
 constexpr int64_t kGradientsFit = 1;
 constexpr int64_t kSomeSparse = 2;
@@ -52,7 +44,7 @@ constexpr int64_t kSomeSparse = 2;
 std::vector<int64_t> checkedVersions(int64_t contextId, const std::vector<int64_t>& workers, bool acceptSparse);
 
 // On the worker that called backward with steps, after a pass that ended everywhere: each
-// worker's StepStatus in `workers`' order (a worker that answered twice shows its worst).
+// worker's StepStatus (local_optimizer.h) in `workers`' order (a worker that answered twice shows its worst).
 std::vector<int64_t> stepOutcomes(int64_t contextId, const std::vector<int64_t>& workers);
 
 }  // namespace dist_engine

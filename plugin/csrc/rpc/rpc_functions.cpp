@@ -25,7 +25,6 @@ constexpr RpcOp kRpcOps[] = {
     {"_optimizer_prepare", false},
     {"_optimizer_commit", false},
     {"_optimizer_drop", false},
-    {"_optimizer_step_checked", false},
     {"_optimizer_state", false},
     {"_optimizer_load_state", false},
     {"_optimizer_hyperparameters", false},

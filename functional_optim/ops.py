@@ -1,0 +1,65 @@
+"""The op library's ops, one typed function each: functional_optim's Python face of
+``torch.ops.gilfree_optim`` (schemas in ``csrc/ops.cpp``).
+
+The other modules call these functions, not ``torch.ops.gilfree_optim`` (the plugin's native
+local optimizers call the same ops from C++, through the dispatcher). Each function calls its
+op and does nothing more, so it behaves exactly as the op does. They compile with TorchScript
+(the compiled graph calls the op itself) and trace under ``torch.compile`` (each op has a meta
+kernel). A group's values go to the ops by name (``names``, ``values``: the hyperparameters,
+then each flag that is set as 1.0 or 0.0; functional names).
+
+The fused kernels themselves (``torch.ops.gilfree_optim.<name>_``, ``csrc/cpu``) are reached
+by name with :func:`functional_optim._kernels.op_for`; the group steps call them.
+"""
+from typing import List
+
+import torch
+from torch import Tensor
+
+__all__ = ["group_step", "new_state", "state_keys", "group_step_devices"]
+
+
+def group_step(
+    optimizer: str, params: List[Tensor], grads: List[Tensor], state: List[Tensor], fresh: List[bool],
+    names: List[str], values: List[float],
+) -> None:
+    """The op ``gilfree_optim::group_step``: one step of one parameter group of ``optimizer``
+    (``"adam"``...: ``csrc/steps/<optimizer>.cpp``), in place.
+
+    Args:
+        optimizer (str): the optimizer's name.
+        params (List[Tensor]): the parameters (one device and dtype per kernel call is the op's
+            business: any mix).
+        grads (List[Tensor]): their gradients, checked by the caller (shape, dtype, device like
+            the parameter; sparse COO only where the optimizer takes them).
+        state (List[Tensor]): every parameter's state tensors, parameter after parameter, each
+            in the order of its keys (:func:`state_keys`); all present.
+        fresh (List[bool]): per parameter, whether its state was just made (:func:`new_state`).
+        names, values: the group's values.
+
+    Raises:
+        ValueError: an unknown optimizer, lists that do not fit, a value the step needs missing.
+        RuntimeError: what a kernel raises.
+    """
+    torch.ops.gilfree_optim.group_step(optimizer, params, grads, state, fresh, names, values)
+
+
+def new_state(optimizer: str, params: List[Tensor], grads: List[Tensor], names: List[str],
+              values: List[float]) -> List[Tensor]:
+    """The op ``gilfree_optim::new_state``: the state of each of ``params`` at its first step
+    (``grads``: those gradients), parameter after parameter, each in the order of its keys; as
+    ``torch.optim`` creates it (``'step'`` a 0-dim float32 tensor on the parameter's device, the
+    others like the parameter...)."""
+    return torch.ops.gilfree_optim.new_state(optimizer, params, grads, names, values)
+
+
+def state_keys(optimizer: str, dim: int, names: List[str], values: List[float]) -> List[str]:
+    """The op ``gilfree_optim::state_keys``: ``torch.optim``'s state keys of a parameter with
+    ``dim`` dimensions in a group with these values, in torch's order of creation."""
+    return torch.ops.gilfree_optim.state_keys(optimizer, dim, names, values)
+
+
+def group_step_devices(optimizer: str) -> List[str]:
+    """The op ``gilfree_optim::group_step_devices``: the device types whose parameters the group
+    step of ``optimizer`` takes (``[]`` for a name without one)."""
+    return torch.ops.gilfree_optim.group_step_devices(optimizer)
