@@ -65,6 +65,23 @@ def test_capture_on_loopback_finds_the_marker_only_without_a_key(tmp_path, stack
         assert capture.marker_packets > 0, (seen, capture.packets, capture.drops)
 
 
+# Around the transport's 256 KiB encryption parts and AES's 16-byte blocks; the largest
+# fills the socket's buffer, so a frame is begun on the caller's thread and finished on the
+# connection's writer thread.
+SIZES = [0, 1, 15, 16, 17, 4095, (256 << 10) - 1, 256 << 10, (256 << 10) + 1, (3 << 20) + 5, (64 << 20) + 3]
+
+
+def test_tensors_of_every_size_arrive_intact_with_a_key(tmp_path):
+    job = Job(tmp_path, keys=(KEY, KEY), extra=["--sizes", ",".join(map(str, SIZES))])
+    try:
+        codes = job.wait(timeout=180)
+    finally:
+        job.kill()
+    assert codes == [0, 0], job.logs()
+    assert "SIZES OK" in job.log(0), job.logs()
+    assert "[gilfree-rpc]" not in job.log(0) + job.log(1), job.logs()
+
+
 def _flip(data: bytes, at: int) -> bytes:
     altered = bytearray(data)
     altered[at] ^= 0x01

@@ -16,6 +16,10 @@ rpc_sync of torch.add(tensor, 0) (worker1 sends it back), checks each answer and
 "SENT K". --torch-rpc starts torch's own RPC instead of the plugin's, with TensorPipe's uv
 transport and basic channel only (the tensors' bytes through the TCP connections, as with
 a key) and no key.
+
+With --sizes N,N,..., worker0 instead sends worker1 tensors of random bytes of these sizes
+(in bytes), each by rpc_sync of torch.add(tensor, 0), checks that each answer equals what it
+sent, and prints "SIZES OK".
 """
 import argparse
 import os
@@ -54,6 +58,15 @@ def send_marker(marker, rounds, out):
     print(f"SENT {rounds}", flush=True)
 
 
+def send_sizes(sizes):
+    generator = torch.Generator().manual_seed(0)
+    for size in sizes:
+        tensor = torch.randint(0, 256, (size,), dtype=torch.uint8, generator=generator)
+        answer = rpc.rpc_sync("worker1", torch.add, args=(tensor, 0))
+        assert torch.equal(answer, tensor), f"{size} bytes came back altered"
+    print("SIZES OK", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rank", type=int, required=True)
@@ -66,6 +79,7 @@ def main():
     parser.add_argument("--marker", default=None)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--torch-rpc", action="store_true")
+    parser.add_argument("--sizes", default=None)
     args = parser.parse_args()
     if args.torch_rpc:
         options = rpc.TensorPipeRpcBackendOptions(
@@ -80,9 +94,11 @@ def main():
         )
     with open(os.path.join(args.out, f"ready.{args.rank}"), "w") as f:
         f.write(str(os.getpid()))
-    if args.marker is not None:
-        if args.rank == 0:
+    if args.marker is not None or args.sizes is not None:
+        if args.rank == 0 and args.marker is not None:
             send_marker(bytes.fromhex(args.marker), args.rounds, args.out)
+        elif args.rank == 0:
+            send_sizes([int(n) for n in args.sizes.split(",")])
         rpc.shutdown() if args.torch_rpc else plugin.rpc.shutdown()
         return
     if args.rank == 0:
