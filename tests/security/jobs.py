@@ -21,6 +21,20 @@ KEY = "0123456789abcdef0123456789abcdef"
 MAGIC = b"GFRPCAU2"
 
 
+def skip_without_ipv6_loopback(master_addr):
+    """Skips the calling test when ``master_addr`` is IPv6 and this machine has no ``::1``
+    (IPv6 disabled, as in some containers)."""
+    if ":" not in master_addr:
+        return
+    import pytest
+
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError as e:
+        pytest.skip(f"this machine has no IPv6 loopback address ::1 ({e})")
+
+
 def free_port(host="127.0.0.1") -> int:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.bind((host, 0))

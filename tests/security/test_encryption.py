@@ -18,7 +18,7 @@ import struct
 import pytest
 
 from tests.security.capture import LoopbackCapture
-from tests.security.jobs import KEY, Job, listening_sockets
+from tests.security.jobs import KEY, Job, listening_sockets, skip_without_ipv6_loopback
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -39,6 +39,7 @@ def _capture_or_skip(marker):
     ids=["torch_basic_channel", "key", "key_ipv6"],
 )
 def test_capture_on_loopback_finds_the_marker_only_without_a_key(tmp_path, stack, master_addr):
+    skip_without_ipv6_loopback(master_addr)
     marker = os.urandom(16)
     capture = _capture_or_skip(marker)
     keyed = stack == "key"

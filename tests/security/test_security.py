@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-from tests.security.jobs import KEY, MAGIC, Job, listening_sockets, run_outsider
+from tests.security.jobs import KEY, MAGIC, Job, listening_sockets, run_outsider, skip_without_ipv6_loopback
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -26,6 +26,7 @@ def _loopback(address):
 @pytest.mark.parametrize("key, master_addr", [(None, "127.0.0.1"), (KEY, "127.0.0.1"), (KEY, "::1")],
                          ids=["no_key", "key", "key_ipv6"])
 def test_every_listening_socket_is_on_loopback(tmp_path, key, master_addr):
+    skip_without_ipv6_loopback(master_addr)
     job = Job(tmp_path, keys=(key, key), steps=30, pause=0.1, master_addr=master_addr)
     try:
         job.wait_ready()
