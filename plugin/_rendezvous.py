@@ -60,7 +60,7 @@ from urllib.parse import urlparse
 
 import torch.distributed as dist
 
-__all__ = ["RendezvousError", "check_group", "init_method_for", "listening_socket"]
+__all__ = ["RendezvousError", "check_group", "init_method_for", "listening_socket", "resolve_host"]
 
 # Added to the arrival counter to seal it: an arrival number above it came after the verdict.
 SEAL = 1 << 40
@@ -238,15 +238,25 @@ def _open_store(host: str, port: int, rank: int, timeout: float, deadline: float
         raise RendezvousError(f"init_rpc(): rank {rank} could not join the rendezvous store at {where}: {e}") from e
 
 
+def resolve_host(host: str):
+    """``(family, address)`` of ``host``: its IPv4 address when it has one (``127.0.0.1``
+    for ``localhost``), else its IPv6 address (``::1``, or a name with IPv6 addresses only).
+    Raises OSError (``socket.gaierror``) when it has neither."""
+    try:
+        return socket.AF_INET, socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+    except socket.gaierror:
+        return socket.AF_INET6, socket.getaddrinfo(host, None, socket.AF_INET6, socket.SOCK_STREAM)[0][4][0]
+
+
 def listening_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket listening on ``host``'s IPv4 address (the address ``host`` resolves to:
-    ``127.0.0.1`` for ``localhost``), port ``port``; only that interface, never every one.
+    """A TCP socket listening on ``host``'s address (:func:`resolve_host`: ``127.0.0.1`` for
+    ``localhost``, ``::1`` for ``::1``), port ``port``; only that interface, never every one.
 
     When that address is not one of this host's (``EADDRNOTAVAIL``: ``host`` names another
     machine, or an address translated on the way), it listens on every interface, as torch's
     ``TCPStore`` does, and warns. Raises OSError (``EADDRINUSE`` when the port is taken)."""
-    address = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    family, address = resolve_host(host)
+    sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:

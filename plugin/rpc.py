@@ -12,7 +12,7 @@ import torch.distributed.rpc as _rpc
 
 from ._device_maps import resolve_device_maps
 from ._errors import remote_error_summary
-from ._rendezvous import RendezvousError, check_group, init_method_for
+from ._rendezvous import RendezvousError, check_group, init_method_for, resolve_host
 
 __all__ = ["RendezvousError", "init_rpc", "read_auth_key_file", "resolve_device_maps", "shutdown"]
 
@@ -101,6 +101,32 @@ def _ipv4_of_interface(ifname: str) -> Optional[str]:
             return None
 
 
+def _ipv6_of_interface(ifname: str) -> Optional[str]:
+    """The interface's IPv6 address (from ``/proc/net/if_inet6``): a global or loopback one
+    first, else a link-local one with its scope (``fe80::1%eth0``); None when it has none."""
+    import socket
+
+    found = []
+    try:
+        with open("/proc/net/if_inet6") as table:
+            for line in table:
+                fields = line.split()  # address, index, prefix length, scope, flags, name
+                if len(fields) == 6 and fields[5] == ifname:
+                    address = socket.inet_ntop(socket.AF_INET6, bytes.fromhex(fields[0]))
+                    link_local = int(fields[3], 16) == 0x20
+                    found.append((link_local, f"{address}%{ifname}" if link_local else address))
+    except OSError:
+        return None
+    return min(found)[1] if found else None
+
+
+def _address_of_interface(ifname: str, family) -> Optional[str]:
+    """The interface's address of ``family`` (``socket.AF_INET`` or ``AF_INET6``), or None."""
+    import socket
+
+    return _ipv4_of_interface(ifname) if family == socket.AF_INET else _ipv6_of_interface(ifname)
+
+
 def _setting(value, env: str, what: str, convert=str, default=None):
     if value is not None:
         return value
@@ -122,17 +148,19 @@ def _interface_toward(master_addr: str) -> Optional[str]:
     or else from this host's name; on a host whose name resolves to an address other
     workers cannot reach (a container, a network namespace, a second interface), workers
     on other hosts cannot connect. The address toward the master is one they can reach.
-    Linux only (``SIOCGIFADDR``); IPv4 only.
+    Linux only (``SIOCGIFADDR``, ``/proc/net/if_inet6``); ``master_addr``'s IPv4 address
+    when it has one, else its IPv6 address.
     """
     import socket
 
     try:
-        target = socket.getaddrinfo(master_addr, None, socket.AF_INET, socket.SOCK_DGRAM)[0][4][0]
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        family, target = resolve_host(master_addr)
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
             s.connect((target, 9))  # UDP: picks the route and source address, sends nothing
-            source = s.getsockname()[0]
+            source = socket.inet_pton(family, s.getsockname()[0].split("%")[0])
         for _, ifname in socket.if_nameindex():
-            if _ipv4_of_interface(ifname) == source:  # None: no IPv4 address there
+            address = _address_of_interface(ifname, family)  # None: no address of that family there
+            if address is not None and socket.inet_pton(family, address.split("%")[0]) == source:
                 return ifname
     except OSError:
         return None
@@ -220,11 +248,12 @@ def init_rpc(
             bytes; every worker needs the same). Default: the environment variable
             ``GILFREE_RPC_AUTH_KEY``, else the file named by ``GILFREE_RPC_AUTH_KEY_FILE``
             (:func:`read_auth_key_file`), else none. With a key, workers talk over the
-            transport ``"gilfree_auth"`` only (TCP; every connection proves the key in a
-            challenge-response and every message carries an HMAC-SHA256 checked before
-            TensorPipe reads it; the basic channels, so tensors travel through the same
-            authenticated connections), and the rendezvous store's values carry a MAC. Not
-            encrypted. See ``docs/security.md``.
+            transport ``"gilfree_auth"`` only (TCP, IPv4 or IPv6; every connection proves
+            the key in a challenge-response, and every message, tensors included, is
+            encrypted and authenticated with AES-256-GCM under keys of that connection,
+            checked before TensorPipe reads it; the basic channels, so tensors travel
+            through the same connections), and the rendezvous store's values carry a MAC.
+            See ``docs/security.md``.
 
     Listening sockets: rank 0's rendezvous store listens on the address ``master_addr``
     resolves to (only on that interface; loopback for ``localhost``), TensorPipe (and the
@@ -334,15 +363,23 @@ def init_rpc(
 def _configure_auth_transport(key: bytes, master_addr: str) -> None:
     """Gives the plugin's transport its key (a key of its own, derived from the job's) and
     its listening address: that of ``TP_SOCKET_IFNAME``'s interface, as torch's uv
-    transport would use."""
+    transport would use, of ``master_addr``'s family (IPv4 or IPv6) where it has one."""
     import hashlib
     import hmac
+    import socket
 
     interface = os.environ.get("TP_SOCKET_IFNAME")
-    host = _ipv4_of_interface(interface) if interface else None
+    host = None
+    if interface:
+        try:
+            family = resolve_host(master_addr)[0]
+        except OSError:
+            family = socket.AF_INET
+        other = socket.AF_INET6 if family == socket.AF_INET else socket.AF_INET
+        host = _address_of_interface(interface, family) or _address_of_interface(interface, other)
     if host is None:
         raise ValueError(
-            f"init_rpc(): cannot tell which IPv4 address to listen on toward master_addr={master_addr!r} "
+            f"init_rpc(): cannot tell which address to listen on toward master_addr={master_addr!r} "
             f"(TP_SOCKET_IFNAME={interface!r}); set TP_SOCKET_IFNAME to the interface other workers reach"
         )
     transport_key = hmac.new(key, b"gilfree-rpc transport v1", hashlib.sha256).hexdigest()

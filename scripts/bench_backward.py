@@ -6,9 +6,10 @@ Graphs (each worker a separate process, TensorPipe on loopback):
   (iii) the design note's unused-RPC example: smart mode against torch, which waits
         for its RPC timeout (run here with a short timeout, reported beside it);
   (iv)  auth_round_trips: graph (i), smart engine, started with plugin.rpc.init_rpc over
-        TCP without a key (transports=["uv"]) and with a key (the authenticating
-        transport "gilfree_auth", docs/security.md), alternately in fresh processes within
-        the same run; reports the median of each repeat's keyed/unkeyed ratio.
+        TCP without a key (transports=["uv"]) and with a key (the authenticating transport
+        "gilfree_auth", every frame encrypted with AES-256-GCM, docs/security.md),
+        alternately in fresh processes within the same run; reports the median of each
+        repeat's keyed/unkeyed ratio and the load average at its start and end.
 
 Only the backward call is timed; every iteration builds its forward pass in a fresh
 context. The engines take turns within each iteration, in a rotating order, so drift
@@ -234,6 +235,7 @@ def main():
             # keyed and unkeyed groups alternate (which goes first alternates too), each
             # repeat's ratio compares two groups timed back to back in this run
             runs = []
+            load_start = list(os.getloadavg())
             for repeat in range(args.repeats):
                 order = ("uv", "key") if repeat % 2 == 0 else ("key", "uv")
                 timed = {auth: run_graph("round_trips", 2, args, auth=auth)["smart"] for auth in order}
@@ -245,6 +247,7 @@ def main():
                 "key": {"median_ms": statistics.median(r["key"]["median_ms"] for r in runs)},
                 "ratio_runs": ratios,
                 "ratio": statistics.median(ratios),
+                "load_average": {"start": load_start, "end": list(os.getloadavg())},
             }
             continue
         if graph == "unused_rpc":
@@ -279,7 +282,8 @@ def main():
         print(
             f"round trips with a key (gilfree_auth) against without (uv): {a['key']['median_ms']:.3f} ms vs "
             f"{a['uv']['median_ms']:.3f} ms, key/no-key {a['ratio']:.3f} (per run: "
-            + ", ".join(f"{v:.3f}" for v in a["ratio_runs"]) + ")"
+            + ", ".join(f"{v:.3f}" for v in a["ratio_runs"]) + "); load average (1, 5, 15 min) "
+            + " -> ".join(", ".join(f"{x:.1f}" for x in a["load_average"][k]) for k in ("start", "end"))
         )
     if "unused_rpc" in results:
         u = results["unused_rpc"]

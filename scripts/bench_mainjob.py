@@ -21,9 +21,10 @@ state (counted on the plugin run: the same model and optimizer on both stacks). 
 plugin / torch >= 1.5x samples/s; the servers' RSS growth <= 1.5x the tables' and optimizer
 state's bytes.
 
-``--auth`` (issue 21) alternates the plugin's stack with an authentication key
+``--auth`` (issues 21, 30) alternates the plugin's stack with an authentication key
 (``train.py --auth-key-file``, a fresh random key: the authenticating transport, every message
-MACed) against the same stack without one, on the chosen workload. Target: with a key at most
+encrypted and authenticated with AES-256-GCM) against the same stack without one, on the
+chosen workload. Target: with a key at most
 5 % slower (keyed / unkeyed samples/s >= 0.95, the median over pairs).
 
 Writes JSON (default results/bench_mainjob.json), which docs/benchmarks.md quotes; the digits

@@ -112,9 +112,10 @@ TORCH_LIBRARY(dist_engine, m) {
   // Sets this thread's current distributed autograd context (-1: none); returns the
   // previous one. The optimizer sends its RPCs outside any context.
   def(m, "_swap_current_context(int context_id) -> int");
-  // Authentication (auth_transport.h): the key of the transport "gilfree_auth" (an
-  // ASCII string; empty: none), the libcrypto to load (HMAC-SHA256), and the IPv4 address
-  // the next agent's transport listens on. Registers the transport the first time.
+  // Authentication and encryption (auth_transport.h): the key of the transport
+  // "gilfree_auth" (an ASCII string; empty: none), the libcrypto to load (HMAC-SHA256,
+  // AES-256-GCM), and the numeric IPv4 or IPv6 address the next agent's transport listens
+  // on. Registers the transport the first time.
   def(m, "_configure_auth_transport(str key, str crypto_library, str listen_host) -> ()");
 
   // The native local optimizers (local_optimizer.h): each op reaches one by its handle, on

@@ -1,7 +1,11 @@
 """Starting the security tests' job (tests/support/security_job.py) and looking at it from
-outside: its processes' listening TCP sockets, read from /proc."""
+outside: its processes' listening TCP sockets, read from /proc; a client of the
+authenticating transport that holds the key (KeyedPeer), to play an attacker on the path."""
+import hashlib
+import hmac
 import os
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -13,9 +17,27 @@ OUTSIDER = os.path.join(ROOT, "tests", "support", "security_outsider.py")
 KEY = "0123456789abcdef0123456789abcdef"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+# The first bytes of the authenticating transport's handshake (plugin/csrc/rpc/auth_transport.cpp).
+MAGIC = b"GFRPCAU2"
+
+
+def skip_without_ipv6_loopback(master_addr):
+    """Skips the calling test when ``master_addr`` is IPv6 and this machine has no ``::1``
+    (IPv6 disabled, as in some containers)."""
+    if ":" not in master_addr:
+        return
+    import pytest
+
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError as e:
+        pytest.skip(f"this machine has no IPv6 loopback address ::1 ({e})")
+
+
+def free_port(host="127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -34,15 +56,17 @@ def environment(key=None):
 class Job:
     """The two workers of security_job.py as child processes (keys per rank: None for none)."""
 
-    def __init__(self, out_dir, keys=(None, None), steps=20, pause=0.0, init_timeout=60.0):
+    def __init__(self, out_dir, keys=(None, None), steps=20, pause=0.0, init_timeout=60.0, master_addr="127.0.0.1",
+                 extra=()):
         self.out = str(out_dir)
-        self.port = free_port()
+        self.port = free_port(master_addr)
         self.procs = []
         for rank in (0, 1):
             log = open(os.path.join(self.out, f"log.{rank}"), "w")
             self.procs.append(subprocess.Popen(
                 [sys.executable, JOB, "--rank", str(rank), "--port", str(self.port), "--out", self.out,
-                 "--steps", str(steps), "--pause", str(pause), "--init-timeout", str(init_timeout)],
+                 "--steps", str(steps), "--pause", str(pause), "--init-timeout", str(init_timeout),
+                 "--master-addr", master_addr, *extra],
                 env=environment(keys[rank]), stdout=log, stderr=subprocess.STDOUT,
             ))
 
@@ -135,3 +159,75 @@ def run_outsider(store_port, marker, timeout=120):
          "--marker", str(marker)],
         env=environment(), capture_output=True, text=True, timeout=timeout,
     )
+
+
+# --- a client of the authenticating transport that holds the key ------------------------
+
+def _transport_key(job_key: str) -> bytes:
+    # plugin.rpc._configure_auth_transport: the transport's key, derived from the job's
+    return hmac.new(job_key.encode(), b"gilfree-rpc transport v1", hashlib.sha256).hexdigest().encode()
+
+
+def _hkdf(key: bytes, salt: bytes, info: bytes) -> bytes:
+    # HKDF-SHA256 (RFC 5869), one block: the transport's derivation of proofs and keys
+    prk = hmac.new(salt, key, hashlib.sha256).digest()
+    return hmac.new(prk, info + b"\x01", hashlib.sha256).digest()
+
+
+def _recv_exactly(sock, n):
+    data = b""
+    while len(data) < n:
+        part = sock.recv(n - len(data))
+        if not part:
+            raise ConnectionError(f"EOF after {len(data)} of {n} bytes")
+        data += part
+    return data
+
+
+class KeyedPeer:
+    """A connection to a worker's transport port made by the protocol with the key (the
+    handshake of plugin/csrc/rpc/auth_transport.h, written again here from its description),
+    from the loopback address ``source``; then sends whatever frames a test makes with
+    :meth:`frame`. Needs the ``cryptography`` package (AES-GCM)."""
+
+    def __init__(self, port, source="127.0.0.1", key=KEY, host="127.0.0.1"):
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        self.sock = socket.create_connection((host, port), timeout=10, source_address=(source, 0))
+        nonce = os.urandom(32)
+        self.sock.sendall(MAGIC + nonce)
+        hello = _recv_exactly(self.sock, len(MAGIC) + 32)
+        assert hello[:len(MAGIC)] == MAGIC, hello
+        salt = nonce + hello[len(MAGIC):]
+        transport_key = _transport_key(key)
+        self.sock.sendall(_hkdf(transport_key, salt, b"gilfree-rpc v2 client proof"))
+        proof = _recv_exactly(self.sock, 32)
+        assert proof == _hkdf(transport_key, salt, b"gilfree-rpc v2 server proof"), "the worker's proof"
+        self._aead = AESGCM(_hkdf(transport_key, salt, b"gilfree-rpc v2 client to server"))
+
+    def frame(self, payload: bytes, number: int) -> bytes:
+        """Frame ``number`` of this connection's client-to-server direction holding ``payload``:
+        sealed length and tag, sealed payload and tag (AES-256-GCM, nonces (0, n) and (1, n))."""
+        def nonce(kind):
+            return struct.pack("<IQ", kind, number)
+
+        return (self._aead.encrypt(nonce(0), struct.pack("<Q", len(payload)), None)
+                + self._aead.encrypt(nonce(1), payload, None))
+
+    def closed_by_worker(self, timeout=15.0) -> bool:
+        """Whether the worker closes the connection (EOF or reset) within ``timeout`` s,
+        discarding anything it sends meanwhile."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.sock.settimeout(max(0.05, deadline - time.monotonic()))
+            try:
+                if not self.sock.recv(65536):
+                    return True
+            except socket.timeout:
+                return False
+            except ConnectionError:
+                return True
+        return False
+
+    def close(self):
+        self.sock.close()

@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-from tests.security.jobs import KEY, Job, listening_sockets, run_outsider
+from tests.security.jobs import KEY, MAGIC, Job, listening_sockets, run_outsider, skip_without_ipv6_loopback
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -23,17 +23,20 @@ def _loopback(address):
     return address.startswith("127.") or address in ("::1", "::ffff:127.0.0.1")
 
 
-@pytest.mark.parametrize("key", [None, KEY], ids=["no_key", "key"])
-def test_every_listening_socket_is_on_loopback(tmp_path, key):
-    job = Job(tmp_path, keys=(key, key), steps=30, pause=0.1)
+@pytest.mark.parametrize("key, master_addr", [(None, "127.0.0.1"), (KEY, "127.0.0.1"), (KEY, "::1")],
+                         ids=["no_key", "key", "key_ipv6"])
+def test_every_listening_socket_is_on_loopback(tmp_path, key, master_addr):
+    skip_without_ipv6_loopback(master_addr)
+    job = Job(tmp_path, keys=(key, key), steps=30, pause=0.1, master_addr=master_addr)
     try:
         job.wait_ready()
         sockets = listening_sockets([p.pid for p in job.procs])
-        assert (("127.0.0.1", job.port)) in sockets, sockets  # the rendezvous store, on loopback only
+        assert ((master_addr, job.port)) in sockets, sockets  # the rendezvous store, on loopback only
         assert all(_loopback(address) for address, _ in sockets), sockets
         if key is not None:
-            # the store, and one listener of the authenticating transport per worker
-            assert len(sockets) == 3, sockets
+            # the store, and one listener of the authenticating transport per worker, all on
+            # master_addr's address (IPv6 for ::1)
+            assert len(sockets) == 3 and {address for address, _ in sockets} == {master_addr}, sockets
         assert job.wait() == [0, 0], job.logs()
     finally:
         job.kill()
@@ -73,11 +76,11 @@ def _garbage(kind, rng):
     if kind == "absurd_length":
         return struct.pack("<Q", (1 << 63) - 1)
     if kind == "absurd_length_after_magic":  # a frame header after a forged hello
-        return b"GFRPCAU1" + rng.randbytes(32) + struct.pack("<Q", (1 << 62)) + rng.randbytes(32)
+        return MAGIC + rng.randbytes(32) + struct.pack("<Q", (1 << 62)) + rng.randbytes(32)
     if kind == "truncated_hello":
-        return b"GFRPCAU1" + rng.randbytes(rng.randrange(0, 32))
+        return MAGIC + rng.randbytes(rng.randrange(0, 32))
     if kind == "wrong_proof":
-        return b"GFRPCAU1" + rng.randbytes(32) + rng.randbytes(32)
+        return MAGIC + rng.randbytes(32) + rng.randbytes(32)
     if kind == "seven_bytes":
         return rng.randbytes(7)
     raise AssertionError(kind)

@@ -6,7 +6,7 @@
 #include "rpc/message_auth.h"
 #include "rpc/tensorpipe_abi.h"
 
-#include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -14,6 +14,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -21,9 +22,11 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <list>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -34,12 +37,22 @@ namespace {
 using tensorpipe::Error;
 namespace tpt = tensorpipe::transport;
 
-constexpr char kMagic[8] = {'G', 'F', 'R', 'P', 'C', 'A', 'U', '1'};
+constexpr char kMagic[8] = {'G', 'F', 'R', 'P', 'C', 'A', 'U', '2'};
 constexpr size_t kNonceSize = 32;
 constexpr size_t kHelloSize = sizeof(kMagic) + kNonceSize;
 constexpr int kHandshakeMs = 10000;  // a peer that has not proven the key by then is dropped
 constexpr int kMaxHandshakes = 64;  // concurrent handshakes per listener; more are refused
-constexpr size_t kHeaderSize = 8 + kTagSize;
+// A frame: sealed header (the payload's length, encrypted, and its tag), then the payload
+// encrypted and its tag. The two AES-GCM messages of frame n use the nonces (kind, n).
+constexpr size_t kSealedHeaderSize = 8 + kAeadTagSize;
+constexpr uint32_t kHeaderKind = 0;
+constexpr uint32_t kPayloadKind = 1;
+// A payload that TensorPipe does not hand over in a buffer of ours is encrypted into a
+// buffer of the connection this many bytes at a time, each part sent before the next is
+// encrypted (it stays in the cache).
+constexpr size_t kSealChunk = size_t{256} << 10;
+// The most bytes of a connection's first frame (TensorPipe's hello: a few dozen bytes).
+constexpr uint64_t kMaxFirstFrame = 64 << 10;
 
 // TensorPipe's Error prints "(this error originated at <file>:<line>)"; the file names this
 // transport as one of TensorPipe's, which is what compat.h's isPeerUnreachable looks for.
@@ -82,36 +95,73 @@ void logRejected(const std::string& peer, const std::string& why) {
   }
 }
 
-std::string addressOf(const sockaddr_in& address) {
-  char text[INET_ADDRSTRLEN] = {0};
-  inet_ntop(AF_INET, &address.sin_addr, text, sizeof(text));
-  return std::string(text) + ":" + std::to_string(ntohs(address.sin_port));
+// --- addresses: IPv4 "a.b.c.d:port", IPv6 "[a:b::c]:port" (TensorPipe's uv transport's forms) ---
+
+struct SocketAddress {
+  sockaddr_storage storage{};
+  socklen_t size = 0;
+  int family() const {
+    return storage.ss_family;
+  }
+  sockaddr* get() {
+    return reinterpret_cast<sockaddr*>(&storage);
+  }
+};
+
+std::string addressOf(const SocketAddress& address) {
+  char host[NI_MAXHOST] = {0};
+  char port[NI_MAXSERV] = {0};
+  if (::getnameinfo(reinterpret_cast<const sockaddr*>(&address.storage), address.size, host, sizeof(host), port,
+                    sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return "?";
+  }
+  return address.family() == AF_INET6 ? "[" + std::string(host) + "]:" + port : std::string(host) + ":" + port;
 }
 
-bool parseAddress(const std::string& addr, sockaddr_in& out) {
+// Parses "host:port", "[host]:port" or a host alone (port 0), where host is a numeric IPv4
+// or IPv6 address (an IPv6 one may name its scope: "fe80::1%eth0").
+bool parseAddress(const std::string& addr, SocketAddress& out) {
   std::string host = addr;
-  int port = 0;
-  auto colon = addr.rfind(':');
-  if (colon != std::string::npos) {
-    host = addr.substr(0, colon);
-    try {
-      port = std::stoi(addr.substr(colon + 1));
-    } catch (const std::exception&) {
+  std::string port = "0";
+  if (!addr.empty() && addr[0] == '[') {
+    auto close = addr.find(']');
+    if (close == std::string::npos) {
       return false;
     }
+    host = addr.substr(1, close - 1);
+    std::string rest = addr.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest[0] != ':') {
+        return false;
+      }
+      port = rest.substr(1);
+    }
+  } else if (std::count(addr.begin(), addr.end(), ':') == 1) {  // IPv4 with a port
+    auto colon = addr.find(':');
+    host = addr.substr(0, colon);
+    port = addr.substr(colon + 1);
+  }  // else an IPv4 address, or an IPv6 one without brackets, alone
+  if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) || std::stoi(port) > 65535) {
+    return false;
   }
-  std::memset(&out, 0, sizeof(out));
-  out.sin_family = AF_INET;
-  out.sin_port = htons(static_cast<uint16_t>(port));
-  return inet_pton(AF_INET, host.c_str(), &out.sin_addr) == 1;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 || found == nullptr) {
+    return false;
+  }
+  std::memcpy(&out.storage, found->ai_addr, found->ai_addrlen);
+  out.size = found->ai_addrlen;
+  ::freeaddrinfo(found);
+  return true;
 }
 
-std::string le64(uint64_t value) {
-  std::string out(8, '\0');
+void putLe64(uint8_t* p, uint64_t value) {
   for (int i = 0; i < 8; ++i) {
-    out[i] = static_cast<char>((value >> (8 * i)) & 0xff);
+    p[i] = static_cast<uint8_t>((value >> (8 * i)) & 0xff);
   }
-  return out;
 }
 
 uint64_t readLe64(const uint8_t* p) {
@@ -122,74 +172,48 @@ uint64_t readLe64(const uint8_t* p) {
   return value;
 }
 
-// Drops the first `n` bytes of the buffers `parts[0, count)`: the buffers wholly done are
-// skipped (and empty ones), the one partly done starts after its done bytes.
-void advance(iovec*& parts, size_t& count, size_t n) {
-  while (count > 0 && n >= parts->iov_len) {
-    n -= parts->iov_len;
-    ++parts;
-    --count;
-  }
-  if (count > 0) {
-    parts->iov_base = static_cast<char*>(parts->iov_base) + n;
-    parts->iov_len -= n;
-  }
-}
-
-// Moves exactly the buffers' bytes, in order, through `io` (a blocking sendmsg or recvmsg of
-// the message it is given), with as few calls as the socket allows; false on EOF or error.
-template <class Io>
-bool transferAll(iovec* parts, size_t count, Io io) {
-  while (count > 0) {
-    msghdr message{};
-    message.msg_iov = parts;
-    message.msg_iovlen = count;
-    ssize_t n = io(&message);
+bool sendAll(int fd, const void* data, size_t length) {
+  const char* p = static_cast<const char*>(data);
+  while (length > 0) {
+    ssize_t n = ::send(fd, p, length, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) {
       continue;
     }
     if (n <= 0) {
       return false;
     }
-    advance(parts, count, static_cast<size_t>(n));
+    p += n;
+    length -= static_cast<size_t>(n);
   }
   return true;
 }
 
-// Sends the buffers in order (one frame is header, payload and tag: one sendmsg on a socket
-// with room).
-bool sendAllv(int fd, iovec* parts, size_t count) {
-  return transferAll(parts, count, [fd](msghdr* message) { return ::sendmsg(fd, message, MSG_NOSIGNAL); });
-}
+using Deadline = std::chrono::steady_clock::time_point;
 
-bool sendAll(int fd, const void* data, size_t length) {
-  iovec part{const_cast<void*>(data), length};
-  return sendAllv(fd, &part, 1);
-}
-
-// Receives exactly the buffers' bytes (a frame's payload and tag: one recvmsg when they have
-// arrived).
-bool recvAllv(int fd, iovec* parts, size_t count) {
-  return transferAll(parts, count, [fd](msghdr* message) { return ::recvmsg(fd, message, 0); });
+// Waits until `fd` has bytes (or EOF) to read; false when `deadline` passes first. No
+// deadline: true at once (the read that follows blocks).
+bool waitReadable(int fd, Deadline* deadline) {
+  while (deadline != nullptr) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      return false;
+    }
+    pollfd pfd{fd, POLLIN, 0};
+    int ready = ::poll(&pfd, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) {
+      continue;
+    }
+    return ready > 0;
+  }
+  return true;
 }
 
 // Blocking receipt of exactly `length` bytes; false on EOF, error or (when deadline is set) time-out.
-bool recvAll(int fd, void* data, size_t length, std::chrono::steady_clock::time_point* deadline = nullptr) {
+bool recvAll(int fd, void* data, size_t length, Deadline* deadline = nullptr) {
   char* p = static_cast<char*>(data);
   while (length > 0) {
-    if (deadline != nullptr) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) {
-        return false;
-      }
-      pollfd pfd{fd, POLLIN, 0};
-      int ready = ::poll(&pfd, 1, static_cast<int>(left.count()));
-      if (ready < 0 && errno == EINTR) {
-        continue;
-      }
-      if (ready <= 0) {
-        return false;
-      }
+    if (!waitReadable(fd, deadline)) {
+      return false;
     }
     ssize_t n = ::recv(fd, p, length, 0);
     if (n < 0 && errno == EINTR) {
@@ -225,16 +249,17 @@ struct ReadOp {
 };
 
 struct WriteOp {
-  const void* ptr;
-  size_t length;
-  std::unique_ptr<uint8_t[]> owned;  // the serialized nop object
+  const void* ptr = nullptr;
+  size_t length = 0;
+  std::unique_ptr<uint8_t[]> owned;  // the serialized nop object (ptr points at it): encrypted in place
   tpt::Connection::write_callback_fn fn;
-  // The rest of a frame that write() began to send itself (header and tag already made,
-  // `sent` bytes of header, payload and tag already on the socket): the writer sends the rest.
-  bool framed = false;
-  size_t sent = 0;
-  std::array<uint8_t, kHeaderSize> header{};
-  Tag trailer{};
+  // How far the frame has got, kept when the writer thread takes over what write() began.
+  bool started = false;  // numbered, header sealed, payload's encryption begun
+  std::array<uint8_t, kSealedHeaderSize> header{};
+  AeadTag tag{};  // the payload's, once all of it is encrypted
+  size_t sealed = 0;  // payload bytes encrypted
+  size_t chunkBegin = 0;  // payload offset of the ciphertext in the link's send buffer (not owned)
+  size_t sent = 0;  // bytes of the frame (header, payload, tag) on the socket
 };
 
 class Link : public std::enable_shared_from_this<Link> {
@@ -248,7 +273,7 @@ class Link : public std::enable_shared_from_this<Link> {
   }
 
   // Client: connects and authenticates on the reader thread, then reads.
-  void startClient(sockaddr_in address) {
+  void startClient(SocketAddress address) {
     peer_ = addressOf(address);
     auto self = shared_from_this();
     startThread([self, address]() {
@@ -266,7 +291,7 @@ class Link : public std::enable_shared_from_this<Link> {
     peer_ = std::move(peer);
     auto self = shared_from_this();
     startThread([self, ready = std::move(ready)]() {
-      bool ok = self->handshake();
+      bool ok = self->handshake() && self->receiveFirstFrame();
       ready(ok);
       if (ok) {
         self->readLoop();
@@ -287,10 +312,15 @@ class Link : public std::enable_shared_from_this<Link> {
   }
 
   // Sends the frame on the caller's thread when the link is idle (authenticated, nothing queued,
-  // the writer not sending) and the socket takes it whole without blocking; otherwise, or for
-  // what the socket did not take, the writer thread sends it. Frames leave in the order of
-  // the calls: only the holder of `writing_` sends, and it numbers the frame it sends.
+  // the writer not sending), as far as the socket takes it without blocking; the writer
+  // thread sends what is left, and the frames queued meanwhile. Frames leave in the order of
+  // the calls: only the holder of `writing_` encrypts and sends, and it numbers the frame.
   void write(WriteOp op) {
+    if (op.length > kAeadMaxMessage) {
+      op.fn(transportError("gilfree_auth cannot send a message of " + std::to_string(op.length) +
+                           " bytes (AES-GCM's limit is " + std::to_string(kAeadMaxMessage) + ")"));
+      return;
+    }
     std::unique_lock<std::mutex> lock(mutex_);
     if (closed_) {
       Error error = error_;
@@ -301,26 +331,10 @@ class Link : public std::enable_shared_from_this<Link> {
     if (authenticated_ && !writing_ && writes_.empty()) {
       writing_ = true;
       lock.unlock();
-      frame(op);
-      iovec parts[3];
-      const size_t total = framedParts(op, parts);
-      msghdr message{};
-      message.msg_iov = parts;
-      message.msg_iovlen = 3;
-      ssize_t n = ::sendmsg(fd_, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        Error error = transportError("write to " + peer_ + " failed: " + std::strerror(errno));
-        lock.lock();
-        writing_ = false;
-        lock.unlock();
-        op.fn(error);
-        fail(error);
-        return;
-      }
-      op.sent = n > 0 ? static_cast<size_t>(n) : 0;
+      Sent result = pump(op, /*mayBlock=*/false);
       lock.lock();
       writing_ = false;
-      if (op.sent == total) {
+      if (result == Sent::kAll) {
         if (!writes_.empty()) {
           writeCv_.notify_one();
         }
@@ -328,8 +342,15 @@ class Link : public std::enable_shared_from_this<Link> {
         op.fn(Error());
         return;
       }
-      writes_.push_front(std::move(op));  // the rest of this frame before anything queued since
-      writeCv_.notify_one();
+      if (result == Sent::kBlocked) {
+        writes_.push_front(std::move(op));  // the rest of this frame before anything queued since
+        writeCv_.notify_one();
+        return;
+      }
+      lock.unlock();
+      Error error = transportError(sendFailure_);
+      op.fn(error);
+      fail(error);
       return;
     }
     writes_.push_back(std::move(op));
@@ -371,9 +392,19 @@ class Link : public std::enable_shared_from_this<Link> {
     return peer_;
   }
 
+  // After the handshake: starts the writer thread, and write() may send by itself.
+  void startWriter() {
+    auto self = shared_from_this();
+    startThread([self]() {
+      self->writeLoop();
+    });
+    std::lock_guard<std::mutex> guard(mutex_);
+    authenticated_ = true;
+  }
+
  private:
-  void runClient(sockaddr_in address) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  void runClient(SocketAddress address) {
+    int fd = ::socket(address.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
       fail(transportError(std::string("socket: ") + std::strerror(errno)));
       return;
@@ -388,7 +419,7 @@ class Link : public std::enable_shared_from_this<Link> {
     }
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    if (::connect(fd, address.get(), address.size) != 0) {
       fail(transportError("connect to " + peer_ + " failed: " + std::strerror(errno)));
       return;
     }
@@ -399,9 +430,10 @@ class Link : public std::enable_shared_from_this<Link> {
     readLoop();
   }
 
-  // The challenge-response (see auth_transport.h). Returns whether the peer proved the key.
+  // The challenge-response (see auth_transport.h). Returns whether the peer proved the key;
+  // then the keys of both directions are set.
   bool handshake() {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kHandshakeMs);
+    Deadline deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kHandshakeMs);
     uint8_t hello[kHelloSize];
     std::memcpy(hello, kMagic, sizeof(kMagic));
     randomBytes(hello + sizeof(kMagic), kNonceSize);
@@ -422,17 +454,17 @@ class Link : public std::enable_shared_from_this<Link> {
       return reject("no handshake within " + std::to_string(kHandshakeMs / 1000) + " s");
     }
     if (std::memcmp(theirs, kMagic, sizeof(kMagic)) != 0) {
-      return reject("not a gilfree-rpc authenticated connection");
+      return reject("not a gilfree-rpc authenticated connection (or another version of it)");
     }
     if (!client_ && !sendAll(fd_, hello, kHelloSize)) {
       return reject("cannot send the handshake");
     }
     std::string mine(reinterpret_cast<char*>(hello + sizeof(kMagic)), kNonceSize);
     std::string other(reinterpret_cast<char*>(theirs + sizeof(kMagic)), kNonceSize);
-    const std::string& clientNonce = client_ ? mine : other;
-    const std::string& serverNonce = client_ ? other : mine;
-    Tag proof = hmacOf(key_, {client_ ? "client proof" : "server proof", clientNonce, serverNonce});
-    Tag expected = hmacOf(key_, {client_ ? "server proof" : "client proof", clientNonce, serverNonce});
+    // HKDF's salt: both nonces, the client's first; a secret of its own for each use.
+    const std::string salt = client_ ? mine + other : other + mine;
+    Tag proof = hkdf(key_, salt, client_ ? "gilfree-rpc v2 client proof" : "gilfree-rpc v2 server proof");
+    Tag expected = hkdf(key_, salt, client_ ? "gilfree-rpc v2 server proof" : "gilfree-rpc v2 client proof");
     Tag received{};
     if (!sendAll(fd_, proof.data(), kTagSize) || !recvAll(fd_, received.data(), kTagSize, &deadline)) {
       return reject("no proof of the key within " + std::to_string(kHandshakeMs / 1000) + " s");
@@ -440,65 +472,102 @@ class Link : public std::enable_shared_from_this<Link> {
     if (!sameTag(received.data(), expected.data())) {
       return reject("it does not hold this job's key");
     }
-    Tag clientToServer = hmacOf(key_, {"client to server", clientNonce, serverNonce});
-    Tag serverToClient = hmacOf(key_, {"server to client", clientNonce, serverNonce});
-    std::string c2s(reinterpret_cast<char*>(clientToServer.data()), kTagSize);
-    std::string s2c(reinterpret_cast<char*>(serverToClient.data()), kTagSize);
-    sendMac_ = std::make_unique<Hmac>(client_ ? c2s : s2c);
-    recvMac_ = std::make_unique<Hmac>(client_ ? s2c : c2s);
+    Tag clientToServer = hkdf(key_, salt, "gilfree-rpc v2 client to server");
+    Tag serverToClient = hkdf(key_, salt, "gilfree-rpc v2 server to client");
+    static_assert(kTagSize >= kAeadKeySize, "an HKDF block holds an AES-256 key");
+    sender_ = std::make_unique<Aead>((client_ ? clientToServer : serverToClient).data(), /*seal=*/true);
+    receiver_ = std::make_unique<Aead>((client_ ? serverToClient : clientToServer).data(), /*seal=*/false);
     return true;
   }
 
- public:
-  // After the handshake and once the writer thread runs: write() may send by itself.
-  void markAuthenticated() {
-    std::lock_guard<std::mutex> guard(mutex_);
-    authenticated_ = true;
-  }
+  enum class Sent { kAll, kBlocked, kFailed };
 
- public:
-  void startWriter() {
-    auto self = shared_from_this();
-    startThread([self]() {
-      self->writeLoop();
-    });
-    markAuthenticated();
-  }
-
- private:
-  Tag headerTag(Hmac& mac, uint64_t sequence, uint64_t length) {
-    std::string header = "H" + le64(sequence) + le64(length);
-    mac.begin();
-    mac.update(header.data(), header.size());
-    return mac.finish();
-  }
-
-  Tag payloadTag(Hmac& mac, uint64_t sequence, uint64_t length, const void* payload) {
-    std::string header = "P" + le64(sequence) + le64(length);
-    mac.begin();
-    mac.update(header.data(), header.size());
-    mac.update(payload, length);
-    return mac.finish();
-  }
-
-  // Makes `op` a frame: its header (length and the header's tag) and its payload's tag, under
-  // the next sequence number. Called by the holder of `writing_` only.
-  void frame(WriteOp& op) {
-    std::string length = le64(op.length);
-    std::memcpy(op.header.data(), length.data(), 8);
-    Tag tag = headerTag(*sendMac_, sendSequence_, op.length);
-    std::memcpy(op.header.data() + 8, tag.data(), kTagSize);
-    op.trailer = payloadTag(*sendMac_, sendSequence_, op.length, op.ptr);
+  // Numbers the frame of `op` (the next of this direction), seals its header and begins its
+  // payload (all of it, in place, when the payload is a buffer of ours). Holder of `writing_` only.
+  void startFrame(WriteOp& op) {
+    if (sendSequence_ == std::numeric_limits<uint64_t>::max()) {
+      throw std::runtime_error("2^64 frames sent on one connection");  // never reused: a nonce would repeat
+    }
+    uint8_t length[8];
+    putLe64(length, op.length);
+    sender_->begin(kHeaderKind, sendSequence_);
+    sender_->update(length, op.header.data(), sizeof(length));
+    AeadTag headerTag = sender_->seal();
+    std::memcpy(op.header.data() + sizeof(length), headerTag.data(), kAeadTagSize);
+    sender_->begin(kPayloadKind, sendSequence_);
     ++sendSequence_;
-    op.framed = true;
+    op.started = true;
+    if (op.owned) {
+      sender_->update(op.owned.get(), op.owned.get(), op.length);
+      op.sealed = op.length;
+    }
+    if (op.sealed == op.length) {
+      op.tag = sender_->seal();
+    }
   }
 
-  // The frame's unsent bytes as iovecs in `parts` (3 entries); returns all its bytes' count.
-  static size_t framedParts(WriteOp& op, iovec* parts) {
-    parts[0] = {op.header.data(), kHeaderSize};
-    parts[1] = {const_cast<void*>(op.ptr), op.length};
-    parts[2] = {op.trailer.data(), kTagSize};
-    return kHeaderSize + op.length + kTagSize;
+  // Encrypts the next part of TensorPipe's buffer into the send buffer (the previous part is on the socket).
+  void sealNextChunk(WriteOp& op) {
+    if (!sendBuffer_) {
+      sendBuffer_.reset(new uint8_t[kSealChunk]);
+    }
+    const size_t part = std::min(kSealChunk, op.length - op.sealed);
+    sender_->update(static_cast<const uint8_t*>(op.ptr) + op.sealed, sendBuffer_.get(), part);
+    op.chunkBegin = op.sealed;
+    op.sealed += part;
+    if (op.sealed == op.length) {
+      op.tag = sender_->seal();
+    }
+  }
+
+  // Encrypts and sends the rest of `op`'s frame: all of it (kAll), or as much as the socket
+  // takes without blocking when `mayBlock` is false (kBlocked; `op` records how far it got).
+  // kFailed: the socket failed (sendFailure_ says why). Holder of `writing_` only.
+  Sent pump(WriteOp& op, bool mayBlock) {
+    try {
+      if (!op.started) {
+        startFrame(op);
+      }
+      const size_t total = kSealedHeaderSize + op.length + kAeadTagSize;
+      while (op.sent < total) {
+        const size_t payloadSent = std::min(op.sent - std::min(op.sent, kSealedHeaderSize), op.length);
+        if (payloadSent == op.sealed && op.sealed < op.length) {
+          sealNextChunk(op);  // what was encrypted is on the socket: the next part
+        }
+        iovec parts[3];
+        size_t count = 0;
+        if (op.sent < kSealedHeaderSize) {
+          parts[count++] = {op.header.data() + op.sent, kSealedHeaderSize - op.sent};
+        }
+        if (payloadSent < op.sealed) {
+          uint8_t* cipher = op.owned ? op.owned.get() + payloadSent : sendBuffer_.get() + (payloadSent - op.chunkBegin);
+          parts[count++] = {cipher, op.sealed - payloadSent};
+        }
+        if (op.sealed == op.length) {
+          const size_t tagSent = op.sent - std::min(op.sent, kSealedHeaderSize + op.length);
+          parts[count++] = {op.tag.data() + tagSent, kAeadTagSize - tagSent};
+        }
+        msghdr message{};
+        message.msg_iov = parts;
+        message.msg_iovlen = count;
+        ssize_t n = ::sendmsg(fd_, &message, MSG_NOSIGNAL | (mayBlock ? 0 : MSG_DONTWAIT));
+        if (n < 0 && errno == EINTR) {
+          continue;
+        }
+        if (n < 0 && !mayBlock && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+          return Sent::kBlocked;
+        }
+        if (n <= 0) {
+          sendFailure_ = "write to " + peer_ + " failed: " + std::strerror(n < 0 ? errno : EPIPE);
+          return Sent::kFailed;
+        }
+        op.sent += static_cast<size_t>(n);
+      }
+      return Sent::kAll;
+    } catch (const std::exception& e) {
+      sendFailure_ = "cannot encrypt a frame to " + peer_ + ": " + e.what();
+      return Sent::kFailed;
+    }
   }
 
   void writeLoop() {
@@ -514,21 +583,13 @@ class Link : public std::enable_shared_from_this<Link> {
         writes_.pop_front();
         writing_ = true;
       }
-      if (!op.framed) {
-        frame(op);
-      }
-      iovec all[3];
-      framedParts(op, all);
-      iovec* parts = all;
-      size_t count = 3;
-      advance(parts, count, op.sent);  // what write() already sent of this frame
-      const bool ok = sendAllv(fd_, parts, count);
+      const Sent result = pump(op, /*mayBlock=*/true);
       {
         std::lock_guard<std::mutex> guard(mutex_);
         writing_ = false;
       }
-      if (!ok) {
-        Error error = transportError("write to " + peer_ + " failed: " + std::strerror(errno));
+      if (result != Sent::kAll) {
+        Error error = transportError(sendFailure_);
         op.fn(error);
         fail(error);
         return;
@@ -537,8 +598,126 @@ class Link : public std::enable_shared_from_this<Link> {
     }
   }
 
+  // Receives `length` bytes of ciphertext into `target` and the tag after them into `tag`,
+  // decrypting in place what each receipt brought, while it is in the cache. False on EOF,
+  // error or (when `deadline` is set) time-out.
+  bool receivePayload(uint8_t* target, size_t length, uint8_t* tag, Deadline* deadline) {
+    size_t got = 0;
+    size_t tagGot = 0;
+    while (got < length || tagGot < kAeadTagSize) {
+      if (!waitReadable(fd_, deadline)) {
+        return false;
+      }
+      iovec parts[2];
+      size_t count = 0;
+      if (got < length) {
+        parts[count++] = {target + got, length - got};
+      }
+      parts[count++] = {tag + tagGot, kAeadTagSize - tagGot};
+      msghdr message{};
+      message.msg_iov = parts;
+      message.msg_iovlen = count;
+      ssize_t n = ::recvmsg(fd_, &message, 0);
+      if (n < 0 && errno == EINTR) {
+        continue;
+      }
+      if (n <= 0) {
+        return false;
+      }
+      const size_t toPayload = std::min(static_cast<size_t>(n), length - got);
+      if (toPayload > 0) {
+        receiver_->update(target + got, target + got, toPayload);
+      }
+      got += toPayload;
+      tagGot += static_cast<size_t>(n) - toPayload;
+    }
+    return true;
+  }
+
+  // One frame received: its payload, decrypted and authentic, at `data` (TensorPipe's
+  // buffer, or `owned`); or why not (`error`, whose connection then must close).
+  struct Frame {
+    void* data = nullptr;
+    uint64_t length = 0;
+    std::unique_ptr<uint8_t[]> owned;
+    Error error;
+  };
+
+  // Receives frame `sequence` into `into`, which holds `expected` bytes, or, when `into`
+  // is null, into a buffer of its own (at most `limit` bytes). A frame whose tags fail is
+  // logged once per address.
+  Frame receiveFrame(uint64_t sequence, void* into, size_t expected, uint64_t limit, Deadline* deadline) {
+    Frame frame;
+    auto rejected = [&](const std::string& what) {
+      logRejected(peer_, what + " failed its authentication tag");
+      frame.error = transportError(what + " from " + peer_ + " failed its authentication tag (altered, replayed, "
+                                   "reordered or from another connection): connection closed");
+      return std::move(frame);
+    };
+    uint8_t header[kSealedHeaderSize];
+    if (!recvAll(fd_, header, kSealedHeaderSize, deadline)) {
+      frame.error = transportError("connection to " + peer_ + " closed (EOF)");
+      return frame;
+    }
+    uint8_t plain[8];
+    receiver_->begin(kHeaderKind, sequence);
+    receiver_->update(header, plain, sizeof(plain));
+    if (!receiver_->open(header + sizeof(plain))) {
+      return rejected("a frame header");
+    }
+    frame.length = readLe64(plain);  // authentic: sent by a holder of the key
+    if (into != nullptr ? frame.length != expected : frame.length > limit) {
+      frame.error = transportError("a frame from " + peer_ + " has " + std::to_string(frame.length) + " bytes where " +
+                                   (into != nullptr ? "" : "at most ") + std::to_string(into ? expected : limit) +
+                                   " were expected");
+      return frame;
+    }
+    frame.data = into;
+    if (into == nullptr) {
+      frame.owned.reset(new (std::nothrow) uint8_t[frame.length == 0 ? 1 : frame.length]);
+      if (!frame.owned) {
+        frame.error = transportError("cannot allocate " + std::to_string(frame.length) + " bytes for a frame from " +
+                                     peer_);
+        return frame;
+      }
+      frame.data = frame.owned.get();
+    }
+    receiver_->begin(kPayloadKind, sequence);
+    AeadTag received{};
+    if (!receivePayload(static_cast<uint8_t*>(frame.data), frame.length, received.data(), deadline)) {
+      frame.error = transportError("connection to " + peer_ + " closed within a frame (EOF)");
+      return frame;
+    }
+    if (!receiver_->open(received.data())) {
+      return rejected("a frame");
+    }
+    return frame;
+  }
+
+  // Server: receives the peer's first frame (TensorPipe's hello, which says what the
+  // connection is for) before the connection is handed to TensorPipe, within the
+  // handshake's time. TensorPipe's listener fails as a whole, and accepts no more pipes,
+  // when a connection it reads the hello from fails; a frame altered on the path fails here.
+  bool receiveFirstFrame() {
+    Deadline deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kHandshakeMs);
+    try {
+      Frame frame = receiveFrame(0, nullptr, 0, kMaxFirstFrame, &deadline);
+      if (frame.error) {
+        fail(frame.error);
+        return false;
+      }
+      first_ = std::move(frame);
+      return true;
+    } catch (const std::exception& e) {
+      fail(transportError("cannot decrypt a frame from " + peer_ + ": " + e.what()));
+      return false;
+    }
+  }
+
+  // Reads the frames for TensorPipe's reads, in order. A frame is handed to TensorPipe only
+  // once its tag has checked; any failure closes the connection.
   void readLoop() {
-    uint64_t sequence = 0;
+    uint64_t sequence = first_ ? 1 : 0;
     while (true) {
       ReadOp op;
       {
@@ -550,51 +729,32 @@ class Link : public std::enable_shared_from_this<Link> {
         op = std::move(reads_.front());
         reads_.pop_front();
       }
-      auto fail_op = [&](Error error) {
-        op.fn(error, nullptr, 0);
-        fail(error);
-      };
-      uint8_t header[kHeaderSize];
-      if (!recvAll(fd_, header, kHeaderSize)) {
-        fail_op(transportError("connection to " + peer_ + " closed (EOF)"));
-        return;
-      }
-      uint64_t length = readLe64(header);
-      Tag expected = headerTag(*recvMac_, sequence, length);
-      if (!sameTag(header + 8, expected.data())) {
-        logRejected(peer_, "a frame header failed its MAC");
-        fail_op(transportError("a frame from " + peer_ + " failed its MAC (header): connection closed"));
-        return;
-      }
-      if (op.ptr != nullptr && length != op.length) {
-        fail_op(transportError("a frame from " + peer_ + " has " + std::to_string(length) +
-                               " bytes where " + std::to_string(op.length) + " were expected"));
-        return;
-      }
-      std::unique_ptr<uint8_t[]> owned;
-      void* target = op.ptr;
-      if (target == nullptr) {
-        owned.reset(new (std::nothrow) uint8_t[length == 0 ? 1 : length]);
-        if (!owned) {
-          fail_op(transportError("cannot allocate " + std::to_string(length) + " bytes for a frame from " + peer_));
-          return;
+      Frame frame;
+      try {
+        if (first_) {
+          frame = std::move(*first_);
+          first_.reset();
+          if (op.ptr != nullptr) {  // into TensorPipe's buffer (its first read is a nop object's: never)
+            if (frame.length == op.length) {
+              std::memcpy(op.ptr, frame.data, frame.length);
+              frame.data = op.ptr;
+            } else {
+              frame.error = transportError("a frame from " + peer_ + " has " + std::to_string(frame.length) +
+                                           " bytes where " + std::to_string(op.length) + " were expected");
+            }
+          }
+        } else {
+          frame = receiveFrame(sequence++, op.ptr, op.length, kAeadMaxMessage, nullptr);
         }
-        target = owned.get();
+      } catch (const std::exception& e) {
+        frame.error = transportError("cannot decrypt a frame from " + peer_ + ": " + e.what());
       }
-      Tag received{};
-      iovec rest[2] = {{target, length}, {received.data(), kTagSize}};  // the payload and its tag: one call
-      if (!recvAllv(fd_, rest, 2)) {
-        fail_op(transportError("connection to " + peer_ + " closed within a frame (EOF)"));
+      if (frame.error) {
+        op.fn(frame.error, nullptr, 0);
+        fail(frame.error);
         return;
       }
-      Tag check = payloadTag(*recvMac_, sequence, length, target);
-      if (!sameTag(received.data(), check.data())) {
-        logRejected(peer_, "a frame failed its MAC");
-        fail_op(transportError("a frame from " + peer_ + " failed its MAC: connection closed"));
-        return;
-      }
-      ++sequence;
-      op.fn(Error(), target, length);
+      op.fn(Error(), frame.data, frame.length);
     }
   }
 
@@ -611,10 +771,16 @@ class Link : public std::enable_shared_from_this<Link> {
   std::deque<ReadOp> reads_;
   std::deque<WriteOp> writes_;
   bool authenticated_ = false;  // the handshake passed and the writer runs
-  bool writing_ = false;        // a thread is sending a frame (it alone uses sendMac_ and sendSequence_)
+  // A thread is encrypting and sending a frame: it alone uses sender_, sendSequence_,
+  // sendBuffer_ and sendFailure_.
+  bool writing_ = false;
   uint64_t sendSequence_ = 0;
-  std::unique_ptr<Hmac> sendMac_;
-  std::unique_ptr<Hmac> recvMac_;
+  std::unique_ptr<Aead> sender_;  // this direction's key
+  std::unique_ptr<Aead> receiver_;  // the other direction's key (the reader's)
+  std::unique_ptr<uint8_t[]> sendBuffer_;  // kSealChunk bytes, once a payload needs it
+  std::string sendFailure_;
+  std::optional<Frame> first_;  // server: the first frame, received before TensorPipe reads
+
 };
 
 // What TensorPipe holds; closes the link when TensorPipe lets go of it.
@@ -745,9 +911,9 @@ class Acceptor : public std::enable_shared_from_this<Acceptor> {
 
   void acceptLoop() {
     while (true) {
-      sockaddr_in address{};
-      socklen_t size = sizeof(address);
-      int fd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&address), &size, SOCK_CLOEXEC);
+      SocketAddress address;
+      address.size = sizeof(address.storage);
+      int fd = ::accept4(fd_, address.get(), &address.size, SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE) {
           if (errno == EMFILE || errno == ENFILE) {
@@ -841,9 +1007,10 @@ class AuthContext final : public tpt::Context {
   std::shared_ptr<tpt::Connection> connect(std::string addr) override {
     auto link = std::make_shared<Link>(key_, /*client=*/true);
     track(link);
-    sockaddr_in address{};
+    SocketAddress address;
     if (!parseAddress(addr, address)) {
-      link->fail(transportError("gilfree_auth: cannot parse the address '" + addr + "' (IPv4 host:port)"));
+      link->fail(transportError("gilfree_auth: cannot parse the address '" + addr +
+                                "' (IPv4 host:port or [IPv6 host]:port)"));
     } else {
       link->startClient(address);  // starts the writer once the handshake succeeds
     }
@@ -851,19 +1018,23 @@ class AuthContext final : public tpt::Context {
   }
 
   std::shared_ptr<tpt::Listener> listen(std::string addr) override {
-    sockaddr_in address{};
-    TORCH_CHECK(parseAddress(addr, address), "gilfree_auth: cannot parse the listening address '", addr, "'");
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    SocketAddress address;
+    TORCH_CHECK(parseAddress(addr, address), "gilfree_auth: cannot parse the listening address '", addr,
+                "' (an IPv4 or IPv6 address, with or without a port)");
+    int fd = ::socket(address.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
     TORCH_CHECK(fd >= 0, "gilfree_auth: socket: ", std::strerror(errno));
     int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || ::listen(fd, 128) != 0) {
+    if (address.family() == AF_INET6) {
+      ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));  // that address only
+    }
+    if (::bind(fd, address.get(), address.size) != 0 || ::listen(fd, 128) != 0) {
       int error = errno;
       ::close(fd);
       TORCH_CHECK(false, "gilfree_auth: cannot listen on ", addr, ": ", std::strerror(error));
     }
-    socklen_t size = sizeof(address);
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size);
+    address.size = sizeof(address.storage);
+    ::getsockname(fd, address.get(), &address.size);
     auto acceptor = std::make_shared<Acceptor>(key_, fd, addressOf(address));
     acceptor->start();
     {
@@ -878,7 +1049,7 @@ class AuthContext final : public tpt::Context {
   }
 
   const std::string& domainDescriptor() const override {
-    static const std::string descriptor = "gilfree_auth:v1";
+    static const std::string descriptor = "gilfree_auth:v2";
     return descriptor;
   }
 

@@ -1,25 +1,37 @@
-// An authenticating TensorPipe transport over plain TCP sockets ("gilfree_auth").
+// An encrypting and authenticating TensorPipe transport over plain TCP sockets ("gilfree_auth").
 //
 // Every connection starts with a fixed-size challenge-response handshake, bounded in
 // time, that proves to both ends that the other holds the job's key; only then is the
-// connection handed to TensorPipe. After it, every message (each write of TensorPipe's
-// pipe and channels: descriptors, payloads, tensors of the basic channels) travels in a
-// frame
+// connection handed to TensorPipe. The handshake: the connecting end sends the magic bytes
+// and a 32-byte random nonce, the listening end answers (only a hello that starts with the
+// magic) with its own, and each end sends a proof, HKDF-SHA256 (RFC 5869) of the key with
+// both nonces as salt and its role as info. From the same key and salt, HKDF gives one
+// AES-256 key per direction. After it, every message (each write of TensorPipe's pipe and
+// channels: descriptors, payloads, tensors of the basic channels) travels in a frame
 //
-//   length (8 bytes, little endian) | header tag (32) | payload (length) | payload tag (32)
+//   sealed length (8 bytes) | its tag (16) | sealed payload (length bytes) | its tag (16)
 //
-// where header tag = HMAC(k, "H" | sequence number | length) is checked before anything
-// is allocated for the payload, and payload tag = HMAC(k, "P" | sequence number | length |
-// payload) before the payload is handed to TensorPipe. k is a key per connection and
-// direction, derived from the job's key and both ends' nonces; the sequence number counts
-// the frames of that direction, so a frame replayed, reordered or moved to another
-// connection fails. A frame that fails closes the connection; a peer that fails the
-// handshake is logged once per address. So no byte from a process without the key ever
-// reaches TensorPipe's parsers (the issue: an 8-byte length field read by TensorPipe's uv
-// transport makes it allocate that much and abort). Not encrypted.
+// made of two AES-256-GCM messages under the direction's key: the payload's length, whose
+// tag is checked before anything is allocated for the payload, and the payload, whose tag
+// is checked before it is handed to TensorPipe. Their nonces are (0, n) and (1, n) (4 + 8
+// bytes, little endian), n the number of the frame in its direction: never repeated under
+// a key, so a frame replayed, reordered, dropped or moved to another connection fails
+// its tag, as does a frame altered or cut. A frame that fails closes the connection (and
+// is logged once per address); a peer that fails the handshake is logged once per
+// address. So no byte from a process without the key ever reaches TensorPipe's parsers
+// (the issue: an 8-byte length field read by TensorPipe's uv transport makes it allocate
+// that much and abort), and an observer of the connection sees the frames' sizes and
+// times only.
+//
+// Costs: the receiver decrypts in place, in the buffer TensorPipe reads into, part by part
+// as the bytes arrive; the sender encrypts TensorPipe's serialized objects in place and
+// other buffers (a tensor's bytes: TensorPipe's, not ours to change) 256 KiB at a time
+// into a buffer of the connection, each part sent before the next is made. One cipher
+// context per direction, keyed once.
 //
 // Blocking sockets, a reader and a writer thread per connection, an accept thread per
-// listener: connection counts are small (one per pipe plus one per channel). IPv4 only.
+// listener: connection counts are small (one per pipe plus one per channel). IPv4 and
+// IPv6 (addresses as TensorPipe's uv transport writes them: "[::1]:port").
 #pragma once
 
 #include <string>
@@ -30,7 +42,7 @@ namespace dist_engine {
 constexpr const char* kAuthTransportName = "gilfree_auth";
 
 // Sets the key (raw bytes; empty: none), the libcrypto to load, and the address the
-// transport listens on, for the agent started next; registers the transport the first
+// transport listens on (a numeric IPv4 or IPv6 address), for the agent started next; registers the transport the first
 // time. Throws when libcrypto cannot be loaded.
 void configureAuthTransport(const std::string& key, const std::string& cryptoLibrary, const std::string& listenHost);
 
