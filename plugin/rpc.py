@@ -10,6 +10,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Union
 import torch
 import torch.distributed.rpc as _rpc
 
+from . import ops
 from ._device_maps import resolve_device_maps
 from ._errors import remote_error_summary
 from ._rendezvous import RendezvousError, check_group, init_method_for, resolve_host
@@ -324,7 +325,7 @@ def init_rpc(
     elif _auth_configured:
         # A keyless start after a keyed one in this process: the registered transport
         # must not be offered (without a key it reports itself not viable; torch skips it).
-        torch.ops.dist_engine._configure_auth_transport("", "", "")
+        ops._configure_auth_transport("", "", "")
 
     extra = {}
     if key is not None:
@@ -383,7 +384,7 @@ def _configure_auth_transport(key: bytes, master_addr: str) -> None:
             f"(TP_SOCKET_IFNAME={interface!r}); set TP_SOCKET_IFNAME to the interface other workers reach"
         )
     transport_key = hmac.new(key, b"gilfree-rpc transport v1", hashlib.sha256).hexdigest()
-    torch.ops.dist_engine._configure_auth_transport(transport_key, _libcrypto_path(), host)
+    ops._configure_auth_transport(transport_key, _libcrypto_path(), host)
     global _auth_configured
     _auth_configured = True
 

@@ -531,7 +531,7 @@ def render_bench_mainjob_auth(data: Any) -> str:
     out.append(
         f"Measured with torch {meta['torch']}, Python {meta['python']}, {meta['cpus']} CPUs; {meta['pairs']} pairs of "
         f"runs of `scripts/train.py --workload {meta.get('workload', 'digits')}` on the plugin's stack, in fresh "
-        f"processes, with a fresh 32-byte key (`plugin+key`: the authenticating transport, every message MACed) "
+        f"processes, with a fresh 32-byte key (`plugin+key`: the authenticating transport, every frame encrypted and authenticated, AES-256-GCM) "
         f"and without one (`plugin`: TensorPipe's uv transport), the order alternating within pairs; "
         f"{job['trainers']} trainers, {job['servers']} servers, {meta['parameters']:,} parameters, "
         f"{job['optimizer']}, {job['epochs']} epochs"
