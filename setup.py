@@ -108,7 +108,7 @@ setup(
     packages=["plugin", "functional_optim"],
     install_requires=["torch>=2.11"],
     extras_require={
-        "test": ["pytest", "pytest-timeout", "expecttest", "psutil", "scikit-learn"],
+        "test": ["pytest", "pytest-timeout", "expecttest", "psutil", "scikit-learn", "hypothesis"],
         "docs": ["sphinx", "myst-parser"],
         "plot": ["matplotlib"],
     },
