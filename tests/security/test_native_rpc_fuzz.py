@@ -1,7 +1,7 @@
 """The native RPC functions that take tensors or indices from another worker, fed malformed
 requests as any worker could send them (plugin._rpc_functions.call, no caller-side checks):
-gradient clipping's _gradient_norms and _scale_gradients, the engine's _receive_gradients, and
-the native local optimizer's _optimizer_* ops. Bounded Hypothesis property tests on the
+gradient clipping's _gradient_norms and _scale_gradients, the engine's _receive_gradients
+(and _reachability, _abort_pass), and the native local optimizer's _optimizer_* ops. Bounded Hypothesis property tests on the
 session's RPC group: every request is answered (a value or an error) and the callee keeps
 serving; a refused request changes nothing. Requests that still end or corrupt the callee are
 reproduced one by one in a fresh group (tests/support/native_rpc_jobs.py), marked
@@ -123,6 +123,16 @@ def test_receive_gradients_answers_every_request(target, data):
         smart=data.draw(st.booleans()),
     ))
     assert result is not None
+    assert_serves(target)
+
+
+@pytest.mark.timeout(120)
+@FUZZ
+@given(op=st.sampled_from(["_reachability", "_abort_pass"]), context_id=st.sampled_from(BIG), pass_id=st.sampled_from(BIG))
+def test_the_engines_other_handlers_answer_any_ids(target, op, context_id, pass_id):
+    """_reachability and _abort_pass with any context and pass ids: answered, the callee serving."""
+    args = (context_id,) if op == "_reachability" else (context_id, pass_id)
+    assert outcome(target.call(op, *args)) is not None
     assert_serves(target)
 
 
