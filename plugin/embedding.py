@@ -14,15 +14,21 @@ gradient to the owner, where the tables get sparse gradients (``sparse=True``'s)
 context, for a ``DistributedOptimizer`` to step. torch's own engine
 (``torch.distributed.autograd.backward``) does not take these lookups: use the plugin's.
 
-The owner's side of the graph is released with the caller's context, as for torch's RPCs.
+The owner's side of the graph is released with the caller's context, as for torch's RPCs, also
+when the caller's context is released before the answer arrives (the caller then records
+nothing and tells the owner to release its side). A lookup is checked on the caller before it
+is sent and again on the owner, which answers a bad request with an error and keeps serving;
+every error of a lookup names the owner.
 """
 from typing import List, Optional
 
 import torch
+import torch.distributed.autograd as dist_autograd
 import torch.distributed.rpc as rpc
 from torch import Tensor
 
 from . import _rpc_functions, ops
+from ._errors import raise_on_worker
 
 __all__ = ["share_embedding_bag", "unshare_embedding_bag", "lookup_bags_async"]
 
@@ -47,6 +53,7 @@ def share_embedding_bag(module: torch.nn.EmbeddingBag) -> int:
     Raises:
         TypeError: ``module`` is not an ``nn.EmbeddingBag``.
         ValueError: ``module`` uses an option the lookup does not apply, or is not sparse.
+        RuntimeError: its weight is not a dense floating-point tensor on the CPU.
     """
     if not isinstance(module, torch.nn.EmbeddingBag):
         raise TypeError(f"share_embedding_bag: module must be a torch.nn.EmbeddingBag, got {type(module).__name__}")
@@ -80,6 +87,88 @@ def unshare_embedding_bag(handle: int) -> bool:
     return ops._unshare_table(handle)
 
 
+def _check_context(to: str, context_id: int) -> None:
+    """Raises unless ``context_id`` is a live distributed autograd context on this worker: a
+    lookup recorded in a released (or unknown) context would re-create it, here and on the
+    owner, for good."""
+    if not isinstance(context_id, int) or isinstance(context_id, bool):
+        raise TypeError(f"lookup_bags_async to {to!r}: context_id must be an int or None, got "
+                        f"{type(context_id).__name__}")
+    try:
+        dist_autograd._is_valid_context(context_id)
+    except RuntimeError as e:
+        raise RuntimeError(
+            f"lookup_bags_async to {to!r}: no distributed autograd context {context_id} on this worker "
+            f"({rpc.get_worker_info().name!r}; released, or never made here): look up inside the "
+            f"`with dist_autograd.context()` block that created it; nothing was sent") from e
+
+
+def _check_request(to: str, handles: List[int], inputs: List[Tensor], offsets: List[Tensor]) -> None:
+    """The checks of a lookup that need no table (the owner makes them all again, with the
+    rows' range, ``plugin/csrc/embedding/remote_lookup.cpp``): the same texts, after
+    ``"lookup_bags_async to '<owner>': "``, with ``inputs`` for the owner's ``indices``."""
+    def fail(error: type, message: str):
+        raise error(f"lookup_bags_async to {to!r}: {message}")
+
+    if not (isinstance(handles, list) and isinstance(inputs, list) and isinstance(offsets, list)
+            and len(handles) == len(inputs) == len(offsets)):
+        fail(TypeError, "handles, inputs and offsets must be lists of one length")
+    if not handles:
+        fail(ValueError, "handles is empty")
+    for i, handle in enumerate(handles):
+        if not isinstance(handle, int) or isinstance(handle, bool):
+            fail(TypeError, f"handles[{i}] must be an int (a handle of share_embedding_bag), got {type(handle).__name__}")
+        if not 0 <= handle < 2**63:
+            fail(RuntimeError, f"handles[{i}] = {handle} is not a shared table on {to!r} (handles are from 0 to 2**63 - 1)")
+    for i, (rows, bags) in enumerate(zip(inputs, offsets)):
+        for name, t in (("inputs", rows), ("offsets", bags)):
+            if not isinstance(t, Tensor):
+                fail(TypeError, f"{name}[{i}] must be a Tensor, got {type(t).__name__}")
+            if t.layout != torch.strided:
+                fail(RuntimeError, f"{name}[{i}] must be a dense (strided) tensor, got layout {t.layout}")
+            if t.device.type != "cpu":
+                fail(RuntimeError, f"{name}[{i}] must be on the CPU, got {t.device}")
+        if rows.dim() != 1:
+            fail(ValueError, f"inputs[{i}]: input has to be a 1D Tensor (the bags' rows, with offsets), but got "
+                             f"Tensor of dimension {rows.dim()}")
+        if bags.dim() != 1:
+            fail(ValueError, f"offsets[{i}]: offsets has to be a 1D Tensor, but got Tensor of dimension {bags.dim()}")
+        if rows.dtype not in (torch.int64, torch.int32):
+            fail(RuntimeError, f"inputs[{i}]: Expected tensor for argument #1 'indices' to have one of the following "
+                               f"scalar types: Long, Int; but got {rows.type()} instead (while checking arguments for "
+                               f"embedding_bag)")
+        if bags.dtype != torch.int64:
+            fail(RuntimeError, f"offsets[{i}]: Expected tensor for argument #2 'offsets' to have scalar type Long; but "
+                               f"got {bags.type()} instead (while checking arguments for embedding_bag)")
+        if bags.shape[0] != offsets[0].shape[0]:
+            fail(RuntimeError, f"offsets[{i}] has {bags.shape[0]} bags, offsets[0] {offsets[0].shape[0]}")
+        if _offsets_break_a_rule(bags, rows.shape[0]):
+            first, last = bags[0].item(), bags[-1].item()
+            if first != 0:
+                fail(RuntimeError, f"offsets[{i}]: offsets[0] has to be 0, i.e., the first sequence in the mini-batch "
+                                   f"has to start from position 0. However, got {first}")
+            drops = torch.nonzero(bags[1:] < bags[:-1])
+            if drops.numel():
+                k = int(drops[0]) + 1
+                fail(RuntimeError, f"offsets[{i}]: offsets have to be non-decreasing, but offsets[{k}] = "
+                                   f"{int(bags[k])} is less than offsets[{k - 1}] = {int(bags[k - 1])}")
+            fail(RuntimeError, f"offsets[{i}]: offsets[-1] can not be greater than input's length {rows.shape[0]} "
+                               f"but got offsets[-1] of {last}")
+        if rows.shape[0] and rows.min().item() < 0:
+            k = int(torch.nonzero(rows < 0)[0])
+            fail(RuntimeError, f"inputs[{i}]: Index {k} of input takes value {int(rows[k])} which is not in the valid "
+                               f"range [0, num_embeddings)")
+
+
+def _offsets_break_a_rule(bags: Tensor, length: int) -> bool:
+    """Whether 1-D int64 ``bags`` fails to start at 0, decreases somewhere or ends past
+    ``length`` (few ops: this runs for every table of every lookup)."""
+    if bags.shape[0] == 0:
+        return False
+    first, last = bags[0].item(), bags[-1].item()
+    return first != 0 or not first <= last <= length or (bags.shape[0] > 2 and bool((bags[1:] < bags[:-1]).any()))
+
+
 def lookup_bags_async(to: str, context_id: Optional[int], handles: List[int], inputs: List[Tensor],
                       offsets: List[Tensor]) -> torch.futures.Future:
     """The bags of tables on worker ``to``, computed there natively, as a future.
@@ -87,36 +176,77 @@ def lookup_bags_async(to: str, context_id: Optional[int], handles: List[int], in
     For each ``i``, ``nn.EmbeddingBag``'s forward of table ``handles[i]`` on ``inputs[i]`` and
     ``offsets[i]``; the results side by side (``torch.cat(..., dim=1)``).
 
+    Every argument is checked here before anything is sent, and again by the owner, which
+    trusts no caller (a bad request is refused with an error and the owner keeps serving):
+    bag ``k`` of table ``i`` is ``inputs[i][offsets[i][k]:offsets[i][k + 1]]`` (the last one up
+    to the end), so ``offsets[i]`` must start at 0, never decrease and end within
+    ``inputs[i]``, and every row must be in ``[0, num_embeddings)`` (the upper bound is checked
+    by the owner only: the caller does not know the tables' sizes). The messages name the
+    argument, the position and value that broke the rule, and the owner; where
+    ``nn.EmbeddingBag`` checks the same, they carry torch's text (and exception type) after
+    that. ``nn.EmbeddingBag``'s ``per_sample_weights`` is not supported.
+
     Args:
         to (str): the owner's worker name.
         context_id (Optional[int]): the distributed autograd context to record the lookup in
             (``with torch.distributed.autograd.context() as context_id``), so that the plugin's
             backward pass reaches the tables; ``None`` for a lookup without gradient
-            (evaluation).
+            (evaluation). It must be live on this worker when the lookup is sent and when its
+            answer arrives.
         handles (List[int]): tables shared on ``to`` (:func:`share_embedding_bag`).
-        inputs (List[Tensor]): per table, the rows to look up: int64, 1-D (``N_i``).
+        inputs (List[Tensor]): per table, the rows to look up: int64 or int32, 1-D (``N_i``),
+            dense, on the CPU, each in ``[0, num_embeddings)``.
         offsets (List[Tensor]): per table, where each bag starts in ``inputs[i]``: int64, 1-D,
-            ``B`` bags for every table (an empty bag gives zeros in "sum" mode).
+            dense, on the CPU, ``B`` bags for every table, ``offsets[i][0] == 0``,
+            non-decreasing, ``offsets[i][-1] <= N_i`` (an empty bag gives zeros; ``B = 0``
+            gives a ``0 x width`` result).
 
     Returns:
         torch.futures.Future: completes with a float Tensor ``B x (sum of the tables' widths)``,
-        on the CPU, requiring grad when recorded in a context; or with the owner's error
-        (``RuntimeError``: an unknown handle or a bad shape, named by argument) or the RPC's
-        (timeout, lost connection).
+        on the CPU, requiring grad when recorded in a context. Or with an error that names the
+        owner (``"lookup_bags_async: the lookup of handles [...] failed on owner '<to>': "``,
+        then the cause: the owner's refusal, of the type it raised, for an unknown or unshared
+        handle or a row out of range; no answer within the RPC timeout, the owner frozen, busy
+        or unreachable; the connection lost, the owner dead); or with a ``RuntimeError`` when
+        ``context_id`` was released on this worker before the answer arrived (nothing is
+        recorded, and the owner is told to release its side).
 
     Raises:
-        TypeError: ``handles``, ``inputs`` and ``offsets`` are not lists of one length.
-        RuntimeError: RPC is not running.
+        TypeError: ``handles``, ``inputs`` and ``offsets`` are not lists of one length, or hold
+            something other than ints and Tensors; ``context_id`` is not an int.
+        ValueError: ``handles`` is empty; a tensor is not 1-D (torch's text).
+        RuntimeError: a handle is negative; a tensor is sparse, not on the CPU or of another
+            dtype; the tables' numbers of bags differ; offsets that do not start at 0, decrease
+            or pass the end of their input; a negative row; ``context_id`` is not a live
+            context on this worker (nothing is sent); RPC is not running.
+
+    Checks as ``torch.nn.functional.embedding_bag``'s (``aten/src/ATen/native/EmbeddingBag.cpp``),
+    plus the non-decreasing offsets, which torch does not check.
     """
-    if not (isinstance(handles, list) and isinstance(inputs, list) and isinstance(offsets, list)
-            and len(handles) == len(inputs) == len(offsets)):
-        raise TypeError("lookup_bags_async: handles, inputs and offsets must be lists of one length")
+    _check_request(to, handles, inputs, offsets)
+    if context_id is not None:
+        _check_context(to, context_id)
     ctx = -1 if context_id is None else context_id
     owner = rpc.get_worker_info(to).id
-    answer = _rpc_functions.call(to, "_lookup_bags", (ctx, handles, inputs, offsets))
+    what = f"the lookup of handles {handles}"
+    try:
+        answer = _rpc_functions.call(to, "_lookup_bags", (ctx, handles, inputs, offsets))
+    except Exception as error:  # noqa: BLE001 (raised again, naming the owner)
+        raise_on_worker(to, what, error, "lookup_bags_async")
 
-    def recorded(done: torch.futures.Future) -> Tensor:
-        rows, message_id = done.value()
-        return ops._record_lookup_answer(ctx, message_id, owner, rows)
+    # (errors set on a future of its own: raised in a `then` callback, they would come out of
+    # wait() as RuntimeErrors wrapped in torch's text about the callback)
+    done = torch.futures.Future()
 
-    return answer.then(recorded)
+    def recorded(arrived: torch.futures.Future) -> None:
+        try:
+            try:
+                rows, message_id = arrived.value()
+            except Exception as error:  # noqa: BLE001 (raised again, naming the owner)
+                raise_on_worker(to, what, error, "lookup_bags_async")
+            done.set_result(ops._record_lookup_answer(ctx, message_id, owner, rows))
+        except Exception as error:  # noqa: BLE001 (handed to the future)
+            done.set_exception(error)
+
+    answer.add_done_callback(recorded)
+    return done

@@ -41,8 +41,11 @@
 //   isRpcTimeout              rpc::getRPCErrorType (parses the error message)
 //   ownedTensor               an RRef argument of an op is an rpc::OwnerRRef on its owner
 //                             (what TorchScript's RRef.local_value() reads)
-//   recordSendFunction,       torch's RPC layer's addSendRpcBackward / addRecvRpcBackward
-//   recordRecvFunction          (distributed/autograd/utils.h), for the native lookups
+//   recordSendFunction,       torch's RPC layer's addSendRpcBackward, and what its
+//   recordRecvFunction          addRecvRpcBackward does (distributed/autograd/utils.h,
+//                             RecvRpcBackward), for the native lookups
+//   sendContextRelease        torch's CleanupAutogradContextReq message (what releasing a
+//                             context sends to the workers it knows), for the native lookups
 //   swapCurrentContext        that every RPC sent while a context is current carries
 //                             autograd metadata, and makes the receiver create it
 //   registerTensorPipeTransport  torch's TensorPipeTransportRegistry (tensorpipe_agent.h,
@@ -82,13 +85,17 @@
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
+#include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/input_buffer.h>
 #include <torch/csrc/autograd/utils/grad_layout_contract.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/autograd/context/container.h>
 #include <torch/csrc/distributed/autograd/context/context.h>
+#include <torch/csrc/distributed/autograd/functions/recvrpc_backward.h>
+#include <torch/csrc/distributed/autograd/rpc_messages/cleanup_autograd_context_req.h>
 #include <torch/csrc/distributed/autograd/utils.h>
 #include <torch/csrc/distributed/rpc/message.h>
+#include <torch/csrc/distributed/rpc/rpc_agent.h>
 #include <torch/csrc/distributed/rpc/rref_impl.h>
 #include <torch/csrc/distributed/rpc/script_call.h>
 #include <torch/csrc/distributed/rpc/utils.h>
@@ -344,13 +351,10 @@ inline int64_t swapCurrentContext(int64_t contextId) {
 }
 
 // Records `tensors` (answered to another worker) as a send function with `messageId` in
-// `ctx`, and answer `tensors` from `fromWorker` as the matching recv function in context
-// `contextId` (the caller's context then knows `fromWorker`, so that its release reaches
-// it): what torch's RPC layer does for a message with autograd metadata, through the
-// functions it calls for that (torch/csrc/distributed/autograd/utils.h, addSendRpcBackward
-// and addRecvRpcBackward; TORCH_API, not documented for extensions). The native lookups
-// (remote_lookup.cpp) send their own messages and record them this way. Checked on torch
-// 2.13.0.
+// `ctx`: what torch's RPC layer does for a message with autograd metadata, through the
+// function it calls for that (torch/csrc/distributed/autograd/utils.h, addSendRpcBackward;
+// TORCH_API, not documented for extensions). The native lookups (remote_lookup.cpp) send
+// their own messages and record them this way. Checked on torch 2.13.0.
 inline void recordSendFunction(
     const torch::distributed::autograd::ContextPtr& ctx,
     int64_t messageId,
@@ -359,11 +363,57 @@ inline void recordSendFunction(
   dist_autograd::addSendRpcBackward(ctx, dist_autograd::AutogradMetadata(ctx->contextId(), messageId), tensors);
 }
 
-inline void recordRecvFunction(int64_t contextId, int64_t messageId, int64_t fromWorker, std::vector<at::Tensor>& tensors) {
+// Records answer `tensors` from `fromWorker` as the recv function with `messageId` in `ctx`,
+// and `fromWorker` as a worker `ctx` knows (so that the context's release reaches it): what
+// torch's addRecvRpcBackward (utils.h) does with an RPC's answer, except that it takes the
+// context instead of looking it up with getOrCreateContext, which would re-create a context
+// released meanwhile. The tensors that require grad get a RecvRpcBackward node (its constructor
+// is TORCH_API, the class undocumented for extensions; torch 2.11's DistAutogradContext keeps
+// it by std::shared_ptr, 2.13's by c10::intrusive_ptr, as NodePtr). Checked on torch 2.13.0.
+inline void recordRecvFunction(
+    const torch::distributed::autograd::ContextPtr& ctx,
+    int64_t messageId,
+    int64_t fromWorker,
+    std::vector<at::Tensor>& tensors) {
   namespace dist_autograd = torch::distributed::autograd;
   const auto from = static_cast<torch::distributed::rpc::worker_id_t>(fromWorker);
-  auto ctx = dist_autograd::addRecvRpcBackward(dist_autograd::AutogradMetadata(contextId, messageId), tensors, from, {});
+  const dist_autograd::AutogradMetadata metadata(ctx->contextId(), messageId);
+  auto recv = [&] {
+    if constexpr (std::is_same_v<NodePtr, std::shared_ptr<torch::autograd::Node>>) {
+      return std::make_shared<dist_autograd::RecvRpcBackward>(metadata, ctx, from, torch::distributed::rpc::DeviceMap());
+    } else {
+      return c10::make_intrusive<dist_autograd::RecvRpcBackward>(metadata, ctx, from, torch::distributed::rpc::DeviceMap());
+    }
+  }();
+  for (auto& tensor : tensors) {
+    if (tensor.requires_grad()) {
+      torch::autograd::set_history(tensor, recv);
+    }
+  }
+  ctx->addRecvFunction(recv, messageId);
   ctx->addKnownWorkerId(from);
+}
+
+// Tells worker `workerId` to release its distributed autograd context `contextId` (and, from
+// there, the workers that context knows), as this worker's release of a context it shares
+// with `workerId` does: torch's CleanupAutogradContextReq message
+// (distributed/autograd/rpc_messages; TORCH_API, not documented for extensions), answered
+// natively by torch's RPC layer (releaseContextIfPresent: nothing happens where the context is
+// unknown). Best effort, as torch's own: sent without waiting, a failure ignored (the worker is
+// gone). Checked on torch 2.13.0.
+inline void sendContextRelease(int64_t workerId, int64_t contextId) {
+  namespace rpc = torch::distributed::rpc;
+  if (!rpc::RpcAgent::isCurrentRpcAgentSet()) {
+    return;
+  }
+  try {
+    auto agent = rpc::RpcAgent::getCurrentRpcAgent();
+    const auto& to = agent->getWorkerInfo(static_cast<rpc::worker_id_t>(workerId));
+    auto sent = agent->send(to, torch::distributed::autograd::CleanupAutogradContextReq(contextId).toMessage());
+    sent->addCallback([](c10::ivalue::Future& done) { (void)done.hasError(); });
+  } catch (const std::exception&) {
+    // RPC is shutting down or the worker is unknown: nothing to release there.
+  }
 }
 
 // --- RPC messages -------------------------------------------------------------------

@@ -1,10 +1,13 @@
 #include "embedding/remote_lookup.h"
 
 #include "compat.h"
+#include "rpc/worker_error.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
 #include <torch/library.h>
 #include <torch/csrc/distributed/autograd/context/container.h>
+#include <torch/csrc/distributed/rpc/rpc_agent.h>
 
 #include <atomic>
 #include <mutex>
@@ -32,14 +35,117 @@ std::atomic<int64_t> nextHandle{0};
 Table tableOf(int64_t handle, size_t i) {
   std::lock_guard<std::mutex> lock(tablesMu);
   auto it = tables().find(handle);
-  TORCH_CHECK(it != tables().end(), "lookup_bags: handles[", i, "] = ", handle, " is not a shared table on this worker");
+  TORCH_CHECK(
+      it != tables().end(), "lookup_bags: handles[", i, "] = ", handle,
+      " is not a shared table on this worker (never shared, or unshared)");
   return it->second;
+}
+
+// torch's legacy name of a CPU tensor type, as its argument checks print it: "torch.LongTensor".
+std::string tensorTypeName(const at::Tensor& t) {
+  return std::string("torch.") + c10::toString(t.scalar_type()) + "Tensor";
+}
+
+// The checks of one table's indices and offsets that need no values: defined, dense, on the
+// CPU, 1-D, of the dtypes the lookup takes. The messages after "lookup_bags: <argument>: " are
+// torch's where nn.EmbeddingBag checks the same (F.embedding_bag's ValueErrors, whose type
+// leads the text so that it survives RPC; ATen's checkScalarTypes for the dtypes).
+void checkTensorKinds(size_t i, const at::Tensor& indices, const at::Tensor& offsets) {
+  for (const auto* arg : {"indices", "offsets"}) {
+    const at::Tensor& t = arg[0] == 'i' ? indices : offsets;
+    TORCH_CHECK(t.defined(), "lookup_bags: ", arg, "[", i, "] is undefined");
+    TORCH_CHECK(
+        t.layout() == at::kStrided, "lookup_bags: ", arg, "[", i, "] must be a dense (strided) tensor, got layout ",
+        t.layout());
+    TORCH_CHECK(t.device().is_cpu(), "lookup_bags: ", arg, "[", i, "] must be on the CPU, got ", t.device());
+  }
+  TORCH_CHECK_VALUE(
+      indices.dim() == 1, "ValueError: lookup_bags: indices[", i,
+      "]: input has to be a 1D Tensor (the bags' rows, with offsets), but got Tensor of dimension ", indices.dim());
+  TORCH_CHECK_VALUE(
+      offsets.dim() == 1, "ValueError: lookup_bags: offsets[", i,
+      "]: offsets has to be a 1D Tensor, but got Tensor of dimension ", offsets.dim());
+  TORCH_CHECK(
+      indices.scalar_type() == at::kLong || indices.scalar_type() == at::kInt, "lookup_bags: indices[", i,
+      "]: Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; but got ",
+      tensorTypeName(indices), " instead (while checking arguments for embedding_bag)");
+  TORCH_CHECK(
+      offsets.scalar_type() == at::kLong, "lookup_bags: offsets[", i,
+      "]: Expected tensor for argument #2 'offsets' to have scalar type Long; but got ", tensorTypeName(offsets),
+      " instead (while checking arguments for embedding_bag)");
+}
+
+// The values: offsets start at 0, never decrease and end within the indices (each bag k is
+// indices[offsets[k] : offsets[k + 1]], the last one up to the end); every index names a row
+// of the table. Reads each value once; the first offending position is named. torch's
+// messages where it checks the same (embedding_bag's offsets[0] and offsets[-1] checks, its
+// index check); torch does not check that offsets never decrease (it reads outside the
+// indices, or crashes, when they do).
+void checkValues(size_t i, const at::Tensor& indices, const at::Tensor& offsets, int64_t numEmbeddings) {
+  const int64_t length = indices.size(0);
+  const at::Tensor o = offsets.contiguous();
+  const int64_t* bag = o.const_data_ptr<int64_t>();
+  const int64_t numBags = o.size(0);
+  if (numBags > 0) {
+    TORCH_CHECK(
+        bag[0] == 0, "lookup_bags: offsets[", i,
+        "]: offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from position 0. "
+        "However, got ",
+        bag[0]);
+    for (int64_t k = 1; k < numBags; ++k) {
+      TORCH_CHECK(
+          bag[k] >= bag[k - 1], "lookup_bags: offsets[", i, "]: offsets have to be non-decreasing, but offsets[", k,
+          "] = ", bag[k], " is less than offsets[", k - 1, "] = ", bag[k - 1]);
+    }
+    TORCH_CHECK(
+        bag[numBags - 1] <= length, "lookup_bags: offsets[", i, "]: offsets[-1] can not be greater than input's length ",
+        length, " but got offsets[-1] of ", bag[numBags - 1]);
+  }
+  const at::Tensor rows = indices.contiguous();
+  AT_DISPATCH_INDEX_TYPES(rows.scalar_type(), "lookup_bags", [&] {
+    const index_t* row = rows.const_data_ptr<index_t>();
+    for (int64_t k = 0; k < length; ++k) {
+      TORCH_CHECK(
+          row[k] >= 0 && static_cast<int64_t>(row[k]) < numEmbeddings, "lookup_bags: indices[", i, "]: Index ", k,
+          " of input takes value ", static_cast<int64_t>(row[k]), " which is not in the valid range [0, ",
+          numEmbeddings, ")");
+    }
+  });
+}
+
+// A context id from a caller: -1 (none), or an id made by a worker of this group (its id in
+// bits 48 and up, compat.h), which that worker's release (or the failed-worker watch) can end.
+void checkContextId(int64_t contextId) {
+  if (contextId == -1) {
+    return;
+  }
+  TORCH_CHECK(
+      contextId >= 0, "lookup_bags: context_id must be -1 (no context) or a distributed autograd context id, got ",
+      contextId);
+  namespace rpc = torch::distributed::rpc;
+  bool known = false;
+  if (rpc::RpcAgent::isCurrentRpcAgentSet()) {
+    try {
+      // (a non-negative id names a worker id below 2^15: it fits worker_id_t)
+      rpc::RpcAgent::getCurrentRpcAgent()->getWorkerInfo(static_cast<rpc::worker_id_t>(workerIdOf(contextId)));
+      known = true;
+    } catch (const std::exception&) {
+      // not a worker of this group
+    }
+  }
+  TORCH_CHECK(
+      known, "lookup_bags: context_id ", contextId, " was not made by a worker of this group (it names worker id ",
+      workerIdOf(contextId), ")");
 }
 
 }  // namespace
 
 int64_t registerTable(const at::Tensor& weight, int64_t mode) {
   TORCH_CHECK(weight.dim() == 2, "share_embedding_bag: the weight must be 2-D, got ", weight.dim(), "-D");
+  TORCH_CHECK(
+      weight.layout() == at::kStrided && weight.device().is_cpu() && at::isFloatingType(weight.scalar_type()),
+      "share_embedding_bag: the weight must be a dense floating-point tensor on the CPU, got ", weight.toString(),
+      " on ", weight.device());
   // max mode has no sparse gradient in torch (nn.functional.embedding_bag refuses it)
   TORCH_CHECK(mode == 0 || mode == 1, "share_embedding_bag: mode must be 0 (sum) or 1 (mean), got ", mode);
   const int64_t handle = nextHandle.fetch_add(1);
@@ -58,30 +164,30 @@ std::tuple<at::Tensor, int64_t> lookupBags(
     const std::vector<int64_t>& handles,
     const std::vector<at::Tensor>& indices,
     const std::vector<at::Tensor>& offsets) {
+  // Every check comes before any work: a refused request records nothing and changes nothing.
   TORCH_CHECK(!handles.empty(), "lookup_bags: handles is empty");
   TORCH_CHECK(
       indices.size() == handles.size() && offsets.size() == handles.size(),
       "lookup_bags: expected one indices and one offsets tensor per handle (", handles.size(), "), got ",
       indices.size(), " and ", offsets.size());
+  checkContextId(contextId);
+  std::vector<Table> found;
+  found.reserve(handles.size());
+  for (size_t i = 0; i < handles.size(); ++i) {
+    found.push_back(tableOf(handles[i], i));
+    checkTensorKinds(i, indices[i], offsets[i]);
+    TORCH_CHECK(
+        offsets[i].size(0) == offsets[0].size(0), "lookup_bags: offsets[", i, "] has ", offsets[i].size(0),
+        " bags, offsets[0] ", offsets[0].size(0));
+    checkValues(i, indices[i], offsets[i], found[i].weight.size(0));
+  }
   const bool record = contextId >= 0 && at::GradMode::is_enabled();
   std::vector<at::Tensor> parts;
   parts.reserve(handles.size());
   for (size_t i = 0; i < handles.size(); ++i) {
-    const Table table = tableOf(handles[i], i);
-    TORCH_CHECK(
-        indices[i].dim() == 1 && indices[i].scalar_type() == at::kLong,
-        "lookup_bags: indices[", i, "] must be a 1-D int64 tensor, got ", indices[i].dim(), "-D ",
-        indices[i].scalar_type());
-    TORCH_CHECK(
-        offsets[i].dim() == 1 && offsets[i].scalar_type() == at::kLong,
-        "lookup_bags: offsets[", i, "] must be a 1-D int64 tensor, got ", offsets[i].dim(), "-D ",
-        offsets[i].scalar_type());
-    TORCH_CHECK(
-        i == 0 || offsets[i].size(0) == offsets[0].size(0),
-        "lookup_bags: offsets[", i, "] has ", offsets[i].size(0), " bags, offsets[0] ", offsets[0].size(0));
     at::AutoGradMode gradMode(record);
     parts.push_back(std::get<0>(at::embedding_bag(
-        table.weight, indices[i], offsets[i], /*scale_grad_by_freq=*/false, table.mode, /*sparse=*/true)));
+        found[i].weight, indices[i], offsets[i], /*scale_grad_by_freq=*/false, found[i].mode, /*sparse=*/true)));
   }
   at::Tensor rows = parts.size() == 1 ? parts[0] : at::cat(parts, 1);
   if (!record || !rows.requires_grad()) {
@@ -95,15 +201,42 @@ std::tuple<at::Tensor, int64_t> lookupBags(
   return {rows, messageId};
 }
 
+namespace {
+
+// The caller's context `contextId` if it is live here, else nullptr.
+dist_autograd::ContextPtr liveContext(int64_t contextId) {
+  try {
+    return dist_autograd::DistAutogradContainer::getInstance().retrieveContext(contextId);
+  } catch (const c10::Error&) {
+    return nullptr;  // released (or never made here)
+  }
+}
+
+}  // namespace
+
 at::Tensor recordLookupAnswer(int64_t contextId, int64_t messageId, int64_t fromWorker, at::Tensor rows) {
   if (messageId < 0) {
     return rows;
   }
-  if (!rows.requires_grad()) {
-    rows.set_requires_grad(true);  // a leaf, as it came off the wire
-  }
+  auto ctx = liveContext(contextId);
   std::vector<at::Tensor> received{rows};
-  recordRecvFunction(contextId, messageId, fromWorker, received);  // the context's release then reaches the owner
+  if (ctx) {
+    if (!rows.requires_grad()) {
+      received[0].set_requires_grad(true);  // a leaf, as it came off the wire
+    }
+    recordRecvFunction(ctx, messageId, fromWorker, received);  // the context's release now reaches the owner
+  }
+  // Released before the answer (or while it was being recorded): that release may not have
+  // known the owner, which recorded the lookup in its side of the context (creating it), so
+  // tell the owner now.
+  const bool recorded = ctx && liveContext(contextId) == ctx;
+  if (!recorded) {
+    sendContextRelease(fromWorker, contextId);
+  }
+  TORCH_CHECK(
+      recorded, "lookup_bags_async: the distributed autograd context ", contextId,
+      " was released on this worker before the answer of ", workerLabel(fromWorker),
+      " arrived; nothing was recorded, and the owner was told to release its side");
   return received[0];
 }
 

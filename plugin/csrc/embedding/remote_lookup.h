@@ -2,18 +2,28 @@
 // parameter server's embedding tables with no Python on the owner.
 //
 // An owner shares an nn.EmbeddingBag's weight under a handle (registerTable). A caller sends
-// lookupBags by RPC (rpc_functions.h): the owner computes each table's bags on its RPC
-// thread, without its GIL, concatenates them, and, inside a distributed autograd context,
-// records a send function for the result, as torch's RPC records one for an RPC's answer
-// (an autograd_message_id made by the owner, so the engine routes the gradient back to it).
-// The caller records the matching recv function on the answer (recordLookupAnswer). The
-// backward pass then runs through the owner's embedding_bag backward, whose weight
-// gradient is sparse (sparse=true), like nn.EmbeddingBag(sparse=True)'s.
+// lookupBags by RPC (rpc_functions.h): the owner checks the request, computes each table's
+// bags on its RPC thread, without its GIL, concatenates them, and, inside a distributed
+// autograd context, records a send function for the result, as torch's RPC records one for an
+// RPC's answer (an autograd_message_id made by the owner, so the engine routes the gradient
+// back to it). The caller records the matching recv function on the answer
+// (recordLookupAnswer). The backward pass then runs through the owner's embedding_bag
+// backward, whose weight gradient is sparse (sparse=true), like nn.EmbeddingBag(sparse=True)'s.
+//
+// Untrusted input: a request comes from another worker, so every argument is checked before a
+// table is read (the checks torch's embedding_bag makes, and those it does not: offsets that
+// never decrease, rows within the table), and a bad one is answered with an error that names
+// the argument, the position and the value; nothing is recorded for it.
+//
+// Contexts: the owner's context knows no worker (it sent no message with autograd metadata),
+// so releasing it sends nothing back; the caller's context knows the owner once the answer is
+// recorded, so the caller's release reaches it. An answer that arrives after the caller
+// released its context is not recorded (the context would be re-created, for good), and the
+// owner, which the release may not have reached, is told to release its side.
 //
 // torch internals relied on: compat.h's recordSendFunction and recordRecvFunction (torch's
-// RPC layer's own recording of a message with autograd metadata). The owner's context knows no
-// worker (it sent no message with autograd metadata), so releasing it sends nothing back;
-// the caller's context knows the owner, so the caller's release reaches it.
+// RPC layer's own recording of a message with autograd metadata) and sendContextRelease
+// (torch's release message).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -31,11 +41,15 @@ int64_t registerTable(const at::Tensor& weight, int64_t mode);
 // Forgets a handle; whether it was registered.
 bool unregisterTable(int64_t handle);
 
-// RPC handler: the bags of each table `handles[i]` for (indices[i], offsets[i]) (1-D int64,
-// nn.EmbeddingBag's input and offsets), concatenated along dim 1: float B x (sum of the
-// tables' widths), B = offsets[i].size(0) for every i. With contextId >= 0 and grad
-// enabled, records a send function in that context and returns its autograd_message_id
-// (else -1). Raises RuntimeError naming the argument for an unknown handle or bad shapes.
+// RPC handler: the bags of each table `handles[i]` for (indices[i], offsets[i])
+// (nn.EmbeddingBag's input and offsets: dense 1-D CPU tensors, indices int64 or int32 within
+// [0, num_embeddings), offsets int64 starting at 0, non-decreasing, at most indices[i].size(0)),
+// concatenated along dim 1: float B x (sum of the tables' widths), B = offsets[i].size(0) for
+// every i. With contextId >= 0 (an id made by a worker of the group) and grad enabled, records
+// a send function in that context and returns its autograd_message_id (else -1). Raises, before
+// anything is read or recorded, naming the argument, the position and the value, for an
+// unknown handle or any other broken rule (torch's text where embedding_bag checks the same;
+// "ValueError: " leads the text of a tensor that is not 1-D).
 std::tuple<at::Tensor, int64_t> lookupBags(
     int64_t contextId,
     const std::vector<int64_t>& handles,
@@ -44,7 +58,8 @@ std::tuple<at::Tensor, int64_t> lookupBags(
 
 // On the caller: records the recv function of answer `rows` from worker `fromWorker` with
 // `messageId` in context `contextId` (nothing when messageId is -1); returns rows, now part
-// of the context's graph.
+// of the context's graph. When the context is no longer live here, records nothing, tells
+// `fromWorker` to release its side of the context, and raises RuntimeError.
 at::Tensor recordLookupAnswer(int64_t contextId, int64_t messageId, int64_t fromWorker, at::Tensor rows);
 
 }  // namespace dist_engine

@@ -81,11 +81,20 @@ void gradientNormsKernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
 }
 
 // _scale_gradients(int context_id, RRef(Tensor)[] params, Tensor coefficient) -> (): the
-// present gradients of `params` in the context, multiplied by `coefficient` in place.
+// present gradients of `params` in the context, multiplied by `coefficient` in place. The
+// coefficient comes from another worker: it must be what clip_grad_norm_ sends (a 0-dim real
+// floating-point tensor), checked before any gradient changes, so that a bad one neither scales
+// some gradients and fails on others nor scales them elementwise by broadcasting.
 void scaleGradientsKernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
   const at::Tensor coefficient = torch::jit::pop(*stack).toTensor();
   const c10::IValue params = torch::jit::pop(*stack);
   const int64_t contextId = torch::jit::pop(*stack).toInt();
+  TORCH_CHECK_VALUE(
+      coefficient.defined() && coefficient.layout() == at::kStrided && coefficient.dim() == 0 &&
+          at::isFloatingType(coefficient.scalar_type()),
+      "ValueError: _scale_gradients: coefficient must be a dense 0-dim floating-point tensor (the clip coefficient), "
+      "got ",
+      coefficient.defined() ? coefficient.toString() + " of shape " + c10::str(coefficient.sizes()) : "an undefined tensor");
   for (auto& grad : presentGradients(contextId, params).grads) {
     grad.mul_(coefficient.to(grad.device()));
   }

@@ -1,0 +1,90 @@
+"""Native lookups (plugin.embedding) when owners die, freeze, are busy or refuse, and when the
+caller's context goes before the answer comes, with real processes: one fresh RPC group with a
+short RPC timeout runs every scenario in order (tests/support/lookup_jobs.py), so that a broken
+group cannot affect other tests."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RPC_TIMEOUT = 3.0
+# Slack for time measured around a lookup on a shared, loaded machine (as tests/engine/test_faults.py);
+# the promise is 1.2 times the RPC timeout.
+SLACK_S = 0.6
+
+
+@pytest.fixture(scope="module")
+def job():
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.support.lookup_jobs", str(RPC_TIMEOUT)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, f"the lookup job failed:\n{done.stdout}\n{done.stderr}"
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def within_the_timeout(outcome):
+    assert outcome["elapsed_s"] < 1.2 * RPC_TIMEOUT + SLACK_S, outcome
+
+
+PREFIX = r"^RuntimeError: lookup_bags_async: the lookup of handles \[\d+, \d+\] failed on owner '{owner}': "
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("case", ["abandoned_frozen", "abandoned"])
+def test_abandoned_lookups_leave_no_context_on_either_side(job, case):
+    """100 lookups whose `with dist_autograd.context()` block exits before their answers arrive
+    (frozen: the owner is stopped until every context is exited, so no answer comes first): the
+    live contexts on the caller and on the owner, torch's and the engine's, are as many as before
+    within a bounded wait, none of the 100 ids is known on either side, and each lookup whose
+    answer came after the release completes with an error saying so."""
+    result = job[case]
+    assert result["after"] == result["before"], result
+    assert result["settled_s"] is not None, result
+    assert result["known_on_owner"] == 0 and result["known_on_caller"] == 0, result
+    outcomes = result["outcomes"]
+    assert outcomes["other"] == [] and outcomes["answered"] + outcomes["released_first"] == 100, outcomes
+    if case == "abandoned_frozen":
+        assert outcomes["released_first"] == 100, outcomes
+
+
+@pytest.mark.timeout(300)
+def test_a_refused_lookup_names_the_owner_and_the_argument(job):
+    """A row out of the table's range (only the owner can check it): the owner's refusal, named."""
+    for case, cause in (
+        ("refused", r"RuntimeError: lookup_bags: indices\[1\]: Index 1 of input takes value 9 which is not in the "
+                    r"valid range \[0, 8\)$"),
+        ("unknown_handle", r"RuntimeError: lookup_bags: handles\[1\] = 424242 is not a shared table on this worker"),
+    ):
+        outcome = job[case]
+        assert re.search(PREFIX.format(owner="worker1") + cause, outcome["error"]), outcome
+        within_the_timeout(outcome)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("case,owner", [("busy", "worker3"), ("frozen", "worker1")])
+def test_an_owner_that_does_not_answer_is_named_within_the_timeout(job, case, owner):
+    """An owner whose RPC threads are all busy, or that is stopped (SIGSTOP): the lookup fails
+    after the RPC timeout, within 1.2 times it, naming the owner."""
+    outcome = job[case]
+    assert re.search(PREFIX.format(owner=owner) + r"no answer within the RPC timeout \(3000 ms\): the worker is "
+                                                  r"frozen, overloaded or unreachable$", outcome["error"]), outcome
+    assert outcome["elapsed_s"] > 0.95 * RPC_TIMEOUT, outcome
+    within_the_timeout(outcome)
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_owner_is_named_promptly(job):
+    """The owner is killed (SIGKILL) while a lookup waits for it, then a new lookup is sent:
+    both fail within the timeout, naming the owner and the lost connection."""
+    for when in ("in_flight", "after"):
+        outcome = job["killed"][when]
+        assert re.search(PREFIX.format(owner="worker2") + r"the connection to it was lost \(the worker died or closed "
+                                                          r"it\): ", outcome["error"]), (when, outcome)
+        within_the_timeout(outcome)
