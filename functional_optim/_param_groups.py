@@ -64,9 +64,22 @@ def split_values(
     """Sort torch-named group values into numeric hyperparameters, options and other keys.
 
     Pairs (``betas``, ``etas``, ``step_sizes``) are split into their halves. A hyperparameter
-    may be a 1-element Tensor (a pair may hold them): its current value is taken, after torch's
-    checks (``rules``; without them only the size is checked), and the value as given is put
-    into ``rules.tensors``.
+    may be a 1-element Tensor (shape ``[]`` or ``[1]``, any dtype and device; a pair may hold
+    them): its current value is taken, after torch's checks (``rules``; without them only the
+    size is checked), and the value as given is put into ``rules.tensors``.
+
+    Args:
+        values (Dict[str, Any]): torch-named values (a param group without ``'params'``).
+        hparam_names, option_names (Iterable[str]): the optimizer's functional names.
+        rules (Optional[TensorRules]): torch's rules for Tensor values.
+
+    Returns:
+        Tuple: the hyperparameters (functional names, floats), the options, the other keys.
+
+    Raises:
+        TypeError: a value of the wrong form (a pair that is not two, a flag that is not a
+            bool or None, a hyperparameter that is neither a number nor a Tensor).
+        ValueError, RuntimeError: a Tensor that torch's rules refuse.
     """
     hparam_names = set(hparam_names)
     option_names = set(option_names)
@@ -210,10 +223,30 @@ class WriteThroughDict(dict):
         super().__init__(*args, **kwargs)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
+        """``dict.update``, each item through ``__setitem__``.
+
+        Args:
+            *args, **kwargs: as for ``dict.update``.
+
+        Raises:
+            Exception: what ``__setitem__`` raises for an item (the earlier ones stay set).
+        """
         for key, value in dict(*args, **kwargs).items():
             self[key] = value
 
     def setdefault(self, key: str, default: Any = None) -> Any:
+        """``dict.setdefault`` through ``__setitem__``.
+
+        Args:
+            key (str): the key.
+            default (Any): its value when missing.
+
+        Returns:
+            Any: the key's value.
+
+        Raises:
+            Exception: what ``__setitem__`` raises.
+        """
         if key not in self:
             self[key] = default
         return self[key]

@@ -31,7 +31,14 @@ __all__ = [
 
 
 class Configuration(NamedTuple):
-    """A functional optimizer's configuration (:func:`configure`).
+    """A functional optimizer's configuration (:func:`configure` makes it; the fields below are
+    its arguments, in order).
+
+    Args:
+        name, groups, hyperparameters, options, tensor_hyperparameters, extras,
+            implementations, not_fused, sparse_errors, dense_error, state: see the attributes.
+
+    Raises nothing: a named tuple.
 
     Attributes:
         name (str): the optimizer's name in the op library (``"adam"``, ``"sparse_adam"``...):
@@ -54,8 +61,9 @@ class Configuration(NamedTuple):
             gradient with its fused implementation (None: it takes sparse COO gradients).
         dense_error (Optional[str]): the message for a dense gradient (SparseAdam's), or None.
         state (Dict[int, Dict[str, Tensor]]): the state ``torch.optim`` creates at
-            construction (Adagrad's ``'step'`` and ``'sum'``), by flat index; made once, for the
-            given parameters.
+            construction (Adagrad's ``'step'``, a 0-dim float32 tensor, and ``'sum'``, of its
+            parameter's shape, dtype and device), by flat index; made once, for the given
+            parameters.
     """
 
     name: str
@@ -162,6 +170,12 @@ def group_update(functional_class: type, hyperparameters: Dict[str, float], opti
     group: pairs as tuples, 1-element Tensors allowed; keys the optimizer does not know are
     ignored, as ``torch.optim`` ignores them), checked as ``load_state_dict`` checks them.
 
+    Args:
+        functional_class (type): one of this package's optimizer classes.
+        hyperparameters (Dict[str, float]), options (Dict[str, Optional[bool]]): the group's
+            current values, functional names.
+        values (Dict[str, Any]): the new values, torch's names.
+
     Returns:
         Tuple: the updated hyperparameters and options (functional names; only those
         ``values`` names, a Tensor's current value), and the Tensor-holding values as given, by
@@ -182,6 +196,15 @@ def tensor_value(functional_class: type, name: str, value: Tensor, foreach: Opti
     Tensor, after ``torch.optim``'s checks for such a Tensor (Adam's and AdamW's Tensor ``lr``
     and betas with ``foreach=True``...).
 
+    Args:
+        functional_class (type): one of this package's optimizer classes.
+        name (str): the hyperparameter's functional name.
+        value (Tensor): one element (shape ``[]`` or ``[1]``), any dtype and device.
+        foreach (Optional[bool]): the group's ``foreach`` flag.
+
+    Returns:
+        float: the element's value.
+
     Raises:
         ValueError, RuntimeError: torch's messages.
     """
@@ -189,7 +212,16 @@ def tensor_value(functional_class: type, name: str, value: Tensor, foreach: Opti
 
 
 def torch_group(hyperparameters: Dict[str, float], options: Dict[str, Optional[bool]]) -> Dict[str, Any]:
-    """A group's values under ``torch.optim``'s names and forms (pairs as tuples)."""
+    """A group's values under ``torch.optim``'s names and forms (pairs as tuples).
+
+    Args:
+        hyperparameters (Dict[str, float]), options (Dict[str, Optional[bool]]): functional names.
+
+    Returns:
+        Dict[str, Any]: a new dict, torch's names (``'betas': (0.9, 0.999)``...).
+
+    Raises nothing.
+    """
     group: Dict[str, Any] = {}
     for name, value in hyperparameters.items():
         for pair, halves in TUPLE_HYPERPARAMETERS.items():
@@ -212,7 +244,10 @@ def torch_state_dict(name: str, state: Dict[int, Dict[str, Tensor]], groups: Lis
 
     Returns:
         Dict[str, Any]: ``{'state': ..., 'param_groups': groups}``; ``torch.optim.SparseAdam``
-        keeps each ``'step'`` as a Python int, and so does this for ``"sparse_adam"``.
+        keeps each ``'step'`` (a 0-dim tensor here: any dtype, device and shape of the other
+        state tensors) as a Python int, and so does this for ``"sparse_adam"``.
+
+    Raises nothing.
     """
     entries = {int(i): dict(entry) for i, entry in state.items()}
     if name == "sparse_adam":
@@ -225,7 +260,14 @@ def torch_state_dict(name: str, state: Dict[int, Dict[str, Tensor]], groups: Lis
 def state_entry(index: Any, entry: Dict[str, Any]) -> Dict[str, Tensor]:
     """One parameter's entry of a ``torch.optim`` state dict (``index``: its key there) with
     every value a Tensor (an old-style number ``'step'`` or ``'mu_product'`` becomes a 0-dim
-    tensor, as ``load_state_dict`` converts it).
+    tensor of the default dtype on the CPU, as ``load_state_dict`` converts it).
+
+    Args:
+        index: the entry's key in the state dict (for messages).
+        entry (Dict[str, Any]): the parameter's state (tensors of any shape, dtype, device).
+
+    Returns:
+        Dict[str, Tensor]: a new dict; the tensors given are not copied.
 
     Raises:
         ValueError: another value that is not a tensor (its index and key named).
@@ -244,6 +286,10 @@ def check_gradients(params: List[Tensor], gradients: List[Optional[Tensor]]) -> 
     """The check a step makes of its gradients, with this package's messages: one per
     parameter (None skips one), each of its parameter's shape, dtype and device (dense or
     sparse COO).
+
+    Args:
+        params (List[Tensor]): the parameters.
+        gradients (List[Optional[Tensor]]): one per parameter, or None.
 
     Raises:
         ValueError: the wrong number, or a gradient that does not fit (naming its index).

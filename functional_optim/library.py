@@ -21,8 +21,17 @@ _loaded: Dict[str, str] = {}
 
 def library_in(folders: List[str], env_var: str) -> Optional[str]:
     """The op library file to load: ``$<env_var>`` when set (a build elsewhere, the CMake one
-    say), else the first ``_C<extension suffix>`` file in ``folders``; ``None`` when there is
-    none. Raises nothing."""
+    say), else the first ``_C<extension suffix>`` file in ``folders``.
+
+    Args:
+        folders (List[str]): where a package's own build lies.
+        env_var (str): the variable naming another build.
+
+    Returns:
+        Optional[str]: the path, or ``None`` when there is none.
+
+    Raises nothing.
+    """
     override = os.environ.get(env_var)
     if override:
         return override
@@ -35,9 +44,18 @@ def library_in(folders: List[str], env_var: str) -> Optional[str]:
 
 
 def built_against(path: str, marker: bytes) -> str:
-    """The torch version recorded in the library file at ``path`` (``"<marker> built against
-    torch <version>"``), or ``"unknown"``; read from the file's bytes, so it works for a file
-    the loader rejects. Raises nothing."""
+    """The torch version recorded in the library file at ``path``; read from the file's bytes,
+    so it works for a file the loader rejects.
+
+    Args:
+        path (str): the library file.
+        marker (bytes): the library's build-info marker (``"<marker> built against torch <version>"``).
+
+    Returns:
+        str: the version, or ``"unknown"``.
+
+    Raises nothing.
+    """
     try:
         with open(path, "rb") as f:
             match = re.search(re.escape(marker) + rb" built against torch ([0-9A-Za-z.+_-]+)", f.read())
@@ -55,6 +73,9 @@ def load_op_library(what: str, folder: str, env_var: str, marker: bytes) -> str:
         folder (str): where the package's own build lies.
         env_var (str): the variable naming another build.
         marker (bytes): the library's build-info marker (see :func:`built_against`).
+
+    Returns:
+        str: the path loaded.
 
     Raises:
         ImportError: no file, or it fails to load; the message names the file, the torch it was

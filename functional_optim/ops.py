@@ -46,20 +46,54 @@ def group_step(
 
 def new_state(optimizer: str, params: List[Tensor], grads: List[Tensor], names: List[str],
               values: List[float]) -> List[Tensor]:
-    """The op ``gilfree_optim::new_state``: the state of each of ``params`` at its first step
-    (``grads``: those gradients), parameter after parameter, each in the order of its keys; as
-    ``torch.optim`` creates it (``'step'`` a 0-dim float32 tensor on the parameter's device, the
-    others like the parameter...)."""
+    """The op ``gilfree_optim::new_state``: the state of each of ``params`` at its first step, as
+    ``torch.optim`` creates it.
+
+    Args:
+        optimizer (str): the optimizer's name.
+        params (List[Tensor]): the parameters (any shape, a floating dtype, any device the
+            group step takes; meta tensors give meta state, for shapes).
+        grads (List[Tensor]): their first gradients (SGD's momentum buffer is made like one).
+        names, values: the group's values.
+
+    Returns:
+        List[Tensor]: parameter after parameter, each in the order of its keys
+        (:func:`state_keys`): ``'step'`` a 0-dim float32 tensor on the parameter's device, the
+        others like the parameter (shape, dtype, device), or as the optimizer keeps them.
+
+    Raises:
+        ValueError: an unknown optimizer, lists that do not fit, a value it needs missing.
+    """
     return torch.ops.gilfree_optim.new_state(optimizer, params, grads, names, values)
 
 
 def state_keys(optimizer: str, dim: int, names: List[str], values: List[float]) -> List[str]:
-    """The op ``gilfree_optim::state_keys``: ``torch.optim``'s state keys of a parameter with
-    ``dim`` dimensions in a group with these values, in torch's order of creation."""
+    """The op ``gilfree_optim::state_keys``: ``torch.optim``'s state keys of a parameter.
+
+    Args:
+        optimizer (str): the optimizer's name.
+        dim (int): the parameter's number of dimensions.
+        names, values: the group's values.
+
+    Returns:
+        List[str]: the keys, in torch's order of creation.
+
+    Raises:
+        ValueError: an unknown optimizer, or a value it needs missing.
+    """
     return torch.ops.gilfree_optim.state_keys(optimizer, dim, names, values)
 
 
 def group_step_devices(optimizer: str) -> List[str]:
-    """The op ``gilfree_optim::group_step_devices``: the device types whose parameters the group
-    step of ``optimizer`` takes (``[]`` for a name without one)."""
+    """The op ``gilfree_optim::group_step_devices``.
+
+    Args:
+        optimizer (str): an optimizer's name.
+
+    Returns:
+        List[str]: the device types whose parameters its group step takes (``[]`` for a name
+        without one).
+
+    Raises nothing.
+    """
     return torch.ops.gilfree_optim.group_step_devices(optimizer)

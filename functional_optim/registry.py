@@ -79,9 +79,14 @@ def functional_optimizer_for(optim_class: type) -> type:
 
 
 def torch_optimizer_for(functional_class: type) -> Optional[type]:
-    """The ``torch.optim`` class that this package's ``functional_class`` stands for (the
-    registry's built-in pairs: ``functional_optim.Adam`` -> ``torch.optim.Adam``), or None for
-    a class registered by a user or not registered.
+    """The ``torch.optim`` class that this package's ``functional_class`` stands for.
+
+    Args:
+        functional_class (type): a class.
+
+    Returns:
+        Optional[type]: the registry's built-in pair's class (``functional_optim.Adam`` ->
+        ``torch.optim.Adam``), or None for a class registered by a user or not registered.
 
     Raises nothing.
     """

@@ -210,7 +210,7 @@ def script(obj: Any) -> Any:
         obj: a function, a TorchScript-compatible class, or an ``nn.Module`` instance.
 
     Returns:
-        What ``torch.jit.script`` returns.
+        Any: what ``torch.jit.script`` returns.
 
     Raises:
         Whatever ``torch.jit.script`` raises (code TorchScript cannot compile; a

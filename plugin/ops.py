@@ -235,8 +235,21 @@ def new_local_optimizer(
     tensor_hparams: List[Dict[str, Tensor]], sparse_errors: List[Optional[str]], dense_error: Optional[str],
     state: Dict[int, Dict[str, Tensor]],
 ) -> torch.ScriptObject:
-    """A new ``torch.classes.dist_engine.LocalOptimizer`` (see ``plugin.optim.LocalOptimizer``
-    for the arguments: a ``functional_optim.configuration.Configuration``'s fields)."""
+    """A new ``torch.classes.dist_engine.LocalOptimizer``.
+
+    Args:
+        name, groups, hparams, options, tensor_hparams, sparse_errors, dense_error, state: the
+            fields of a ``functional_optim.configuration.Configuration`` (the parameters: any
+            shape, a floating dtype, a device the optimizer's group step takes; the Tensor
+            hyperparameters: one element each; the state: as the optimizer keeps it).
+
+    Returns:
+        torch.ScriptObject: the object; ``handle()`` gives its handle.
+
+    Raises:
+        ValueError, RuntimeError: lists that do not fit the groups, an empty parameter list,
+            a group that does not run the fused implementation (the text starts with the type).
+    """
     return torch.classes.dist_engine.LocalOptimizer(
         name, groups, hparams, options, tensor_hparams, sparse_errors, dense_error, state
     )

@@ -90,8 +90,18 @@ class LocalOptimizer:
 
     @classmethod
     def build(cls, functional_class: type, params: Any, *args: Any, **kwargs: Any) -> Tuple[Optional["LocalOptimizer"], Optional[str]]:
-        """A local optimizer, or ``None`` and why there is none (:meth:`why_not_native`'s
-        words); the constructor's own errors raise."""
+        """A local optimizer, or why there is none, configuring once.
+
+        Args:
+            functional_class (type), params, *args, **kwargs: as for the constructor.
+
+        Returns:
+            Tuple[Optional[LocalOptimizer], Optional[str]]: the optimizer and ``None``, or
+            ``None`` and :meth:`why_not_native`'s words.
+
+        Raises:
+            Exception: what the class's constructor raises (invalid hyperparameters...).
+        """
         reason = _given_flags(functional_class, params, args, kwargs)
         config = configuration.configure(functional_class, params, *args, **kwargs)
         reason = reason or config.not_fused
@@ -156,8 +166,11 @@ class LocalOptimizer:
         return self._name
 
     def accepts_sparse(self) -> bool:
-        """Whether every param group takes sparse (COO) gradients (SGD and Adagrad unless a
-        group has ``fused=True`` (Adagrad: or ``weight_decay != 0``); SparseAdam).
+        """Whether every param group takes sparse (COO) gradients.
+
+        Returns:
+            bool: True for SGD and Adagrad unless a group has ``fused=True`` (Adagrad: or
+            ``weight_decay != 0``), and SparseAdam; False for the others.
 
         Raises nothing for a live optimizer.
         """
@@ -186,6 +199,11 @@ class LocalOptimizer:
         ``version`` (as the backward pass checked them), holding the locks, unless the system
         clock reached ``deadline_ms`` (ms since the Unix epoch; -1: none) by then.
 
+        Args:
+            context_id (int): the distributed autograd context id.
+            version (int): this worker's version of its gradients as the pass checked them, or -1.
+            deadline_ms (int): ms since the Unix epoch on the system clock, or -1.
+
         Returns:
             int: 0 applied; 1 the gradients changed since the check; 2 the deadline passed
             (nothing applied for 1 and 2).
@@ -200,6 +218,11 @@ class LocalOptimizer:
         :meth:`step`) and keeps them for :meth:`commit_step`, at most ``lease_ms`` (> 0)
         milliseconds; changes nothing and takes no lock.
 
+        Args:
+            context_id (int): a distributed autograd context id whose backward pass has ended.
+            lease_ms (int): how long, in milliseconds (> 0, at most a day), the step waits for
+                its commit.
+
         Returns:
             int: the token for :meth:`commit_step` or :meth:`drop_step`.
 
@@ -212,6 +235,10 @@ class LocalOptimizer:
         """Phase 2: applies the gradients kept by :meth:`prepare_step` (checked again first)
         unless the system clock reached ``deadline_ms`` (-1: none) when it holds the locks.
 
+        Args:
+            token (int): from :meth:`prepare_step` on this optimizer.
+            deadline_ms (int): ms since the Unix epoch on the system clock, or -1.
+
         Returns:
             int: 0 applied, 2 the deadline passed (nothing applied).
 
@@ -222,8 +249,16 @@ class LocalOptimizer:
         return ops._optimizer_commit(self._handle, token, deadline_ms)
 
     def drop_step(self, token: int) -> bool:
-        """Forgets a prepared step without applying it; whether it was still prepared (False:
-        unknown, taken or expired). Raises nothing for a live optimizer."""
+        """Forgets a prepared step without applying it.
+
+        Args:
+            token (int): from :meth:`prepare_step` on this optimizer.
+
+        Returns:
+            bool: whether it was still prepared (False: unknown, taken, expired, or another's).
+
+        Raises nothing for a live optimizer.
+        """
         return ops._optimizer_drop(self._handle, token)
 
     def step_gradients(self, gradients: List[Optional[Tensor]]) -> None:
@@ -320,12 +355,25 @@ class LocalOptimizer:
                     self._extras[g][key] = list(value) if key == "param_names" else value
 
     def hyperparameters(self) -> List[Dict[str, float]]:
-        """Each group's numeric hyperparameters: one new dict per group, functional names (pairs
-        split: ``beta1``, ``beta2``...), a Tensor hyperparameter's value read now."""
+        """Each group's numeric hyperparameters.
+
+        Returns:
+            List[Dict[str, float]]: one new dict per group, functional names (pairs split:
+            ``beta1``, ``beta2``...), a Tensor hyperparameter's value read now.
+
+        Raises nothing for a live optimizer.
+        """
         return self._values()[0]
 
     def options(self) -> List[Dict[str, Optional[bool]]]:
-        """Each group's flags: one new dict per group (``maximize``, ``foreach``, ``fused``, ...)."""
+        """Each group's flags.
+
+        Returns:
+            List[Dict[str, Optional[bool]]]: one new dict per group (``maximize``, ``foreach``,
+            ``fused``, ...; ``foreach`` and ``fused`` may be None).
+
+        Raises nothing for a live optimizer.
+        """
         return self._values()[1]
 
     def set_group(self, group: int, hparams: Dict[str, Any], options: Dict[str, Optional[bool]],
@@ -372,6 +420,11 @@ class LocalOptimizer:
 
     def set_hyperparameter(self, group: int, name: str, value: float) -> None:
         """:meth:`set_group` of one number (``set_hyperparameter(0, "lr", 0.01)``).
+
+        Args:
+            group (int): the param group, from 0.
+            name (str): a functional name (``lr``, ``beta1``, ...).
+            value (float): the new value, in the units of the constructor's argument.
 
         Raises:
             ValueError: no such group or name, or an invalid value (torch's messages).

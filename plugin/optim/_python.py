@@ -193,6 +193,10 @@ class PythonLocalOptimizer:
         """:meth:`step`, unless the system clock reached ``deadline_ms`` (ms since the Unix
         epoch; -1: none) when the locks are held: the owner's part of a step in one round trip.
 
+        Args:
+            context_id (int): a distributed autograd context id whose backward pass has ended.
+            deadline_ms (int): ms since the Unix epoch on the system clock, or -1.
+
         Returns:
             int: 0 applied, 2 the deadline passed (nothing applied).
 
@@ -256,8 +260,16 @@ class PythonLocalOptimizer:
         return 0
 
     def drop_step(self, token: int) -> bool:
-        """Forgets a prepared step without applying it; whether it was still prepared (False:
-        unknown, taken or expired). Raises nothing."""
+        """Forgets a prepared step without applying it.
+
+        Args:
+            token (int): from :meth:`prepare_step`.
+
+        Returns:
+            bool: whether it was still prepared (False: unknown, taken or expired).
+
+        Raises nothing.
+        """
         return ops._drop_step(token)
 
     def _run(self, gradients: List[Optional[Tensor]], keep: bool) -> None:

@@ -114,9 +114,21 @@ class ScriptLocalOptimizer(torch.nn.Module):
 
     @torch.jit.export
     def step_before(self, context_id: int, deadline_ms: int) -> int:
-        """:meth:`step`, unless the system clock reached ``deadline_ms`` (ms since the Unix
-        epoch; -1: none) when the locks are held: the owner's part of a step in one round trip.
-        Returns 0 (applied) or 2 (the deadline passed: nothing applied); raises as :meth:`step`."""
+        """:meth:`step`, unless the system clock reached ``deadline_ms`` when the locks are held:
+        the owner's part of a step in one round trip.
+
+        Args:
+            context_id (int): a distributed autograd context id.
+            deadline_ms (int): ms since the Unix epoch on the system clock, or -1 (none).
+
+        Returns:
+            int: 0 applied, 2 the deadline passed (nothing applied).
+
+        Raises:
+            ValueError: a gradient whose shape, dtype or device differs from its parameter's
+                (``torch.jit.Error`` once scripted); nothing changed then.
+            RuntimeError: the optimizer rejects a gradient.
+        """
         gradients = ops.gradients_for(context_id, self._params)
         check_gradients(self._params, gradients)
         with self._lock:

@@ -85,7 +85,7 @@ def test_snapshot_sees_every_kind_of_entry():
         "    @classmethod def create(",
         "functional_optim.Adam = functional_optim.adam.Adam",
         'dist_engine::backward(int context_id, Tensor[] roots, bool retain_graph=False, str mode="smart", '
-        'int[] steps=[]) -> ()',
+        'int[] hook_args=[]) -> ()',
         "__enter__(__torch__.torch.classes.dist_engine.StepLock _0) -> NoneType _0",
     ):
         assert expected in text, expected

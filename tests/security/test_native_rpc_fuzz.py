@@ -3,9 +3,9 @@ requests as any worker could send them (plugin._rpc_functions.call, no caller-si
 gradient clipping's _gradient_norms and _scale_gradients, the engine's _receive_gradients
 (and _reachability, _abort_pass), and the native local optimizer's _optimizer_* ops. Bounded Hypothesis property tests on the
 session's RPC group: every request is answered (a value or an error) and the callee keeps
-serving; a refused request changes nothing. Requests that still end or corrupt the callee are
-reproduced one by one in a fresh group (tests/support/native_rpc_jobs.py), marked
-xfail(strict=True) with the defect they show (the lead removes the mark with the fix).
+serving; a refused request changes nothing. Each defect the audit found (requests that ended
+or corrupted the callee, or left it unable to step) has its own test below, in a fresh
+optimizer, with the smallest request that showed it.
 (The lookups' own fuzzing: tests/rpc/test_lookup_fuzz.py.)"""
 import json
 import os
@@ -138,6 +138,8 @@ def test_the_engines_other_handlers_answer_any_ids(target, op, context_id, pass_
 
 # --- the native local optimizer ----------------------------------------------------------------
 
+# The sparse-gradient rule a caller sends with Adam's values (functional_optim.configuration.check_group).
+ADAM_SPARSE = "Adam does not support sparse gradients, please consider SparseAdam instead"
 STATE_KEYS = ["step", "exp_avg", "exp_avg_sq", "sum", "momentum_buffer", "bogus"]
 
 
@@ -160,7 +162,7 @@ def assert_same_values(a, b):
 def state_dicts(draw, shape):
     """A state dict of a parameter of `shape` as _optimizer_load_state takes it: indices, keys,
     and tensors of any shape, dtype and layout, except a 0-dim tensor for a key other than
-    'step' (test_load_state_refuses_a_scalar_for_a_tensor_state, xfail)."""
+    'step' (test_load_state_refuses_a_scalar_for_a_tensor_state)."""
     state = {}
     for index in draw(st.lists(st.sampled_from([0, 1, -1, 2**40]), max_size=2, unique=True)):
         entry = {}
@@ -190,22 +192,22 @@ def test_optimizer_ops_answer_every_request_and_a_refusal_changes_nothing(target
     handle = data.draw(st.sampled_from([handles[which]] * 3 + BIG))
     shape = remote.DENSE_SHAPE if which == "adam" else remote.TABLE_SHAPE
     context_id = data.draw(st.sampled_from([target.context_id, target.receive_context_id] + BIG))
-    op = data.draw(st.sampled_from(["step", "prepare", "commit", "drop", "step_checked", "state", "load_state",
+    op = data.draw(st.sampled_from(["step", "prepare", "commit", "drop", "state", "load_state",
                                     "hyperparameters", "set_group"]))
+    rules = st.sampled_from([None, "Adam does not support sparse gradients, please consider SparseAdam instead"])
     args = {
-        "step": lambda: (handle, context_id),
-        # (leases up to 2**40 ms: test_prepare_refuses_a_lease_it_cannot_represent, xfail)
-        "prepare": lambda: (handle, context_id, data.draw(st.sampled_from([-1, 0, 1, 1000, 2**31, 2**40]))),
-        "commit": lambda: (handle, data.draw(st.sampled_from(BIG))),
+        "step": lambda: (handle, context_id, data.draw(st.sampled_from([-1] + BIG)), data.draw(st.sampled_from(BIG))),
+        "prepare": lambda: (handle, context_id, data.draw(st.sampled_from([-1, 0, 1, 1000, 2**31, 2**40, 2**62]))),
+        "commit": lambda: (handle, data.draw(st.sampled_from(BIG)), data.draw(st.sampled_from(BIG))),
         "drop": lambda: (handle, data.draw(st.sampled_from(BIG))),
-        "step_checked": lambda: (handle, context_id, data.draw(st.sampled_from(BIG)), data.draw(st.sampled_from(BIG))),
         "state": lambda: (handle,),
         "load_state": lambda: (handle, data.draw(state_dicts(shape)), data.draw(st.lists(HPARAMS, max_size=2)),
-                               data.draw(st.lists(OPTIONS, max_size=2))),
+                               data.draw(st.lists(OPTIONS, max_size=2)), data.draw(st.lists(rules, max_size=2))),
         "hyperparameters": lambda: (handle,),
         "set_group": lambda: (handle, data.draw(st.sampled_from([0, 0, 1, -1, 2**62])), data.draw(HPARAMS),
                               data.draw(OPTIONS), data.draw(st.dictionaries(
-                                  st.sampled_from(["lr", "eps", "bogus"]), tensors([(), (1,), (2,), (0,)]), max_size=2))),
+                                  st.sampled_from(["lr", "eps", "bogus"]), tensors([(), (1,), (2,), (0,)]), max_size=2)),
+                              data.draw(rules)),
     }[op]()
     before = optimizer_values(target, handles[which])
     result = outcome(target.call("_optimizer_" + op, *args))
@@ -218,7 +220,7 @@ def test_optimizer_ops_answer_every_request_and_a_refusal_changes_nothing(target
     assert_serves(target)
 
 
-# --- defects found by the audit, in files another engineer is rewriting -----------------------
+# --- defects found by the audit, each fixed ------------------------------------------------
 # Each test shows one defect with the smallest request; each has its own parameters and
 # optimizers (a Target), which nothing else touches afterwards.
 
@@ -231,12 +233,6 @@ def fresh(cluster, request):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(strict=True, reason=(
-    "engine: _receive_gradients stores a sparse gradient whose indices lie outside its leaf's shape (torch's "
-    "unpickler builds sparse tensors without checking their invariants, and validate_outputs compares sizes only); "
-    "the next native Adagrad step of that parameter on the owner then ends the owner (SIGSEGV), and get_gradients "
-    "hands the tensor to user code. Fix: check every incoming sparse gradient as torch.sparse_coo_tensor(..., "
-    "check_invariants=True) does (at::_validate_sparse_coo_tensor_args) before it is used, and refuse the message"))
 def test_receive_gradients_refuses_a_sparse_gradient_outside_its_parameter(fresh):
     bad = remote.unsafe_sparse([[0, 10**6]], torch.ones(2, 3), remote.TABLE_SHAPE)
     result = outcome(fresh.receive([bad], smart=True))
@@ -245,28 +241,16 @@ def test_receive_gradients_refuses_a_sparse_gradient_outside_its_parameter(fresh
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(strict=True, reason=(
-    "local optimizer: _optimizer_load_state accepts a 0-dim tensor for every state key (its shape check lets "
-    "dim() == 0 through for all of them, not only 'step'); Adam's next step then runs torch's _fused_adam_ with a "
-    "1-element exp_avg for a 4 x 5 parameter, which reads and writes 20 elements: heap corruption on the owner "
-    "(locally: 'munmap_chunk(): invalid pointer'). Fix: only the state that torch keeps as a scalar ('step', and "
-    "each optimizer's scalar keys) may be 0-dim; every other state tensor must have its parameter's shape"))
 def test_load_state_refuses_a_scalar_for_a_tensor_state(fresh):
     before = optimizer_values(fresh, fresh.adam_handle)
     scalar = {0: {"step": torch.tensor(1.0), "exp_avg": torch.tensor(0.0), "exp_avg_sq": torch.tensor(0.0)}}
-    result = outcome(fresh.call("_optimizer_load_state", fresh.adam_handle, scalar, [{}], [{}]))
+    result = outcome(fresh.call("_optimizer_load_state", fresh.adam_handle, scalar, [{}], [{}], [ADAM_SPARSE]))
     assert isinstance(result, Exception), "accepted: the next step would write past exp_avg's one element"
     assert_same_values(optimizer_values(fresh, fresh.adam_handle), before)
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("case", ["scalar_sum", "sparse_exp_avg", "int_step"])
-@pytest.mark.xfail(strict=True, reason=(
-    "local optimizer: _optimizer_load_state accepts state that no later step can use, so every step of that "
-    "optimizer fails until another load (not 'checks first and changes nothing'): a 0-dim Adagrad 'sum' "
-    "(gilfree_optim::sparse_adagrad_: state_sums[0] has shape [] ...), a sparse Adam exp_avg (aten::_fused_adam_ "
-    "has no SparseCPU kernel), an int64 'step' (result type Float can't be cast to the desired output type Long). "
-    "Fix: check each state tensor's layout (dense), shape and dtype as the step needs them, before anything changes"))
 def test_load_state_refuses_state_a_step_cannot_use(fresh, case):
     handle, state = {
         "scalar_sum": (fresh.adagrad_handle, {0: {"step": torch.tensor(1.0), "sum": torch.tensor(0.0)}}),
@@ -276,19 +260,14 @@ def test_load_state_refuses_state_a_step_cannot_use(fresh, case):
         "int_step": (fresh.adam_handle, {0: {"step": torch.tensor(1), "exp_avg": torch.zeros(remote.DENSE_SHAPE),
                                               "exp_avg_sq": torch.zeros(remote.DENSE_SHAPE)}}),
     }[case]
-    loaded = outcome(fresh.call("_optimizer_load_state", handle, state, [{}], [{}]))
-    stepped = outcome(fresh.call("_optimizer_step", handle,
-                                 fresh.context_id))
+    loaded = outcome(fresh.call("_optimizer_load_state", handle, state, [{}], [{}],
+                                [None if handle == fresh.adagrad_handle else ADAM_SPARSE]))
+    stepped = outcome(fresh.call("_optimizer_step", handle, fresh.context_id, -1, -1))
     assert isinstance(loaded, Exception) or not isinstance(stepped, Exception), (
         f"accepted state with which every step fails: {stepped}")
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(strict=True, reason=(
-    "prepared steps: _optimizer_prepare takes any positive lease_ms; parkStep computes steady_clock::now() + "
-    "milliseconds(lease_ms) in nanoseconds, a signed overflow (undefined behaviour) above about 9.2e12 ms, and a "
-    "caller can hold gradients on the owner for as long as it likes. Fix: refuse (or cap) a lease above a bound "
-    "the clock can represent, e.g. the 10 minutes lease_ms() gives an infinite RPC timeout"))
 def test_prepare_refuses_a_lease_it_cannot_represent(fresh):
     result = outcome(fresh.call("_optimizer_prepare", fresh.adagrad_handle, fresh.context_id, 2**62))
     if not isinstance(result, Exception):
@@ -297,15 +276,10 @@ def test_prepare_refuses_a_lease_it_cannot_represent(fresh):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(strict=True, reason=(
-    "local optimizer: _optimizer_commit(handle, token) takes the prepared step `token` whoever prepared it (tokens "
-    "are one process-wide sequence, _take_step does not know the optimizer), so a commit sent with another "
-    "optimizer's handle consumes that optimizer's prepared step (and, with parameters of the same shapes, would "
-    "apply its gradients to the wrong parameters); _optimizer_drop likewise drops any optimizer's step. Fix: "
-    "park the step with its optimizer's handle and refuse a commit or drop from another, leaving the step parked"))
 def test_a_commit_with_another_optimizers_handle_leaves_the_step_to_its_own(fresh):
     token = fresh.call("_optimizer_prepare", fresh.adagrad_handle, fresh.context_id, 60_000).wait()
-    foreign = outcome(fresh.call("_optimizer_commit", fresh.adam_handle, token))
-    own = outcome(fresh.call("_optimizer_commit", fresh.adagrad_handle, token))
+    foreign = outcome(fresh.call("_optimizer_commit", fresh.adam_handle, token, -1))
+    assert fresh.call("_optimizer_drop", fresh.adam_handle, token).wait() is False
+    own = outcome(fresh.call("_optimizer_commit", fresh.adagrad_handle, token, -1))
     assert isinstance(foreign, Exception)
     assert not isinstance(own, Exception), f"the optimizer's own commit failed: {own}"

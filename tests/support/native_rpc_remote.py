@@ -112,7 +112,7 @@ class Target:
         outcome = {}
         for name, handle in (("adam", self.adam_handle), ("adagrad", self.adagrad_handle)):
             try:
-                self.call("_optimizer_step", handle, self.context_id).wait()
+                self.call("_optimizer_step", handle, self.context_id, -1, -1).wait()
                 outcome[name] = None
             except Exception as e:  # noqa: BLE001
                 outcome[name] = str(e)

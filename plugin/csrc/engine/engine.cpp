@@ -7,6 +7,7 @@
 #include "rpc/transport.h"
 #include "rpc/worker_error.h"
 
+#include <ATen/Functions.h>
 #include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
 #include <ATen/record_function.h>
@@ -330,6 +331,28 @@ c10::intrusive_ptr<Future> Engine::receiveGradients(
     bool smart,
     std::vector<int64_t> reached,
     std::vector<int64_t> hookArgs) {
+  // Gradients come from another worker: each must be dense (strided) or a sparse COO tensor
+  // whose indices lie within its size (torch's unpickler builds sparse tensors without
+  // checking that; validate_outputs compares sizes only), before anything uses them.
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const auto& grad = grads[i];
+    if (!grad.defined()) {
+      continue;
+    }
+    TORCH_CHECK(
+        (grad.layout() == c10::kStrided || grad.layout() == c10::kSparse) && !grad.is_nested(),
+        passError(contextId, "gradient " + std::to_string(i) + " of autograd_message_id " + std::to_string(messageId) +
+                                 " is neither dense nor sparse COO; refused"));
+    if (grad.is_sparse()) {
+      try {
+        at::_validate_sparse_coo_tensor_args(grad._indices(), grad._values(), grad.sizes(), grad.is_coalesced());
+      } catch (const c10::Error& e) {
+        TORCH_CHECK(false, passError(contextId, "gradient " + std::to_string(i) + " of autograd_message_id " +
+                                                    std::to_string(messageId) + " is not a valid sparse tensor (" +
+                                                    e.what_without_backtrace() + "); refused"));
+      }
+    }
+  }
   ContextPtr ctx = retrieveContext(contextId);
   EntryPtr entry = ContextRegistry::get().entry(ctx);
   {

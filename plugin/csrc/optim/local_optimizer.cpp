@@ -440,12 +440,12 @@ int64_t LocalOptimizer::prepare(int64_t contextId, int64_t leaseMs) {
     sparseErrors = sparseErrors_;
   }
   check(gradients, sparseErrors);
-  return parkStep(std::move(gradients), leaseMs);
+  return parkStep(std::move(gradients), leaseMs, handle_);
 }
 
 int64_t LocalOptimizer::commit(int64_t token, int64_t deadlineMs) {
   // checks again under the locks: the values may have changed since the prepare
-  return applyBefore(takeStep(token), deadlineMs);
+  return applyBefore(takeStep(token, handle_), deadlineMs);
 }
 
 void LocalOptimizer::stepGradients(const MaybeGradients& gradients) {
@@ -501,7 +501,9 @@ void LocalOptimizer::loadState(
     newHparams.push_back(updatedHyperparameters(static_cast<int64_t>(g), hparams.get(g)));
     newOptions.push_back(updatedOptions(static_cast<int64_t>(g), options.get(g)));
   }
-  // GroupedState.set_state's checks, then its copies (torch's casting rules, with the new flags)
+  // GroupedState.set_state's checks (each state tensor dense, and as the optimizer keeps it:
+  // the shape and kind of dtype of the state new_state makes for the parameter, on the meta
+  // device, with the new values), then its copies (torch's casting rules, with the new flags)
   const int64_t numParams = static_cast<int64_t>(params_.size());
   for (const auto& item : state) {
     const int64_t i = item.key();
@@ -509,11 +511,29 @@ void LocalOptimizer::loadState(
         i >= 0 && i < numParams, "ValueError: set_state: no parameter with index ", i, " (the optimizer has ",
         numParams, " parameters)");
     const auto& param = params_[i];
+    const auto [names, values] = opValues(newHparams[groupOf(i)], newOptions[groupOf(i)]);
+    const auto meta = at::empty_strided(param.sizes(), param.strides(), param.options().device(at::kMeta));
+    const auto keys = callGroupOp("gilfree_optim::state_keys", {name_, param.dim(), names, values}).toList();
+    const auto made = callGroupOp("gilfree_optim::new_state", {name_, std::vector<at::Tensor>{meta},
+                                                               std::vector<at::Tensor>{meta}, names, values})
+                          .toTensorVector();
     for (const auto& value : item.value()) {
+      const auto& v = value.value();
       TORCH_CHECK_VALUE(
-          value.value().dim() == 0 || value.value().sizes().equals(param.sizes()), "ValueError: set_state: state[", i,
-          "]['", value.key(), "'] has shape ", shapeText(value.value().sizes()), " but its parameter has shape ",
-          shapeText(param.sizes()));
+          v.layout() == c10::kStrided && !v.is_nested(), "ValueError: set_state: state[", i, "]['", value.key(),
+          "'] is not a dense tensor (", describe(v), ")");
+      for (size_t j = 0; j < keys.size(); ++j) {
+        if (keys.get(j).toStringRef() != value.key()) {
+          continue;
+        }
+        TORCH_CHECK_VALUE(
+            v.sizes().equals(made[j].sizes()), "ValueError: set_state: state[", i, "]['", value.key(), "'] has shape ",
+            shapeText(v.sizes()), " but this optimizer keeps it with shape ", shapeText(made[j].sizes()),
+            " for its parameter of shape ", shapeText(param.sizes()));
+        TORCH_CHECK_VALUE(
+            v.is_floating_point() || !made[j].is_floating_point(), "ValueError: set_state: state[", i, "]['",
+            value.key(), "'] has dtype ", dtypeName(v.scalar_type()), "; this optimizer keeps a floating-point one");
+      }
     }
   }
   std::vector<ParamState> newState(params_.size());
@@ -616,7 +636,7 @@ int64_t commitKernel(int64_t handle, int64_t token, int64_t deadlineMs) {
 }
 
 bool dropKernel(int64_t handle, int64_t token) {
-  const bool dropped = dropStep(token);  // forgotten even when the optimizer is gone
+  const bool dropped = dropStep(token, handle);  // forgotten even when the optimizer is gone
   LocalOptimizer::find(handle);
   return dropped;
 }

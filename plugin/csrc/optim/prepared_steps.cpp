@@ -17,6 +17,7 @@ struct Parked {
   Gradients gradients;
   Clock::time_point deadline;
   int64_t leaseMs;
+  int64_t owner;
 };
 
 struct Table {
@@ -46,29 +47,39 @@ std::vector<Parked> sweepLocked(Table& t, Clock::time_point now) {
 
 }  // namespace
 
-int64_t parkStep(Gradients gradients, int64_t leaseMs) {
-  TORCH_CHECK(leaseMs > 0, "parkStep: lease_ms must be positive, got ", leaseMs);
+int64_t parkStep(Gradients gradients, int64_t leaseMs, int64_t owner) {
+  TORCH_CHECK_VALUE(
+      leaseMs > 0 && leaseMs <= kMaxLeaseMs, "ValueError: lease_ms must be positive and at most ", kMaxLeaseMs,
+      " (a day), got ", leaseMs);
   auto& t = table();
   auto now = Clock::now();
   std::vector<Parked> expired;
   std::lock_guard<std::mutex> guard(t.mu);
   expired = sweepLocked(t, now);
   int64_t token = t.nextToken++;
-  t.steps.emplace(token, Parked{std::move(gradients), now + std::chrono::milliseconds(leaseMs), leaseMs});
+  t.steps.emplace(token, Parked{std::move(gradients), now + std::chrono::milliseconds(leaseMs), leaseMs, owner});
   return token;
 }
 
-Gradients takeStep(int64_t token) {
+Gradients takeStep(int64_t token, int64_t owner) {
   auto& t = table();
   std::optional<Parked> found;
+  bool another = false;
   {
     std::lock_guard<std::mutex> guard(t.mu);
     auto it = t.steps.find(token);
-    if (it != t.steps.end()) {
+    another = it != t.steps.end() && it->second.owner != owner;
+    if (it != t.steps.end() && !another) {
       found = std::move(it->second);
       t.steps.erase(it);
     }
   }
+  TORCH_CHECK(
+      !another,
+      workerError(
+          "in an optimizer step",
+          "the prepared step " + std::to_string(token) +
+              " belongs to another local optimizer here; nothing was applied, and it stays prepared for its own"));
   TORCH_CHECK(
       found.has_value(),
       workerError(
@@ -84,12 +95,12 @@ Gradients takeStep(int64_t token) {
   return std::move(found->gradients);
 }
 
-bool dropStep(int64_t token) {
+bool dropStep(int64_t token, int64_t owner) {
   auto& t = table();
   std::optional<Parked> found;
   std::lock_guard<std::mutex> guard(t.mu);
   auto it = t.steps.find(token);
-  if (it == t.steps.end()) {
+  if (it == t.steps.end() || it->second.owner != owner) {
     return false;
   }
   found = std::move(it->second);

@@ -8,7 +8,10 @@
 //
 // A parked step is bounded by a lease: if no commit or drop comes for it in time (the
 // caller died or froze between the phases), it is forgotten, and a late commit fails
-// with an error that says so. No lock is held between the phases.
+// with an error that says so. No lock is held between the phases. A step is parked for
+// one local optimizer (a native one's handle; -1 for the Python and TorchScript ones):
+// taking or dropping it for another leaves it parked (a caller's mistaken handle cannot
+// apply one optimizer's gradients to another's parameters).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -21,13 +24,19 @@ namespace dist_engine {
 
 using Gradients = std::vector<std::optional<at::Tensor>>;
 
-// Parks `gradients` for `leaseMs` milliseconds (> 0); returns the token.
-int64_t parkStep(Gradients gradients, int64_t leaseMs);
-// Takes the gradients of a parked step; raises (naming this worker) when the token
-// is unknown or its lease has expired.
-Gradients takeStep(int64_t token);
-// Forgets a parked step; returns whether it was still parked.
-bool dropStep(int64_t token);
+// The longest lease: a day (a caller's leases are at most twice its RPC timeout, or 10
+// minutes when that is infinite).
+constexpr int64_t kMaxLeaseMs = 24 * 3600 * 1000;
+
+// Parks `gradients` for `owner` for `leaseMs` milliseconds (0 < leaseMs <= kMaxLeaseMs, else
+// a ValueError); returns the token.
+int64_t parkStep(Gradients gradients, int64_t leaseMs, int64_t owner = -1);
+// Takes the gradients of a step parked for `owner`; raises (naming this worker) when the
+// token is unknown, its lease has expired, or it was parked for another optimizer (then it
+// stays parked).
+Gradients takeStep(int64_t token, int64_t owner = -1);
+// Forgets a step parked for `owner`; returns whether it was (false for another's: it stays).
+bool dropStep(int64_t token, int64_t owner = -1);
 // Parked steps whose lease has not expired (expired ones are forgotten first).
 int64_t numParkedSteps();
 
