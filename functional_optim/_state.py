@@ -416,7 +416,14 @@ class GroupedState:
             if full:
                 self.cache_flat[g] = state
                 self.cache_valid[g] = True
-        ops.group_step(self.name, self.params_of(g, indices), grads, state, fresh, names, values)
+        tensor_names: List[str] = []
+        tensor_values: List[Tensor] = []
+        for name, value in self.tensor_hparams[g].items():
+            tensor_names.append(name)
+            tensor_values.append(value)
+        ops.group_step(
+            self.name, self.params_of(g, indices), grads, state, fresh, names, values, tensor_names, tensor_values
+        )
 
     def create_missing(self, indices: List[int], grads: List[Tensor], names: List[str], values: List[float]) -> List[bool]:
         """Makes the state keys the parameters ``indices`` lack (``new_state``); returns, per
@@ -690,7 +697,9 @@ def fused_step(
     for i in range(len(params)):
         for column in columns:
             state.append(column[i])
-    ops.group_step(name, params, grads, state, fresh, names, values)
+    no_names: List[str] = []
+    no_tensors: List[Tensor] = []
+    ops.group_step(name, params, grads, state, fresh, names, values, no_names, no_tensors)
 
 
 def no_fresh(n: int) -> List[bool]:

@@ -21,7 +21,7 @@ __all__ = ["group_step", "new_state", "state_keys", "group_step_devices"]
 
 def group_step(
     optimizer: str, params: List[Tensor], grads: List[Tensor], state: List[Tensor], fresh: List[bool],
-    names: List[str], values: List[float],
+    names: List[str], values: List[float], tensor_names: List[str], tensor_values: List[Tensor],
 ) -> None:
     """The op ``gilfree_optim::group_step``: one step of one parameter group of ``optimizer``
     (``"adam"``...: ``csrc/steps/<optimizer>.cpp``), in place.
@@ -36,12 +36,15 @@ def group_step(
             in the order of its keys (:func:`state_keys`); all present.
         fresh (List[bool]): per parameter, whether its state was just made (:func:`new_state`).
         names, values: the group's values.
+        tensor_names, tensor_values (List[Tensor]): the hyperparameters given as 1-element
+            Tensors (any dtype, on the CPU), by name: a step that computes with one does so as
+            torch does (SparseAdam's Tensor lr: in the Tensor's dtype).
 
     Raises:
         ValueError: an unknown optimizer, lists that do not fit, a value the step needs missing.
         RuntimeError: what a kernel raises.
     """
-    torch.ops.gilfree_optim.group_step(optimizer, params, grads, state, fresh, names, values)
+    torch.ops.gilfree_optim.group_step(optimizer, params, grads, state, fresh, names, values, tensor_names, tensor_values)
 
 
 def new_state(optimizer: str, params: List[Tensor], grads: List[Tensor], names: List[str],

@@ -161,7 +161,9 @@ def _backward_raising_backward_errors(context_id: int, roots: List[Tensor], reta
 
 
 def get_gradients(context_id: int) -> Dict[Tensor, Tensor]:
-    """The gradients the plugin's engine accumulated on this worker in a context.
+    """The gradients the plugin's engine accumulated on this worker in a context (or, where no
+    pass of the plugin's engine reached this worker, those of torch's engine: the gradients
+    a step reads).
 
     Args:
         context_id (int): a distributed autograd context known on this worker.
@@ -174,12 +176,15 @@ def get_gradients(context_id: int) -> Dict[Tensor, Tensor]:
         own, stored without a copy where torch's engine stores them without one; a later
         pass in the context adds its gradients into them in place, as torch does (on the
         worker that called backward when backward returns, on the others when the next
-        pass starts there).
+        pass starts there). The engine also puts them into torch's own store of the
+        context's gradients, so ``torch.distributed.autograd.get_gradients`` and torch's
+        ``DistributedOptimizer`` see them.
 
     Raises:
         TypeError: ``context_id`` is not an ``int`` (``get_gradients(): incompatible function
             arguments: ...``, as torch's).
-        RuntimeError: the context id is unknown on this worker.
+        RuntimeError: the context id is unknown on this worker, or passes of both engines
+            (torch's and the plugin's) ran in the context here: their gradients do not add up.
     """
     if not torch.jit.is_scripting():
         _check_context_id("get_gradients", context_id)

@@ -164,14 +164,6 @@ def _checked_versions(context_id: int, workers: List[int], accept_sparse: bool) 
     return torch.ops.dist_engine._checked_versions(context_id, workers, accept_sparse)
 
 
-def _checked_gradients_for(context_id: int, params: List[Tensor], version: int) -> List[Optional[Tensor]]:
-    """The op ``dist_engine::_checked_gradients_for``, on an owner: :func:`gradients_for`, from
-    the plugin engine's gradients of the context, if they are still at ``version`` (as the
-    backward pass checked them); raises ``RuntimeError`` otherwise (they changed since: another
-    backward pass of the context, or the context was released)."""
-    return torch.ops.dist_engine._checked_gradients_for(context_id, params, version)
-
-
 def _park_step(gradients: List[Optional[Tensor]], lease_ms: int) -> int:
     """The op ``dist_engine::_park_step``: keeps validated gradients (references) between the
     two phases of an optimizer step, for at most ``lease_ms`` milliseconds; returns a token."""

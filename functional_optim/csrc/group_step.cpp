@@ -79,10 +79,18 @@ void groupStepKernel(
     at::TensorList state,
     c10::List<bool> fresh,
     const std::vector<std::string>& names,
-    const std::vector<double>& values) {
+    const std::vector<double>& values,
+    const std::vector<std::string>& tensorNames,
+    at::TensorList tensorValues) {
   const auto& def = optimizerNamed(optimizer);
   const auto checked = valuesOf(names, values);
-  const GroupValues v(names, checked);
+  TORCH_CHECK_VALUE(
+      tensorNames.size() == tensorValues.size(), "gilfree_optim::group_step: ", tensorNames.size(),
+      " tensor names but ", tensorValues.size(), " tensors");
+  for (const auto& t : tensorValues) {
+    TORCH_CHECK_VALUE(t.numel() == 1, "gilfree_optim::group_step: a Tensor hyperparameter must have one element");
+  }
+  const GroupValues v(names, checked, tensorNames, tensorValues);
   TORCH_CHECK_VALUE(
       grads.size() == params.size() && fresh.size() == params.size(), "gilfree_optim::group_step: ", params.size(),
       " params but ", grads.size(), " grads and ", fresh.size(), " fresh flags");
@@ -134,12 +142,27 @@ void groupStepMeta(
     at::TensorList,
     c10::List<bool>,
     const std::vector<std::string>&,
-    const std::vector<double>&) {}
+    const std::vector<double>&,
+    const std::vector<std::string>&,
+    at::TensorList) {}
 
 }  // namespace
 
-GroupValues::GroupValues(const std::vector<std::string>& names, const std::vector<double>& values)
-    : names_(names), values_(values) {}
+GroupValues::GroupValues(
+    const std::vector<std::string>& names,
+    const std::vector<double>& values,
+    const std::vector<std::string>& tensorNames,
+    at::TensorList tensors)
+    : names_(names), values_(values), tensorNames_(tensorNames), tensors_(tensors.begin(), tensors.end()) {}
+
+std::optional<at::Tensor> GroupValues::tensor(const char* name) const {
+  for (size_t i = 0; i < tensorNames_.size(); ++i) {
+    if (tensorNames_[i] == name) {
+      return tensors_[i];
+    }
+  }
+  return std::nullopt;
+}
 
 double GroupValues::get(const char* name) const {
   for (size_t i = 0; i < names_.size(); ++i) {

@@ -14,6 +14,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,16 +22,24 @@ namespace gilfree_optim {
 
 class GroupValues {
  public:
-  GroupValues(const std::vector<std::string>& names, const std::vector<double>& values);
+  GroupValues(
+      const std::vector<std::string>& names,
+      const std::vector<double>& values,
+      const std::vector<std::string>& tensorNames = {},
+      at::TensorList tensors = {});
   // The value of `name`; raises ValueError naming it when the group has no such value.
   double get(const char* name) const;
   bool flag(const char* name) const {
     return get(name) != 0;
   }
+  // The 1-element Tensor that hyperparameter `name` was given as, if it was.
+  std::optional<at::Tensor> tensor(const char* name) const;
 
  private:
   const std::vector<std::string>& names_;
   const std::vector<double>& values_;
+  std::vector<std::string> tensorNames_;
+  std::vector<at::Tensor> tensors_;
 };
 
 using Positions = std::vector<size_t>;

@@ -77,7 +77,9 @@ TORCH_LIBRARY(gilfree_optim, m) {
   // One step: `state` holds every parameter's state tensors (new_state's layout); `fresh[k]`:
   // params[k]'s state was made by new_state for this step. Gradients checked by the caller
   // (shape, dtype, device like the parameter; sparse only where the optimizer takes them).
+  // `tensor_names`, `tensor_values`: the hyperparameters given as 1-element Tensors (their
+  // values are in `values` too), for a step that computes with them as torch does.
   m.def(
       "group_step(str optimizer, Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] state, bool[] fresh, "
-      "str[] names, float[] values) -> ()");
+      "str[] names, float[] values, str[] tensor_names=[], Tensor[] tensor_values=[]) -> ()");
 }

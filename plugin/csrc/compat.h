@@ -32,6 +32,8 @@
 //                             (python_errors.cpp: python_error's members, and the
 //                             pending Python error torch's hooks leave behind)
 //   isPeerUnreachable         TensorPipe's transport errors say "originated at tensorpipe"
+//   torchGradientStore        DistAutogradContext::getGradients returns a handle sharing
+//                             the context's gradient map (the plugin publishes its own there)
 //   callWhenContextDestroyed  DistAutogradContext's outstanding-RPC list, kept until the
 //                             context is destroyed
 //   dropMessageReferences     the request message holds one reference to each tensor it
@@ -311,6 +313,16 @@ inline RaisedError describeException(const std::exception& e, std::optional<int6
 }
 
 // --- distributed autograd contexts --------------------------------------------------
+
+// torch's own store of the context's gradients, the one torch's get_gradients and its
+// DistributedOptimizer read: DistAutogradContext::getGradients() returns a c10::Dict handle
+// that shares the context's private map (accumulatedGrads_), so an insert through it is seen
+// there (without torch's context lock: the engine never writes it while torch's engine runs
+// a pass of the same context). Checked on torch 2.13.0 and 2.15.0 (a torch DistributedOptimizer
+// then steps with what was inserted; a later pass of torch's engine adds into it).
+inline c10::Dict<at::Tensor, at::Tensor> torchGradientStore(torch::distributed::autograd::DistAutogradContext& ctx) {
+  return ctx.getGradients();
+}
 
 // Calls `onDestroyed` when torch destroys `ctx` (or, rarely, earlier: see below).
 // DistAutogradContext has no destruction callback. The hook: a completed future handed

@@ -82,9 +82,6 @@ TORCH_LIBRARY(dist_engine, m) {
   // 2 the deadline had passed, 3 its optimizer refused the gradients, 4 no part of the
   // pass ran there (nothing applied for 2, 3 and 4).
   def(m, "_step_outcomes(int context_id, int[] workers) -> int[]");
-  // On an owner: gradients_for, from the engine's gradients of the context if they are
-  // still at `version` (those the backward pass checked); raises otherwise.
-  def(m, "_checked_gradients_for(int context_id, Tensor[] params, int version) -> Tensor?[]");
   // The two phases of a multi-owner optimizer step (prepared_steps.h): park validated
   // gradients for at most lease_ms and get a token; take them back to apply them; or
   // drop them. Taking an unknown or expired token raises.

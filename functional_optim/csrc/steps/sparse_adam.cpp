@@ -4,6 +4,8 @@
 // torch/optim/_functional.py, torch 2.13).
 #include "group_step.h"
 
+#include <ATen/ScalarOps.h>
+
 #include <cmath>
 
 namespace gilfree_optim {
@@ -40,7 +42,15 @@ void composite(Group& g, size_t k, const GroupValues& v) {
   auto numer = expAvgUpdate.add_(oldExpAvg);
   expAvgSqUpdate.add_(oldExpAvgSq);
   auto denom = expAvgSqUpdate.sqrt_().add_(eps);
-  const double stepSize = lr * std::sqrt(1 - std::pow(beta2, step)) / (1 - std::pow(beta1, step));
+  const double bc1 = 1 - std::pow(beta1, step), sqrtBc2 = std::sqrt(1 - std::pow(beta2, step));
+  if (const auto lrT = v.tensor("lr")) {
+    // a Tensor lr: torch computes the step size in the Tensor's dtype (a float32 lr for float64
+    // parameters rounds it there), with Python floats as wrapped numbers
+    const auto stepSize = lrT->mul(at::native::wrapped_scalar_tensor(sqrtBc2)).div(at::native::wrapped_scalar_tensor(bc1));
+    g.params[k].add_(at::sparse_coo_tensor(indices, stepSize.neg().mul(numer.div_(denom)), size));
+    return;
+  }
+  const double stepSize = lr * sqrtBc2 / bc1;
   g.params[k].add_(at::sparse_coo_tensor(indices, numer.div_(denom).mul(-stepSize), size));
 }
 
@@ -50,7 +60,7 @@ void step(Group& g, const GroupValues& v) {
   for (const auto& part : g.parts()) {
     Positions kernelled;
     for (size_t k : part) {
-      if (sparseKernelUsable(g.params[k])) {
+      if (sparseKernelUsable(g.params[k]) && !v.tensor("lr")) {
         kernelled.push_back(k);
       } else {
         composite(g, k, v);

@@ -116,6 +116,7 @@ void accumulateInto(GradientDict& dict, const at::Tensor& variable, at::Tensor g
 }  // namespace
 
 void ContextEntry::commitEarlierPasses(int64_t current) {
+  bool committed = false;
   for (auto it = staged.begin(); it != staged.end();) {
     if (it->first == current) {
       ++it;
@@ -125,6 +126,10 @@ void ContextEntry::commitEarlierPasses(int64_t current) {
       accumulateInto(grads, item.key(), item.value());
     }
     it = staged.erase(it);
+    committed = true;
+  }
+  if (committed) {
+    publishLocked();  // the sums are the committed tensors now
   }
 }
 
@@ -137,12 +142,47 @@ void ContextEntry::commitPass(int64_t passId) {
     accumulateInto(grads, item.key(), item.value());
   }
   staged.erase(it);
+  publishLocked();
 }
 
 void ContextEntry::discardPass(int64_t passId) {
   if (staged.erase(passId) != 0) {
     ++version;
+    publishLocked();
   }
+}
+
+void ContextEntry::publishLocked() {
+  auto ctx = context.lock();
+  if (!ctx) {
+    return;
+  }
+  GradientDict theirs = torchGradientStore(*ctx);
+  GradientDict now = snapshot();
+  for (const auto& item : published) {
+    auto it = theirs.find(item.key());
+    if (!now.contains(item.key()) && it != theirs.end() && it->value().is_same(item.value())) {
+      theirs.erase(item.key());
+    }
+  }
+  for (const auto& item : now) {
+    theirs.insert_or_assign(item.key(), item.value());
+  }
+  published = std::move(now);
+}
+
+bool ContextEntry::torchEngineRanLocked() const {
+  auto ctx = context.lock();
+  if (!ctx) {
+    return false;
+  }
+  for (const auto& item : torchGradientStore(*ctx)) {
+    auto it = published.find(item.key());
+    if (it == published.end() || !it->value().is_same(item.value())) {
+      return true;
+    }
+  }
+  return false;
 }
 
 GradientDict ContextEntry::snapshot() const {

@@ -41,6 +41,8 @@ struct ContextEntry {
   // Gradients of passes known to have ended everywhere, summed (in place, as torch adds
   // a second gradient to the one it stores: compat.h, accumulateStored).
   GradientDict grads;
+  // What this engine put into torch's own store of the context's gradients (publishLocked).
+  GradientDict published;
   // pass id -> gradients of a pass that may still be aborted.
   std::map<int64_t, GradientDict> staged;
   // A backward pass started on this worker is running for this context.
@@ -68,6 +70,15 @@ struct ContextEntry {
   void discardPass(int64_t passId);
   // Committed and staged gradients, summed, in a new dict. Must hold `mu`.
   GradientDict snapshot() const;
+  // Puts the snapshot into torch's own store of the context's gradients (compat.h,
+  // torchGradientStore), so that torch's get_gradients and DistributedOptimizer see the
+  // gradients of this engine's passes too; takes back what it put there earlier and no pass
+  // holds now (an aborted pass's). Called as a pass's gradients change here: when a worker's
+  // part ends, when a pass is committed or discarded. Must hold `mu`.
+  void publishLocked();
+  // Whether torch's engine changed torch's store since publishLocked (it ran a pass of this
+  // context too): an entry there that this engine did not put. Must hold `mu`.
+  bool torchEngineRanLocked() const;
 };
 
 using EntryPtr = std::shared_ptr<ContextEntry>;

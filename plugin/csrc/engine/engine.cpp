@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include "engine/gradients.h"
 #include "engine/graph_walk.h"
 #include "engine/node_exec.h"
 #include "engine/part_end.h"
@@ -437,13 +438,8 @@ void Engine::abortPassesOf(int64_t workerId) {
 }
 
 c10::Dict<at::Tensor, at::Tensor> Engine::getGradients(int64_t contextId) {
-  retrieveContext(contextId);  // raises for an unknown id
-  EntryPtr entry = ContextRegistry::get().find(contextId);
-  if (!entry) {
-    return c10::Dict<at::Tensor, at::Tensor>();
-  }
-  std::lock_guard<std::mutex> lock(entry->mu);
-  return entry->snapshot();
+  ContextPtr ctx = retrieveContext(contextId);  // raises for an unknown id
+  return contextGradients(ctx, ContextRegistry::get().find(contextId)).copy();
 }
 
 // ---------------------------------------------------------------------------
@@ -818,6 +814,10 @@ void Engine::settle(const PassPtr& pass) {
     // runs now, and its answer goes back with those this worker gathered (part_end.h).
     std::vector<int64_t> report;
     if (!pass->isRoot && pass->entry) {
+      {
+        std::lock_guard<std::mutex> lock(pass->entry->mu);
+        pass->entry->publishLocked();  // torch's get_gradients sees them too
+      }
       const auto own = runPartEndHook(pass->contextId, pass->hookArgs);
       report = {selfWorkerId(), own[0], own[1]};
       report.insert(report.end(), received.begin(), received.end());

@@ -1,5 +1,7 @@
 #include "engine/gradients.h"
 
+#include "rpc/worker_error.h"
+
 #include <torch/csrc/distributed/autograd/context/container.h>
 
 #include <mutex>
@@ -22,6 +24,12 @@ GradientDict contextGradients(const ContextPtr& ctx, const EntryPtr& entry) {
   if (entry) {
     std::lock_guard<std::mutex> lock(entry->mu);
     grads = entry->snapshot();
+    TORCH_CHECK(
+        grads.empty() || !entry->torchEngineRanLocked(),
+        "distributed autograd context ", ctx->contextId(), " on ", thisWorkerLabel(),
+        " holds gradients of backward passes of both engines, torch's (torch.distributed.autograd.backward) and "
+        "the plugin's (plugin.autograd.backward): they do not add up; run every backward pass of a context with "
+        "one of them (plugin.autograd.backward, or backward_and_step, for the plugin's DistributedOptimizer)");
   }
   return grads.empty() ? ctx->getGradients() : grads;
 }

@@ -14,7 +14,9 @@ std::vector<std::optional<at::Tensor>> gradientsOf(const GradientDict& grads, co
 
 // The gradients of the context here: the engine's (committed and staged, summed), or
 // torch's distributed autograd's when the engine holds none. `entry` may be null (no pass
-// of the engine reached this worker).
+// of the engine reached this worker). Raises when both engines ran passes of the context
+// here (their gradients do not add up: the engine publishes its own into torch's store,
+// ContextEntry::publishLocked, but keeps its sums apart).
 GradientDict contextGradients(const ContextPtr& ctx, const EntryPtr& entry);
 
 // contextGradients of `params` (None where a parameter has none). A context this worker

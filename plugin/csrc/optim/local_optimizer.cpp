@@ -408,7 +408,13 @@ void LocalOptimizer::applyLocked(const MaybeGradients& gradients) {
         state.push_back(state_[i].at(key));
       }
     }
-    callGroupOp("gilfree_optim::group_step", {name_, params, grads, state, fresh, names, values});
+    std::vector<std::string> tensorNames;
+    std::vector<at::Tensor> tensorValues;
+    for (const auto& item : tensorHparams_[g]) {
+      tensorNames.push_back(item.key());
+      tensorValues.push_back(item.value());
+    }
+    callGroupOp("gilfree_optim::group_step", {name_, params, grads, state, fresh, names, values, tensorNames, tensorValues});
   }
 }
 

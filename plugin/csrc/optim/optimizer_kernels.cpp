@@ -6,7 +6,6 @@
 #include "optim/prepared_steps.h"
 #include "optim/step_lock.h"
 #include "rpc/transport.h"
-#include "rpc/worker_error.h"
 
 #include <torch/csrc/distributed/autograd/context/container.h>
 #include <torch/csrc/distributed/rpc/rpc_agent.h>
@@ -33,22 +32,6 @@ std::vector<int64_t> checkedVersionsKernel(int64_t contextId, const std::vector<
 
 std::vector<int64_t> stepOutcomesKernel(int64_t contextId, const std::vector<int64_t>& workers) {
   return stepOutcomes(contextId, workers);
-}
-
-// As gradients_for, from the engine's gradients as the backward pass checked them.
-std::vector<std::optional<at::Tensor>> checkedGradientsForKernel(
-    int64_t contextId,
-    const std::vector<at::Tensor>& params,
-    int64_t version) {
-  auto grads = gradientsAtVersion(contextId, version);
-  TORCH_CHECK(
-      grads.has_value(),
-      workerError(
-          "in a step of context " + std::to_string(contextId),
-          "the context's gradients on this worker changed after the backward pass checked them (another backward "
-          "pass of the context, started elsewhere or from another thread, or the context was released); nothing "
-          "was applied on this worker"));
-  return gradientsOf(*grads, params);
 }
 
 int64_t parkStepKernel(const c10::List<std::optional<at::Tensor>>& gradients, int64_t leaseMs) {
@@ -104,7 +87,6 @@ TORCH_LIBRARY_IMPL(dist_engine, CompositeImplicitAutograd, m) {
   m.impl("gradients_for", TORCH_FN(gradientsForKernel));
   m.impl("_checked_versions", TORCH_FN(checkedVersionsKernel));
   m.impl("_step_outcomes", TORCH_FN(stepOutcomesKernel));
-  m.impl("_checked_gradients_for", TORCH_FN(checkedGradientsForKernel));
   m.impl("_park_step", TORCH_FN(parkStepKernel));
   m.impl("_take_step", TORCH_FN(takeStepKernel));
   m.impl("_drop_step", TORCH_FN(dropStepKernel));
