@@ -19,6 +19,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
+# Each phase's start, in seconds since this script started (what a CI run spent where).
+phase() { echo "[run_tests] ${SECONDS} s: $*"; }
 
 # torch 2.15.0's environment and build (scripts/with_torch.sh) are made in the background, at
 # the lowest CPU priority, while the system's torch is set up and the first pass runs: its
@@ -29,14 +31,19 @@ setsid --wait nice -n 19 bash scripts/with_torch.sh 2.15.0 true > build/torch-2.
 prepare=$!
 trap 'kill -- -"$prepare" 2>/dev/null || true' EXIT
 
+phase "setup (torch 2.13.0), torch 2.15.0 prepared in the background"
 bash scripts/setup_env.sh
+phase "tests on torch 2.13.0"
 "$PYTHON" -m pytest -q "$@"
 
+phase "waiting for torch 2.15.0's environment and build"
 if ! wait "$prepare"; then
     cat build/torch-2.15.0.prepare.log >&2
     exit 1
 fi
 trap - EXIT
+grep '^\[with_torch\]' build/torch-2.15.0.prepare.log || true
+phase "torch 2.15.0: import, steps, a backward pass with warnings as errors"
 bash scripts/with_torch.sh 2.15.0 python -W error -c '
 import socket, torch, torch.distributed.autograd as dist_autograd, torch.distributed.rpc as rpc
 import functional_optim, plugin, plugin.autograd, plugin.optim, plugin.rpc
@@ -56,6 +63,7 @@ with plugin.autograd.context() as ctx:
 assert not torch.equal(p.detach(), before)
 plugin.rpc.shutdown()
 print(f"[run_tests] torch {torch.__version__}: import, steps and a backward pass, no warning")'
+phase "tests on torch 2.15.0, torch.jit raising"
 bash scripts/with_torch.sh 2.15.0 python -m pytest -q --torchscript-removed \
   tests/engine tests/security tests/rpc/test_rpc_init.py tests/rpc/test_main_job.py \
   tests/rpc/test_embedding_lookups.py tests/rpc/test_mixed_stacks.py tests/rpc/test_cuda.py tests/build/test_build.py \
@@ -70,4 +78,6 @@ bash scripts/with_torch.sh 2.15.0 python -m pytest -q --torchscript-removed \
   --deselect tests/rpc/test_main_job.py::test_a_signal_ends_every_worker \
   --deselect tests/rpc/test_main_job.py::test_workers_die_with_a_killed_launcher \
   --deselect tests/rpc/test_main_job.py::test_a_run_with_the_default_outputs_leaves_the_checkout_clean "$@"
+phase "docs"
 "$PYTHON" -m sphinx -W --keep-going -b html docs docs/_build/html
+phase "done"

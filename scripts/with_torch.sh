@@ -41,7 +41,7 @@ fi
 # What the environment was made from; it is complete once this is written into it.
 WANT="$(cat "$REQUIREMENTS" setup.py | sha256sum | cut -c1-16)"
 if [ "$(cat "$VENV/.gilfree-ready" 2>/dev/null)" != "$WANT" ]; then
-    echo "[with_torch] preparing $VENV (torch $VERSION; several GB on first use)"
+    echo "[with_torch] ${SECONDS} s: preparing $VENV (torch $VERSION; several GB on first use)"
     [ -x "$PY" ] || python3 -m venv "$VENV"
     # Some machines cap pip's torch with a constraints file in pip's global configuration;
     # this environment asks for its own release, so that constraint is replaced for these
@@ -67,7 +67,7 @@ if [ "$installed" != "$VERSION" ]; then
 fi
 
 mkdir -p "$BUILD"
-echo "[with_torch] building the op libraries against torch $VERSION into $BUILD"
+echo "[with_torch] ${SECONDS} s: building the op libraries against torch $VERSION into $BUILD"
 if ! PATH="$VENV/bin:$PATH" "$PY" setup.py build_ext --build-lib "$BUILD/lib" --build-temp "$BUILD/temp" \
         > "$BUILD/build.log" 2>&1; then
     tail -n 60 "$BUILD/build.log" >&2
@@ -82,6 +82,7 @@ if grep -i "warning:" "$BUILD/build.log" | grep -v "^/usr/lib/gcc/.*/include/avx
     exit 1
 fi
 
+echo "[with_torch] ${SECONDS} s: ready"
 export PATH="$VENV/bin:$PATH" VIRTUAL_ENV="$VENV"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 GILFREE_RPC_LIBRARY="$(ls "$PWD/$BUILD"/lib/plugin/_C*.so)"

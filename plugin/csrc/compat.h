@@ -77,7 +77,7 @@
 //                             checked on torch 2.13.0 and 2.14.1)
 //   plugin/_rendezvous.py _uses_agent_store
 //                             TORCHELASTIC_USE_AGENT_STORE, read as torch's tcp:// does
-// (all four still there, unchanged, in torch 2.15.0's Python sources).
+// (all four still there in torch 2.15.0, checked by the 2.15 test pass).
 //
 // torch 2.15.0: what changed in the headers this library includes (diffed against
 // 2.14.1's on 2026-11-26), and why no helper needs a version guard for it:
