@@ -102,9 +102,11 @@
 //     library that lets one escape (c10::Dict::at on a missing key) raises IndexError in
 //     Python on 2.15 and RuntimeError before.
 //   Byte-identical to 2.14.1: autograd/{edge,engine,function,variable,grad_mode}.h,
-//     functions/accumulate_grad.h, utils/grad_layout_contract.h, c10/core/AutogradState.h,
-//     ATen/{CachedTensorUtils,LegacyBatchedTensorImpl}.h, Dispatcher.h,
-//     distributed/autograd/{context/context,context/container,utils}.h,
+//     autograd/functions/{accumulate_grad,utils}.h, utils/grad_layout_contract.h,
+//     c10/core/AutogradState.h, ATen/{CachedTensorUtils,LegacyBatchedTensorImpl}.h,
+//     Dispatcher.h, distributed/autograd/{context/context,context/container,utils}.h,
+//     distributed/autograd/functions/{recvrpc,sendrpc}_backward.h,
+//     distributed/autograd/rpc_messages/cleanup_autograd_context_req.h,
 //     distributed/rpc/{message,rref_impl,rpc_agent,script_call,utils}.h,
 //     jit/api/compilation_unit.h; tensorpipe_agent.h differs in a comment only.
 #pragma once
