@@ -11,6 +11,10 @@ if ! "$PYTHON" -c "import torch" >/dev/null 2>&1; then
     "$PYTHON" -m pip install --quiet torch==2.13.0
 fi
 
+# The compiler through ccache where the machine has it (a rebuild of unchanged sources is quick).
+if [ -d /usr/lib/ccache ]; then
+    export PATH="/usr/lib/ccache:$PATH"
+fi
 # Build tools first: the plugin is built without isolation against the torch above.
 "$PYTHON" -m pip install --quiet "setuptools>=64" wheel ninja
 # CMake builds the same library in the tests.

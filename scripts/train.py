@@ -48,7 +48,7 @@ import train_checkpoint  # noqa: E402
 import train_launch  # noqa: E402
 import workloads  # noqa: E402
 from train_options import TORCH_NAMES, parse_args  # noqa: E402
-from train_outputs import write_outputs  # noqa: E402
+from train_outputs import choose_paths, write_outputs  # noqa: E402
 from train_profile import TIMERS, Profile, resident_bytes  # noqa: E402
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)  # torch's own TorchScript warnings (--stack torch)
@@ -265,12 +265,12 @@ def coordinate(args):
     if args.workload == "digits":
         metrics["layers"] = workload.layer_sizes(args)
     metrics["servers_memory"] = train_checkpoint.servers_memory(shards, local_optimizers, baseline_rss)
-    write_outputs(metrics, args, workload.PLOT)
+    written = write_outputs(metrics, args, workload.PLOT)
     if profile is not None:
         profile.write()
         print(f"profile: {os.path.join(args.profile, 'profile.json')}", flush=True)
     print(f"{workload.final_summary(metrics)}; {metrics['samples_per_s']:,.0f} samples/s; {total:.1f} s; "
-          f"metrics: {args.metrics_out}", flush=True)
+          f"wrote {', '.join(written)}", flush=True)
     return metrics
 
 
@@ -287,6 +287,7 @@ def _deterministic_epoch(trainers, epoch):
 
 def main(argv=None):
     args = parse_args(argv, description=__doc__)
+    choose_paths(args)
     if "RANK" in os.environ:  # started by torchrun: each process is one worker
         world = int(os.environ["WORLD_SIZE"])
         if world < args.servers + 2:

@@ -63,10 +63,12 @@ def parse_args(argv=None, description=None):
                         "default); python: a Python RPC to the shard's module, as in torch's parameter-server "
                         "tutorial (torch stack's only way)")
     p.add_argument("--seed", type=int, default=0, help="seed of the data split, the weights and the shuffles")
-    p.add_argument("--metrics-out", default=os.path.join("results", "train", "metrics.json"),
-                   help="where to write the metrics as JSON (default results/train/metrics.json)")
-    p.add_argument("--plot-out", default=os.path.join("results", "train", "loss.png"),
-                   help="loss-curve PNG, written when matplotlib is installed (default results/train/loss.png)")
+    p.add_argument("--metrics-out", default=None,
+                   help="where to write the metrics as JSON (default runs/<workload>-<stack>-<date>-<time>/"
+                        "metrics.json in the checkout, a folder git ignores; its path is printed at the end)")
+    p.add_argument("--plot-out", default=None,
+                   help="loss-curve PNG, written when matplotlib is installed (default loss.png beside the "
+                        "default metrics file)")
     p.add_argument("--port", type=int, default=0, help="rendezvous port when this script starts the workers (0: any free one)")
     p.add_argument("--auth-key-file", default=None, metavar="PATH",
                    help="the job's authentication key (docs/security.md): every worker reads it and the workers "

@@ -6,10 +6,16 @@
 // use: Node's public API, DistAutogradContainer/Context, RpcAgent, c10::ivalue::Future).
 // The rest of plugin/csrc calls these helpers and touches none of those internals
 // itself, so a torch upgrade has this one file to audit. Each helper says what it
-// relies on and why; all were checked on torch 2.11 and 2.13 (the versions the library
-// builds against). Where the two differ the code picks up types from the headers, and
+// relies on and why, and the torch releases it was checked on when it was written (most:
+// 2.11 and 2.13). Where releases differ the code picks up types from the headers, and
 // names a version (TORCH_VERSION_MAJOR/MINOR, torch/version.h) only for a member that
 // one of them lacks.
+//
+// Checked releases, all helpers: 2.13.0 and 2.15.0 in CI (scripts/run_tests.sh: the whole
+// test suite on 2.13.0; on 2.15.0 the library built against it, which must print no
+// warning, and the engine, optimizer, lookup, security, build and main-job tests with
+// torch.jit's Python entry points raising), and 2.14.1 by hand. For 2.15.0 the headers
+// below were also read against 2.14.1's ("torch 2.15.0", at the end of this comment).
 //
 // Audit list (helper: the torch internal it relies on)
 //   NodePtr, makeNode         Edge::function's pointer type (std::shared_ptr in 2.11,
@@ -76,6 +82,38 @@
 //                             checked on torch 2.13.0 and 2.14.1)
 //   plugin/_rendezvous.py _uses_agent_store
 //                             TORCHELASTIC_USE_AGENT_STORE, read as torch's tcp:// does
+// (all four still there in torch 2.15.0, checked by the 2.15 test pass).
+//
+// torch 2.15.0: what changed in the headers this library includes (diffed against
+// 2.14.1's on 2026-11-26), and why no helper needs a version guard for it:
+//   input_buffer.h (takeInputs, addInput): InputBuffer gains a private member
+//     (direct_accumulation_threads_: its size changes), get_for_direct_accumulation, and a
+//     deleted copy assignment (it was already move-only here). `buffer` and add()'s five
+//     parameters are unchanged, and the engine never calls get_for_direct_accumulation, so
+//     add() finds no exposed slot to check. The size change is one more reason the library
+//     must run with the torch it was built against: an InputBuffer laid out by 2.14's
+//     header and filled by 2.15's add() would be read past its end.
+//   saved_variable_hooks.h: SavedVariableHooks is no longer copyable and gains a virtual;
+//     nothing here uses it.
+//   jit/ir/ir.h (addOpFunction): Node's attribute getters throw c10::Error (TORCH_CHECK)
+//     where they threw IRAttributeError. addOpFunction reads no attribute and nothing here
+//     catches IRAttributeError; Graph::insert, addInput, registerOutput are unchanged.
+//   jit/python/pybind_utils.h: its conversions throw c10::Error where they threw
+//     std::runtime_error; addOpFunction calls get_python_cu only, unchanged. Where such an
+//     error reaches describeException it is now named RuntimeError (before: the demangled
+//     std::runtime_error).
+//   csrc/Exceptions.h: python_error (describeException, python_errors.cpp) is unchanged.
+//     torch's CATCH_TH_ERRORS now turns std::out_of_range into IndexError, so an op of this
+//     library that lets one escape (c10::Dict::at on a missing key) raises IndexError in
+//     Python on 2.15 and RuntimeError before.
+//   Byte-identical to 2.14.1: autograd/{edge,engine,function,variable,grad_mode}.h,
+//     autograd/functions/{accumulate_grad,utils}.h, utils/grad_layout_contract.h,
+//     c10/core/AutogradState.h, ATen/{CachedTensorUtils,LegacyBatchedTensorImpl}.h,
+//     Dispatcher.h, distributed/autograd/{context/context,context/container,utils}.h,
+//     distributed/autograd/functions/{recvrpc,sendrpc}_backward.h,
+//     distributed/autograd/rpc_messages/cleanup_autograd_context_req.h,
+//     distributed/rpc/{message,rref_impl,rpc_agent,script_call,utils}.h,
+//     jit/api/compilation_unit.h; tensorpipe_agent.h differs in a comment only.
 #pragma once
 
 #include <ATen/CachedTensorUtils.h>

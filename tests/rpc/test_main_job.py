@@ -5,6 +5,7 @@ job's size is exercised by scripts/bench_mainjob.py, not here.
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -100,6 +101,45 @@ def test_the_job_trains_and_writes_its_metrics(tmp_path, stack):
     assert sum(e["samples"] for e in m["epochs"]) == 8 * m["train_samples"]
     if _has_matplotlib():
         assert (tmp_path / f"{stack}.png").stat().st_size > 0
+
+
+def checkout_state():
+    """``git status`` of the checkout (untracked files listed one by one) and the hash of each
+    file it names, so that a file modified before and rewritten since counts as a change; None
+    where the tests do not run in a git checkout."""
+    def git(*a):
+        return subprocess.run(["git", "-C", REPO, *a], capture_output=True, text=True, timeout=60)
+
+    if shutil.which("git") is None or git("rev-parse", "--git-dir").returncode != 0:
+        return None
+    status = git("status", "--porcelain", "--untracked-files=all").stdout.splitlines()
+    paths = [line[3:] for line in status if os.path.isfile(os.path.join(REPO, line[3:]))]
+    hashes = git("hash-object", "--", *paths).stdout.split() if paths else []
+    return status, dict(zip(paths, hashes))
+
+
+def test_a_run_with_the_default_outputs_leaves_the_checkout_clean():
+    """Without --metrics-out and --plot-out (as `bash scripts/run_main.sh` runs it) the job writes
+    its metrics and loss curve into a new folder under runs/, which git ignores, and names both
+    files at the end: the checkout's git status, and every file it lists, are what they were."""
+    before = checkout_state()
+    if before is None:
+        pytest.skip("not a git checkout (or no git)")
+    r = run_job(TINY + ["--epochs", "1"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    written = r.stdout.strip().splitlines()[-1].rpartition("; wrote ")[2].split(", ")
+    folder = os.path.dirname(os.path.join(REPO, written[0]))
+    in_runs = os.path.dirname(folder) == os.path.join(REPO, "runs")
+    try:
+        assert checkout_state() == before, written
+        assert in_runs and os.path.basename(folder).startswith("digits-plugin-"), written
+        assert [os.path.basename(p) for p in written] == (["metrics.json", "loss.png"] if _has_matplotlib()
+                                                           else ["metrics.json"]), written
+        with open(os.path.join(REPO, written[0])) as f:
+            assert json.load(f)["config"]["metrics_out"] == os.path.join(folder, "metrics.json")
+    finally:
+        if in_runs:  # the run's own folder, nothing else
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.mark.parametrize("stack,extra", [
