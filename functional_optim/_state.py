@@ -29,7 +29,8 @@ Layout (all TorchScript-typed):
   used from the next step on, eagerly and in TorchScript. Setting a number for such a name
   unbinds its Tensor.
 """
-from typing import Dict, List, Optional, Tuple, Union
+import math
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -37,20 +38,55 @@ from torch import Tensor
 from . import _kernels, _validation
 
 __all__ = [
-    "GroupedState", "TUPLE_HYPERPARAMETERS", "choose_impl", "split_by_device_dtype",
-    "flag", "take", "scalar_list", "new_step", "foreach_gradients", "fused_step", "no_fresh",
+    "GroupedState", "TUPLE_HYPERPARAMETERS", "INT_HYPERPARAMETERS", "OPTIONAL_HYPERPARAMETERS",
+    "CHOICE_HYPERPARAMETERS", "tuple_parts", "torch_value", "choose_impl", "split_by_device_dtype",
+    "flag", "take", "scalar_list", "new_step", "state_shape", "foreach_gradients", "fused_step", "no_fresh",
 ]
 
 # torch.optim.SparseAdam's message (RuntimeError) for a dense gradient (written out where it is
 # raised too: TorchScript reads no Python globals).
 DENSE_GRADIENT_ERROR = "SparseAdam does not support dense gradients, please consider Adam instead"
 
-# torch.optim keeps these hyperparameters as pairs; the typed dicts keep their two halves.
+# torch.optim keeps these hyperparameters as tuples; the typed dicts keep their parts. A key is a
+# tuple only for an optimizer that has its parts (:func:`tuple_parts`): Adafactor's ``eps`` is
+# ``(eps1, eps2)``, the others' ``eps`` a float.
 TUPLE_HYPERPARAMETERS = {
     "betas": ("beta1", "beta2"),
     "etas": ("etaminus", "etaplus"),
     "step_sizes": ("step_size_min", "step_size_max"),
+    "ns_coefficients": ("ns_a", "ns_b", "ns_c"),
+    "eps": ("eps1", "eps2"),
 }
+# The typed dicts (and the ops) hold every hyperparameter as a float; torch.optim keeps these
+# otherwise (:func:`torch_value` converts back): an int (Muon's ns_steps); None or a float
+# (Adafactor's eps1; None held as NaN); None or one of some strings (Muon's adjust_lr_fn; None held
+# as 0, the k-th string as k + 1), with the start of the ValueError message for another string.
+INT_HYPERPARAMETERS = ("ns_steps",)
+OPTIONAL_HYPERPARAMETERS = ("eps1",)
+CHOICE_HYPERPARAMETERS = {"adjust_lr_fn": (("original", "match_rms_adamw"), "Adjust learning rate function")}
+
+
+def tuple_parts(key: str, names: Iterable[str]) -> Optional[Tuple[str, ...]]:
+    """Eager only: the parts of torch's tuple hyperparameter ``key`` for an optimizer whose
+    typed hyperparameters are ``names``, or None where ``key`` is not a tuple there."""
+    parts = TUPLE_HYPERPARAMETERS.get(key)
+    if parts is not None and parts[0] in names:
+        return parts
+    return None
+
+
+def torch_value(name: str, value: Any) -> Any:
+    """Eager only: typed hyperparameter ``name`` as ``torch.optim`` keeps it (an int, None, a
+    string; see :data:`INT_HYPERPARAMETERS`); other values (a Tensor among them) unchanged."""
+    if isinstance(value, Tensor):
+        return value
+    if name in INT_HYPERPARAMETERS:
+        return int(value)
+    if name in OPTIONAL_HYPERPARAMETERS and math.isnan(value):
+        return None
+    if name in CHOICE_HYPERPARAMETERS:
+        return None if value == 0 else CHOICE_HYPERPARAMETERS[name][0][int(value) - 1]
+    return value
 
 
 def choose_impl(params: List[Tensor], foreach: Optional[bool], fused: Optional[bool]) -> str:
@@ -493,7 +529,7 @@ class GroupedState:
 
         Raises:
             ValueError: an index that is not a parameter, or a non-scalar tensor whose shape
-                differs from its parameter's.
+                differs from its parameter's (:func:`state_shape`).
         """
         new_state: List[Dict[str, Tensor]] = []
         for i in range(len(self.params)):
@@ -508,10 +544,12 @@ class GroupedState:
             fused = self.options[self.group_of[i]].get("fused")
             copied: Dict[str, Tensor] = {}
             for key, value in entry.items():
-                if value.dim() != 0 and value.shape != param.shape:
+                expected = state_shape(key, param)
+                if value.dim() != 0 and list(value.shape) != expected:
                     raise ValueError(
                         "set_state: state[" + str(i) + "]['" + key + "'] has shape "
                         + str(list(value.shape)) + " but its parameter has shape " + str(list(param.shape))
+                        + ("" if expected == list(param.shape) else " (expected " + str(expected) + ")")
                     )
                 if key == "step":
                     if fused is not None and fused:
@@ -669,6 +707,19 @@ class GroupedState:
         param_groups = getattr(self, "param_groups", None)
         if param_groups is not None and group < len(param_groups):  # (a group being added has none yet)
             param_groups[group]._refresh()
+
+
+def state_shape(key: str, param: Tensor) -> List[int]:
+    """The shape of ``param``'s state tensor ``key`` (other than a 0-dim one): the parameter's,
+    except for the factored second moments of a parameter of two or more dimensions (Adafactor):
+    ``'row_var'`` has its last dimension reduced to 1, ``'col_var'`` the one before."""
+    shape = list(param.shape)
+    if len(shape) > 1:
+        if key == "row_var":
+            shape[-1] = 1
+        elif key == "col_var":
+            shape[-2] = 1
+    return shape
 
 
 def fused_step(

@@ -21,8 +21,12 @@ Protocol methods (``Tensor`` is ``torch.Tensor``)::
         The flat parameter indices of each group.
     hyperparameters() -> List[Dict[str, float]]
         Each group's numeric hyperparameters (copies), named as in the functional form:
-        pairs are split ('betas' -> 'beta1', 'beta2'; 'etas' -> 'etaminus', 'etaplus';
-        'step_sizes' -> 'step_size_min', 'step_size_max').
+        tuples are split ('betas' -> 'beta1', 'beta2'; 'etas' -> 'etaminus', 'etaplus';
+        'step_sizes' -> 'step_size_min', 'step_size_max'; Muon's 'ns_coefficients' ->
+        'ns_a', 'ns_b', 'ns_c'; Adafactor's 'eps' -> 'eps1', 'eps2'); values torch keeps
+        otherwise are floats too: an int as its value (Muon's 'ns_steps'), None as NaN
+        (Adafactor's 'eps1'), a string as its number (Muon's 'adjust_lr_fn': 0 None,
+        1 'original', 2 'match_rms_adamw').
     options() -> List[Dict[str, Optional[bool]]]
         Each group's flags (copies): 'maximize', 'foreach', 'fused', 'amsgrad', ... as torch
         names them; 'foreach' and 'fused' may be None (= torch's default choice).
@@ -56,7 +60,7 @@ from typing import Any, Dict, Optional
 
 import torch
 
-from ._state import TUPLE_HYPERPARAMETERS
+from ._state import TUPLE_HYPERPARAMETERS, torch_value
 from ._param_groups import split_values
 
 __all__ = ["PROTOCOL_METHODS", "state_dict", "load_state_dict"]
@@ -77,14 +81,16 @@ PROTOCOL_METHODS = (
 
 
 def _torch_group(hparams: Dict[str, float], options: Dict[str, Optional[bool]]) -> Dict[str, Any]:
+    """A group's typed values in torch's form: tuples joined (where the optimizer has their
+    parts), ints, None and strings where torch keeps them (``_state.torch_value``)."""
     group: Dict[str, Any] = {}
     for name, value in hparams.items():
-        for pair, halves in TUPLE_HYPERPARAMETERS.items():
-            if name in halves:
-                group[pair] = (hparams[halves[0]], hparams[halves[1]])
+        for key, parts in TUPLE_HYPERPARAMETERS.items():
+            if name in parts:
+                group[key] = tuple(torch_value(part, hparams[part]) for part in parts)
                 break
         else:
-            group[name] = value
+            group[name] = torch_value(name, value)
     group.update(options)
     return group
 
