@@ -45,11 +45,15 @@ def _as_float(
 ) -> float:
     """The typed value of torch's hyperparameter ``name`` (``part``: the typed name of its
     ``index``-th part, for a tuple): a number, a 1-element Tensor (torch's rules), and where
-    torch takes them None (:data:`~functional_optim._state.OPTIONAL_HYPERPARAMETERS`: NaN) or a
+    torch takes them None (:data:`~functional_optim._state.OPTIONAL_HYPERPARAMETERS`: -inf) or a
     string (:data:`~functional_optim._state.CHOICE_HYPERPARAMETERS`: its number)."""
     typed = name if part is None else part
-    if value is None and typed in OPTIONAL_HYPERPARAMETERS:
-        return math.nan
+    if typed in OPTIONAL_HYPERPARAMETERS:
+        if value is None:
+            return -math.inf
+        if part is not None and not isinstance(value, Tensor) and value == -math.inf:
+            # in torch's form (a part of its tuple) -inf would read as None
+            raise ValueError(f"'{name}'[{index}] must be None or a number above -inf, got -inf")
     if (value is None or isinstance(value, str)) and typed in CHOICE_HYPERPARAMETERS:
         choices, what = CHOICE_HYPERPARAMETERS[typed]
         return choice_index(value, list(choices), what)

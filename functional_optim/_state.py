@@ -58,9 +58,10 @@ TUPLE_HYPERPARAMETERS = {
     "eps": ("eps1", "eps2"),
 }
 # The typed dicts (and the ops) hold every hyperparameter as a float; torch.optim keeps these
-# otherwise (:func:`torch_value` converts back): an int (Muon's ns_steps); None or a float
-# (Adafactor's eps1; None held as NaN); None or one of some strings (Muon's adjust_lr_fn; None held
-# as 0, the k-th string as k + 1), with the start of the ValueError message for another string.
+# otherwise (:func:`torch_value` converts back): an int (Muon's ns_steps); None or a float >= 0
+# (Adafactor's eps1; None held as -inf, which compares equal to itself, unlike NaN); None or one of
+# some strings (Muon's adjust_lr_fn; None held as 0, the k-th string as k + 1), with the start of
+# the ValueError message for another string.
 INT_HYPERPARAMETERS = ("ns_steps",)
 OPTIONAL_HYPERPARAMETERS = ("eps1",)
 CHOICE_HYPERPARAMETERS = {"adjust_lr_fn": (("original", "match_rms_adamw"), "Adjust learning rate function")}
@@ -82,7 +83,7 @@ def torch_value(name: str, value: Any) -> Any:
         return value
     if name in INT_HYPERPARAMETERS:
         return int(value)
-    if name in OPTIONAL_HYPERPARAMETERS and math.isnan(value):
+    if name in OPTIONAL_HYPERPARAMETERS and value == -math.inf:
         return None
     if name in CHOICE_HYPERPARAMETERS:
         return None if value == 0 else CHOICE_HYPERPARAMETERS[name][0][int(value) - 1]

@@ -79,7 +79,7 @@ def adafactor(
         torch.ops.gilfree_optim.group_step(
             "adafactor", params, grads, state, no_fresh(len(params)),
             ["lr", "beta2_decay", "eps1", "eps2", "d", "weight_decay", "maximize"],
-            [lr, beta2_decay, math.nan if eps1 is None else eps1, eps2, d, weight_decay, 1.0 if maximize else 0.0],
+            [lr, beta2_decay, -math.inf if eps1 is None else eps1, eps2, d, weight_decay, 1.0 if maximize else 0.0],
         )
         return
     if foreach is not None and foreach and len(params) > 0:
@@ -256,7 +256,7 @@ class Adafactor:
         eps: ``(eps1, eps2)`` (default ``(None, 1e-3)``): eps1 >= 0 stabilises the
             denominators (None: ``torch.finfo`` of the first stepped parameter's dtype, kept
             for the rest of that group's step, as torch); eps2 >= 0 is the least parameter
-            scale. Held as ``eps1``, ``eps2`` by :meth:`hyperparameters` (None as NaN).
+            scale. Held as ``eps1``, ``eps2`` by :meth:`hyperparameters` (None as -inf).
         d: clipping threshold of the update's RMS, >= 1 (default 1.0).
         weight_decay: decoupled weight-decay coefficient, >= 0 (default 0).
         foreach: ``True`` multi-tensor (``torch._foreach_*``); ``False`` or ``None``
@@ -298,10 +298,10 @@ class Adafactor:
         foreach: Optional[bool] = None, maximize: bool = False, fused: Optional[bool] = None,
     ) -> None:
         eps1 = eps[0]
-        if eps1 is not None and not 0.0 <= eps1:  # NaN included: NaN stands for None below
+        if eps1 is not None and not 0.0 <= eps1:  # -inf included: it stands for None below
             raise ValueError("epsilon1 should be >= 0 but is: " + str(eps1))
         hparams: Dict[str, float] = {
-            "lr": lr, "beta2_decay": beta2_decay, "eps1": math.nan if eps1 is None else eps1, "eps2": eps[1],
+            "lr": lr, "beta2_decay": beta2_decay, "eps1": -math.inf if eps1 is None else eps1, "eps2": eps[1],
             "d": d, "weight_decay": weight_decay,
         }
         options: Dict[str, Optional[bool]] = {"foreach": foreach, "maximize": maximize, "fused": fused}
@@ -313,7 +313,7 @@ class Adafactor:
             raise ValueError("Learning rate should be >= 0 but is: " + str(h["lr"]))
         if not 0.0 >= h["beta2_decay"]:
             raise ValueError("beta2_decay should be <= 0 but is: " + str(h["beta2_decay"]))
-        if not math.isnan(h["eps1"]) and not 0.0 <= h["eps1"]:
+        if h["eps1"] != -math.inf and not 0.0 <= h["eps1"]:
             raise ValueError("epsilon1 should be >= 0 but is: " + str(h["eps1"]))
         if not 0.0 <= h["eps2"]:
             raise ValueError("epsilon2 should be >= 0 but is: " + str(h["eps2"]))
@@ -352,7 +352,7 @@ class Adafactor:
             col_vars.append(state.get("col_var"))
             variances.append(state.get("variance"))
         h = s.hparams[g]
-        eps1: Optional[float] = None if math.isnan(h["eps1"]) else h["eps1"]
+        eps1: Optional[float] = None if h["eps1"] == -math.inf else h["eps1"]
         adafactor(
             s.params_of(g, indices), grads, row_vars, col_vars, variances, steps, s.flag(g, "foreach"), False,
             d=h["d"], lr=h["lr"], beta2_decay=h["beta2_decay"], weight_decay=h["weight_decay"], eps1=eps1,

@@ -249,7 +249,7 @@ class Muon:
             raise ValueError("weight decay should be >= 0 but is: " + str(h["weight_decay"]))
         _validation.check_choice(h["adjust_lr_fn"], 2, "adjust_lr_fn")
         steps = h["ns_steps"]
-        if not (steps == math.floor(steps)):  # NaN and inf fail too
+        if not steps % 1.0 == 0.0:  # NaN and inf fail too
             raise ValueError("ns_steps must be a whole number, got " + str(steps))
         if steps >= 100:
             raise ValueError("Number of steps must be less than 100 for computational efficiency")

@@ -24,7 +24,7 @@ Protocol methods (``Tensor`` is ``torch.Tensor``)::
         tuples are split ('betas' -> 'beta1', 'beta2'; 'etas' -> 'etaminus', 'etaplus';
         'step_sizes' -> 'step_size_min', 'step_size_max'; Muon's 'ns_coefficients' ->
         'ns_a', 'ns_b', 'ns_c'; Adafactor's 'eps' -> 'eps1', 'eps2'); values torch keeps
-        otherwise are floats too: an int as its value (Muon's 'ns_steps'), None as NaN
+        otherwise are floats too: an int as its value (Muon's 'ns_steps'), None as -inf
         (Adafactor's 'eps1'), a string as its number (Muon's 'adjust_lr_fn': 0 None,
         1 'original', 2 'match_rms_adamw').
     options() -> List[Dict[str, Optional[bool]]]

@@ -92,14 +92,14 @@ void step(Group& g, const GroupValues& v) {
   const double lr = v.get("lr"), beta2Decay = v.get("beta2_decay"), eps2 = v.get("eps2"), d = v.get("d");
   const double weightDecay = v.get("weight_decay");
   const bool maximize = v.flag("maximize");
-  // eps1 None (NaN here): torch takes finfo(dtype).eps of the first parameter stepped and keeps
+  // eps1 None (-inf here): torch takes finfo(dtype).eps of the first parameter stepped and keeps
   // it for the rest of the group's step (it assigns the loop's variable).
   double eps1 = v.get("eps1");
   for (size_t k = 0; k < g.params.size(); ++k) {
     auto& param = g.params[k];
     const at::Tensor grad = maximize ? g.grads[k].neg() : g.grads[k];
     auto& s = g.state[k];
-    if (std::isnan(eps1)) {
+    if (eps1 == -std::numeric_limits<double>::infinity()) {
       eps1 = machineEpsilon(param.scalar_type());
     }
     s[0].add_(number(1));
