@@ -229,6 +229,8 @@ class GroupedState:
         """
         if self.name == "sparse_adam":
             _validation.check_sparse_adam_params(len(self.offsets) - 1, group)
+        if self.name == "muon":
+            _validation.check_muon_params(group)
         _validation.check_params(group)
         seen: Dict[Tensor, int] = {}
         for p in group:

@@ -23,6 +23,7 @@ __all__ = [
     "check_one_gradient",
     "check_params",
     "check_sparse_adam_params",
+    "check_muon_params",
     "check_lr",
     "check_non_negative",
     "check_betas",
@@ -208,6 +209,22 @@ def check_sparse_adam_params(group: int, params: List[Tensor]) -> None:
         raise ValueError(
             "Complex params at indices " + str(complex_at) + ": SparseAdam does not support complex parameters"
         )
+
+
+def check_muon_params(params: List[Tensor]) -> None:
+    """``torch.optim.Muon``'s check of its parameters (its constructor's; here also for a group
+    added later, whose step torch refuses only when it comes, after the groups before it).
+
+    Raises:
+        ValueError: ``"Muon only supports 2D parameters whereas we found a parameter with size:
+            torch.Size([5])"``.
+    """
+    for p in params:
+        if p.dim() != 2:
+            raise ValueError(
+                "Muon only supports 2D parameters whereas we found a parameter with size: torch.Size("
+                + str(list(p.shape)) + ")"
+            )
 
 
 def check_lr(lr: float) -> None:

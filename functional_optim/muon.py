@@ -203,9 +203,9 @@ class Muon:
 
     Raises:
         ValueError: a parameter that is not 2-D (torch's ``"Muon only supports 2D parameters
-            whereas we found a parameter with size: torch.Size([5])"``; a param group added later
-            is not checked, as torch: its step raises ``"Param gradient must be a 2D matrix"``,
-            before any change); invalid hyperparameters (torch's messages: ``"Learning rate
+            whereas we found a parameter with size: torch.Size([5])"``, also for a param group
+            added later, which torch takes and then refuses to step, after stepping the groups
+            before it); invalid hyperparameters (torch's messages: ``"Learning rate
             should be >= 0 but is: -1.0"``, ``"momentum should be >= 0 ..."``, ``"weight decay
             should be >= 0 ..."``, ``"Adjust learning rate function ... is not supported"``;
             ``"Number of steps must be less than 100 for computational efficiency"``, which
@@ -231,13 +231,7 @@ class Muon:
             "adjust_lr_fn": _validation.choice_index(adjust_lr_fn, choices, "Adjust learning rate function"),
         }
         options: Dict[str, Optional[bool]] = {"nesterov": nesterov, "fused": fused}
-        self._s = self._new_state(params, hparams, options, "muon")
-        for p in self._s.params:  # torch's check, after the param groups are read
-            if p.dim() != 2:
-                raise ValueError(
-                    "Muon only supports 2D parameters whereas we found a parameter with size: torch.Size("
-                    + str(list(p.shape)) + ")"
-                )
+        self._s = self._new_state(params, hparams, options, "muon")  # 2-D only: check_muon_params
         self._init_groups()
 
     def _check(self, h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
