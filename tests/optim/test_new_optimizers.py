@@ -216,9 +216,9 @@ def test_muon_ns_steps_limit_is_checked_at_once():
         F.Muon([torch.ones(3, 3)]).set_hyperparameter(0, "ns_steps", 2.5)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("nesterov", [True, False])
-def test_muon_reduced_precision_is_torchs_to_the_bit(dtype, nesterov):
+def test_muon_default_step_is_torchs_to_the_bit(dtype, nesterov):
     """The same ATen ops in the same order, so the same bits (the Newton-Schulz iteration in
     bfloat16; the weight decay through mul_'s Tensor overload, as torch's Python calls it;
     with bfloat16 and nesterov=False torch's iteration scales the buffer itself, and so does ours)."""
@@ -264,13 +264,53 @@ def test_adafactor_eps1_none_over_mixed_dtypes_is_torchs(fused):
         assert torch.equal(a.detach(), b) if fused is None else torch.allclose(a.detach(), b, rtol=1e-6, atol=0)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_adafactor_reduced_precision_is_torchs_to_the_bit(dtype):
-    reference, theirs, ours, our_params = _pair(
-        torch.optim.Adafactor, F.Adafactor, [(8, 6), (7,), ()], dtype, weight_decay=0.1, maximize=True)
-    _step_both(reference, theirs, ours, 5)
-    for a, b in zip(theirs, our_params):
-        assert torch.equal(a.detach(), b)
+ADAFACTOR_SHAPES = [(8, 6), (7,), (), (3, 5, 9), (300, 301), (70_000,)]  # the last two: pieces on threads
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("kwargs", [{}, {"weight_decay": 0.1, "maximize": True}], ids=["default", "wd_maximize"])
+def test_adafactor_default_step_is_torchs_to_the_bit(dtype, kwargs):
+    """torch's ops in its order (float32 and float64: the update's element-wise end in one pass
+    of the same IEEE operations, cpu/fused_adafactor.cpp), so the same bits."""
+    reference, theirs, ours, our_params = _pair(torch.optim.Adafactor, F.Adafactor, ADAFACTOR_SHAPES, dtype, **kwargs)
+    _step_both(reference, theirs, ours, 4)
+    for i, (a, b) in enumerate(zip(theirs, our_params)):
+        assert torch.equal(a.detach(), b), i
+    for i, p in enumerate(theirs):
+        for key, value in reference.state[p].items():
+            assert torch.equal(value, ours.get_state()[i][key]), (i, key)
+
+
+_ISA_SCRIPT = """
+import torch, functional_optim as F
+from tests.optim.test_new_optimizers import ADAFACTOR_SHAPES, _pair, _step_both
+for dtype in (torch.float32, torch.float64):
+    reference, theirs, ours, our_params = _pair(torch.optim.Adafactor, F.Adafactor, ADAFACTOR_SHAPES, dtype, maximize=True)
+    _step_both(reference, theirs, ours, 3)
+    assert all(torch.equal(a.detach(), b) for a, b in zip(theirs, our_params)), dtype
+print(torch.backends.cpu.get_cpu_capability())
+"""
+
+
+def test_adafactor_update_of_each_isa_build_is_torchs():
+    """Each instruction-set build of the fused update (DEFAULT, AVX2, AVX512 where this CPU
+    runs it; ATEN_CPU_CAPABILITY picks torch's kernels and ours alike) gives torch's bits."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.support import REPO
+
+    order = ["DEFAULT", "AVX2", "AVX512"]
+    best = torch.backends.cpu.get_cpu_capability()
+    builds = order[: order.index(best) + 1] if best in order else ["DEFAULT"]
+    for isa in builds:
+        env = dict(os.environ, ATEN_CPU_CAPABILITY=isa.lower(),
+                   PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        done = subprocess.run([sys.executable, "-c", _ISA_SCRIPT], cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.strip() == isa
 
 
 # ----------------------------------------------------------------------------- ASGD

@@ -1,6 +1,7 @@
 // Adafactor's group step: torch.optim's single-tensor step (torch/optim/_adafactor.py, torch
 // 2.13), its ATen ops in its order, so results are torch's default step's to the bit; without
-// the interpreter between the ops. Algorithm: Shazeer and Stern, "Adafactor: Adaptive Learning
+// the interpreter between the ops, and for float32 and float64 CPU parameters with the
+// element-wise end of the update in one pass (fusedUpdate: the same operations, fewer passes). Algorithm: Shazeer and Stern, "Adafactor: Adaptive Learning
 // Rates with Sublinear Memory Cost" (2018), https://arxiv.org/abs/1804.04235, with torch's
 // changes (lr caps the relative step size and scales decoupled weight decay; eps1 applied to
 // the variance estimate and the update; means instead of sums).
@@ -8,16 +9,21 @@
 // A parameter of two or more dimensions keeps the row and column means of the squared
 // gradient over its last two dimensions (row_var: last dimension reduced to 1; col_var: the
 // one before), one of fewer a full second moment (variance).
+#include "fused_optim.h"
 #include "group_step.h"
 
 #include <c10/core/DefaultDtype.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 namespace gilfree_optim {
+
+struct AdafactorUpdateOp;  // cpu/fused_adafactor.cpp
+
 namespace {
 
 std::vector<std::string> keys(int64_t dim, const GroupValues&) {
@@ -87,6 +93,28 @@ double l2(const at::Tensor& t) {
   return at::linalg_vector_norm(t, 2).item<double>();
 }
 
+// The element-wise end of the update in one pass (cpu/fused_adafactor.cpp: the same IEEE
+// operations as ATen's float32 and float64 CPU kernels, so torch's bits), for float32 and
+// float64 CPU gradients; the others take the ATen ops.
+bool fusable(const at::Tensor& grad) {
+  return grad.device().is_cpu() && (grad.scalar_type() == at::kFloat || grad.scalar_type() == at::kDouble);
+}
+
+// torch's (row_var @ col_var).div_(divisor).clamp_(min=floor).rsqrt_().mul_(grad) (`colVar`
+// defined) or variance.clone().clamp_(min=floor).rsqrt_().mul_(grad) (`rowVar` the variance),
+// `grad` negated when `negate`: a new contiguous tensor of grad's shape, as the ops give it.
+at::Tensor fusedUpdate(
+    const at::Tensor& grad, const at::Tensor& rowVar, const at::Tensor& colVar, const at::Tensor& divisor,
+    double floor, bool negate) {
+  using Fn = void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                  double, bool);
+  auto out = at::empty(grad.sizes(), grad.options());
+  IsaDispatch<AdafactorUpdateOp, Fn>::call(
+      out, grad.contiguous(), rowVar.contiguous(), colVar.defined() ? colVar.contiguous() : colVar,
+      divisor.defined() ? divisor.contiguous() : divisor, floor, negate);
+  return out;
+}
+
 void step(Group& g, const GroupValues& v) {
   checkState(g);
   const double lr = v.get("lr"), beta2Decay = v.get("beta2_decay"), eps2 = v.get("eps2"), d = v.get("d");
@@ -97,7 +125,9 @@ void step(Group& g, const GroupValues& v) {
   double eps1 = v.get("eps1");
   for (size_t k = 0; k < g.params.size(); ++k) {
     auto& param = g.params[k];
-    const at::Tensor grad = maximize ? g.grads[k].neg() : g.grads[k];
+    const bool fused = fusable(g.grads[k]);
+    // the fused update takes the sign itself (squares and norms do not see it)
+    const at::Tensor grad = maximize && !fused ? g.grads[k].neg() : g.grads[k];
     auto& s = g.state[k];
     if (eps1 == -std::numeric_limits<double>::infinity()) {
       eps1 = machineEpsilon(param.scalar_type());
@@ -110,7 +140,7 @@ void step(Group& g, const GroupValues& v) {
     if (weightDecay != 0) {
       param.mul_(number(1 - lr * weightDecay));
     }
-    at::Tensor varEstimate;
+    at::Tensor update;
     if (grad.dim() > 1) {
       auto& rowVar = s[1];
       auto& colVar = s[2];
@@ -119,15 +149,21 @@ void step(Group& g, const GroupValues& v) {
       rowVar.lerp_(rowMean, oneMinusBeta2);
       auto colMean = at::linalg_vector_norm(grad, 2, at::IntArrayRef{-2}, true).square_().div_(number(grad.size(-2)));
       colVar.lerp_(colMean, oneMinusBeta2);
-      varEstimate = at::matmul(rowVar, colVar);
-      varEstimate.div_(rowVar.mean(at::IntArrayRef{-2}, true).clamp_(eps1));
+      auto divisor = rowVar.mean(at::IntArrayRef{-2}, true).clamp_(eps1);
+      if (fused) {
+        update = fusedUpdate(grad, rowVar, colVar, divisor, eps1 * eps1, maximize);
+      } else {
+        update = at::matmul(rowVar, colVar).div_(divisor).clamp_(eps1 * eps1).rsqrt_().mul_(grad);
+      }
     } else {
       auto& variance = s[1];
       variance.lerp_(grad * grad, oneMinusBeta2);
-      varEstimate = variance.clone();
+      if (fused) {
+        update = fusedUpdate(grad, variance, {}, {}, eps1 * eps1, maximize);
+      } else {
+        update = variance.clone().clamp_(eps1 * eps1).rsqrt_().mul_(grad);
+      }
     }
-    auto update = varEstimate.clamp_(eps1 * eps1).rsqrt_();
-    update.mul_(grad);
     const double denom =
         std::max(1.0, l2(update) / (std::pow(static_cast<double>(update.numel()), 0.5) * d));
     param.add_(update, -alpha / denom);
