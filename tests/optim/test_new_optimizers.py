@@ -111,6 +111,7 @@ def test_format_check_can_fail():
         _same_value_and_type(None, "original", "param_groups[0]['adjust_lr_fn']")
 
 
+@pytest.mark.torchscript
 def test_typed_values_and_their_torch_form():
     """The protocol (what TorchScript and the plugin see) holds floats; the torch-facing side
     shows torch's forms (_state.torch_value / INT, OPTIONAL, CHOICE_HYPERPARAMETERS)."""
