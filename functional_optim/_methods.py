@@ -384,10 +384,9 @@ def eager_defaults(
     torch's checks and in torch's order: the Tensor checks of ``lr``, the range checks
     (``_check``), then, for Adam and AdamW, those of ``betas``
     (:func:`functional_optim._validation.check_tensor_betas`). The Tensor-holding values are
-    kept for :func:`eager_parse` (every group that does not set its own shares them, as in
+    kept (a tuple whole, under torch's name) for :func:`eager_parse` (every group that does not set its own shares them, as in
     torch)."""
     from ._param_groups import TensorRules, split_values
-
     from ._state import TUPLE_HYPERPARAMETERS
 
     rules = TensorRules(name, options.get("foreach"), True)

@@ -155,6 +155,20 @@ def test_values_torch_keeps_otherwise_are_checked():
     assert opt.param_groups[0]["eps"] == (None, 1e-3)
 
 
+def test_constructor_tuple_holding_a_tensor_is_shared_like_torch():
+    """A Tensor inside a constructor's tuple (Adafactor's eps2) is followed by the groups that do
+    not set their own, as in torch; a group with its own tuple keeps it (the tuple is bound
+    whole, under torch's name)."""
+    e = T(1e-2, dtype=torch.float64)
+    groups = lambda: [{"params": [torch.zeros(3)]}, {"params": [torch.zeros(3)], "eps": (None, 5e-3)}]  # noqa: E731
+    ours = F.Adafactor(groups(), eps=(None, e))
+    theirs = torch.optim.Adafactor(groups(), eps=(None, e))
+    for opt in (ours, theirs):
+        assert opt.param_groups[0]["eps"][1] is e and opt.param_groups[1]["eps"] == (None, 5e-3)
+    e.fill_(0.02)
+    assert [h["eps2"] for h in ours.hyperparameters()] == [0.02, 5e-3]
+
+
 # ----------------------------------------------------------------------------- Muon
 
 @pytest.mark.parametrize("shape", [(5,), (), (2, 3, 4)])
