@@ -537,10 +537,12 @@ def group_step_variants(name: str, shapes: List[Tuple[int, ...]]) -> Dict[str, C
     return {"torch": reference.step, "ours": lambda: ours.step(grads_opt)}
 
 
-def group_step_rows(quick: bool, names: List[str]) -> Dict[str, Any]:
+def group_step_rows(quick: bool, names: List[str], thread_clock: bool = False) -> Dict[str, Any]:
     """Per optimizer, 1 and 2 intra-op threads and workload: the median step of each variant and
     ``ours/torch``, the median over rounds of the ratio of the two steps of a round (ABBA rounds,
-    both variants built twice in opposite orders, samples pooled, as ``--kernels``)."""
+    both variants built twice in opposite orders, samples pooled, as ``--kernels``; with
+    ``thread_clock`` the 1-thread rows on the calling thread's CPU time, as ``--kernels``)."""
+    global CLOCK
     out: Dict[str, Any] = {}
     saved = torch.get_num_threads()
     try:
@@ -548,6 +550,7 @@ def group_step_rows(quick: bool, names: List[str]) -> Dict[str, Any]:
             per_name: Dict[str, Any] = {}
             for threads in (1, 2):
                 torch.set_num_threads(threads)
+                CLOCK = time.thread_time if thread_clock and threads == 1 else time.perf_counter
                 per_threads: Dict[str, Any] = {}
                 for workload, shapes in GROUP_STEPS[name][3].items():
                     if quick:
@@ -577,6 +580,7 @@ def group_step_rows(quick: bool, names: List[str]) -> Dict[str, Any]:
             out[name] = per_name
     finally:
         torch.set_num_threads(saved)
+        CLOCK = time.perf_counter
     return out
 
 
@@ -590,7 +594,7 @@ def main_group_steps(args: argparse.Namespace) -> Dict[str, Any]:
     load_start = os.getloadavg()
     print(f"torch {torch.__version__}; load average {load_start[0]:.2f}")
     print("\n== Adafactor and Muon: our default step (the op library's group step) vs torch.optim's step ==")
-    rows = group_step_rows(args.quick, names)
+    rows = group_step_rows(args.quick, names, args.thread_clock)
     load_end = os.getloadavg()
     print("\n== target: ours/torch <= 1.0 (median of per-round ratios) ==")
     for name, per_name in rows.items():
@@ -598,6 +602,7 @@ def main_group_steps(args: argparse.Namespace) -> Dict[str, Any]:
                                       for t, per_threads in per_name.items() for w, row in per_threads.items()))
     report = {
         "meta": run_meta(quick=args.quick, load_average_start=list(load_start), load_average_end=list(load_end)),
+        "clock": "1 thread: thread CPU time; 2 threads: wall clock" if args.thread_clock else "wall clock",
         "machine": platform.machine(),
         "workloads": {name: {w: [list(s) for s in shapes] for w, shapes in GROUP_STEPS[name][3].items()}
                       for name in names},
@@ -654,7 +659,8 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
                         help="JSON output path (default results/bench_optim.json, with --kernels "
                              "results/bench_optim_kernels.json)")
     parser.add_argument("--thread-clock", action="store_true",
-                        help="with --kernels: time the 1-thread rows with the thread's CPU time (loaded machines)")
+                        help="with --kernels or --group-steps: time the 1-thread rows with the thread's CPU time "
+                             "(loaded machines)")
     parser.add_argument("--sparse", action="store_true",
                         help="only the sparse-gradient case (issue 22), merged into --out under 'sparse'")
     parser.add_argument("--group-steps", action="store_true",
