@@ -1,8 +1,9 @@
 r"""The state protocol, and torch-format ``state_dict`` built on it alone.
 
 Every optimizer class of this package (``SGD``, ``Adam``, ``Adagrad``, ``AdamW``, ``RMSprop``,
-``Adamax``, ``Adadelta``, ``Rprop``, ``NAdam``, ``RAdam``) has the methods below, compiled by
-TorchScript and with the same signatures in all ten classes. A ScriptModule that holds any of
+``Adamax``, ``Adadelta``, ``Rprop``, ``NAdam``, ``RAdam``, ``SparseAdam``, ``ASGD``,
+``Adafactor``, ``Muon``) has the methods below, compiled by TorchScript and with the same
+signatures in all of them. A ScriptModule that holds any of
 them as an attribute can forward them (:class:`functional_optim.scripting.OptimizerModule` does),
 so code that only sees the module (the distributed optimizer, across RPC) can export and import
 the full optimizer state and change hyperparameters. Reading ``module.optim`` from Python would
