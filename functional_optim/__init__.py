@@ -1,9 +1,10 @@
 """TorchScript-compatible functional optimizers (gradients passed in, never read from ``.grad``).
 
-Eleven optimizers with ``torch.optim``'s hyperparameters, defaults and results: :class:`SGD`,
+Fourteen optimizers with ``torch.optim``'s hyperparameters, defaults and results: :class:`SGD`,
 :class:`Adam`, :class:`AdamW`, :class:`Adagrad`, :class:`RMSprop`, :class:`Adamax`,
 :class:`Adadelta`, :class:`Rprop`, :class:`NAdam`, :class:`RAdam`, :class:`SparseAdam` (sparse
-gradients only; SGD and Adagrad also take sparse gradients). Each works eagerly (with
+gradients only; SGD and Adagrad also take sparse gradients), :class:`ASGD`, :class:`Adafactor`
+and :class:`Muon` (2-D parameters only). Each works eagerly (with
 torch-style param groups, ``param_groups`` and ``state_dict``) and as a TorchScript class, with
 single-tensor, multi-tensor (``torch._foreach_*``) and, where torch has kernels, fused
 (``torch._fused_*``) implementations, all usable inside TorchScript. Each module also has the
@@ -17,10 +18,13 @@ functional form (``functional_optim.adam.adam`` ...).
   :func:`register_functional_optimizer`.
 """
 from .adadelta import Adadelta
+from .adafactor import Adafactor
 from .adagrad import Adagrad
 from .adam import Adam
 from .adamax import Adamax
 from .adamw import AdamW
+from .asgd import ASGD
+from .muon import Muon
 from .nadam import NAdam
 from .radam import RAdam
 from . import configuration
@@ -35,6 +39,7 @@ from .torch_optimizer import as_torch_optimizer
 
 __all__ = [
     "SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adamax", "Adadelta", "Rprop", "NAdam", "RAdam", "SparseAdam",
+    "ASGD", "Adafactor", "Muon",
     "functional_optimizer_for", "register_functional_optimizer", "registered_optimizers", "torch_optimizer_for",
     "configuration",
     "OptimizerModule", "script_optimizer", "state_dict", "load_state_dict", "as_torch_optimizer",

@@ -384,9 +384,10 @@ def eager_defaults(
     torch's checks and in torch's order: the Tensor checks of ``lr``, the range checks
     (``_check``), then, for Adam and AdamW, those of ``betas``
     (:func:`functional_optim._validation.check_tensor_betas`). The Tensor-holding values are
-    kept for :func:`eager_parse` (every group that does not set its own shares them, as in
+    kept (a tuple whole, under torch's name) for :func:`eager_parse` (every group that does not set its own shares them, as in
     torch)."""
     from ._param_groups import TensorRules, split_values
+    from ._state import TUPLE_HYPERPARAMETERS
 
     rules = TensorRules(name, options.get("foreach"), True)
     original = {**hparams, **options}
@@ -395,13 +396,17 @@ def eager_defaults(
         self._check(h, o)
         # the constructor's betas as given (the classes pass them as beta1, beta2)
         _validation.check_tensor_betas(name, (hparams["beta1"], hparams["beta2"]), options.get("foreach"))
-        betas = (hparams["beta1"], hparams["beta2"])
-        if any(isinstance(b, Tensor) for b in betas):
-            if name in ("adam", "adamw"):  # torch.optim.Adam keeps betas squeezed to 0-dim
-                betas = tuple(b.squeeze() if isinstance(b, Tensor) and b.dim() != 0 else b for b in betas)
-            rules.tensors["betas"] = betas
-    for half in ("beta1", "beta2"):
-        rules.tensors.pop(half, None)
+    for key, parts in TUPLE_HYPERPARAMETERS.items():
+        if parts[0] not in h:
+            continue
+        # a tuple holding Tensors is kept whole, under torch's name (the classes pass its parts)
+        given = tuple(hparams[part] for part in parts)
+        if any(isinstance(v, Tensor) for v in given):
+            if name in ("adam", "adamw") and key == "betas":  # torch.optim.Adam keeps betas squeezed to 0-dim
+                given = tuple(b.squeeze() if isinstance(b, Tensor) and b.dim() != 0 else b for b in given)
+            rules.tensors[key] = given
+        for part in parts:
+            rules.tensors.pop(part, None)
     self._tensor_defaults = rules.tensors
     return h, o
 

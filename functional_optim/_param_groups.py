@@ -8,17 +8,21 @@ optimizer's ``set_group`` protocol method, so the value is validated, takes effe
 step and is visible to TorchScript methods; the dicts are rewritten whenever the optimizer's
 hyperparameters change by any route.
 """
+import math
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import torch
 from torch import Tensor
 
-from ._state import TUPLE_HYPERPARAMETERS
-from ._validation import check_params, check_tensor_betas, tensor_number
+from ._state import (
+    CHOICE_HYPERPARAMETERS, INT_HYPERPARAMETERS, OPTIONAL_HYPERPARAMETERS, TUPLE_HYPERPARAMETERS, torch_value,
+    tuple_parts,
+)
+from ._validation import check_params, check_tensor_betas, choice_index, tensor_number
 
 __all__ = ["parse", "attach", "add_param_group", "ParamGroup", "TensorRules"]
 
-_HALF_TO_PAIR = {half: (pair, k) for pair, halves in TUPLE_HYPERPARAMETERS.items() for k, half in enumerate(halves)}
+_PART_TO_TUPLE = {part: key for key, parts in TUPLE_HYPERPARAMETERS.items() for part in parts}
 
 
 class TensorRules:
@@ -35,13 +39,32 @@ class TensorRules:
         self.tensors: Dict[str, Any] = {}
 
 
-def _as_float(name: str, value: Any, rules: Optional[TensorRules] = None, index: Optional[int] = None) -> float:
+def _as_float(
+    name: str, value: Any, rules: Optional[TensorRules] = None, index: Optional[int] = None,
+    part: Optional[str] = None,
+) -> float:
+    """The typed value of torch's hyperparameter ``name`` (``part``: the typed name of its
+    ``index``-th part, for a tuple): a number, a 1-element Tensor (torch's rules), and where
+    torch takes them None (:data:`~functional_optim._state.OPTIONAL_HYPERPARAMETERS`: -inf) or a
+    string (:data:`~functional_optim._state.CHOICE_HYPERPARAMETERS`: its number)."""
+    typed = name if part is None else part
+    if typed in OPTIONAL_HYPERPARAMETERS:
+        if value is None:
+            return -math.inf
+        if part is not None and not isinstance(value, Tensor) and value == -math.inf:
+            # in torch's form (a part of its tuple) -inf would read as None
+            raise ValueError(f"'{name}'[{index}] must be None or a number above -inf, got -inf")
+    if (value is None or isinstance(value, str)) and typed in CHOICE_HYPERPARAMETERS:
+        choices, what = CHOICE_HYPERPARAMETERS[typed]
+        return choice_index(value, list(choices), what)
     if isinstance(value, Tensor):
         if rules is None:
             rules = TensorRules(None, None, False)
         return tensor_number(rules.optimizer, name, value, index, rules.foreach, rules.in_constructor)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"hyperparameter '{name}' must be a number or a 1-element Tensor, got {type(value).__name__}")
+    if typed in INT_HYPERPARAMETERS and not float(value).is_integer():
+        raise TypeError(f"hyperparameter '{name}' must be an int, got {value!r}")
     return float(value)
 
 
@@ -63,10 +86,12 @@ def split_values(
 ) -> Tuple[Dict[str, float], Dict[str, Optional[bool]], Dict[str, Any]]:
     """Sort torch-named group values into numeric hyperparameters, options and other keys.
 
-    Pairs (``betas``, ``etas``, ``step_sizes``) are split into their halves. A hyperparameter
-    may be a 1-element Tensor (shape ``[]`` or ``[1]``, any dtype and device; a pair may hold
-    them): its current value is taken, after torch's checks (``rules``; without them only the
-    size is checked), and the value as given is put into ``rules.tensors``.
+    Tuples (``betas``, ``etas``, ``step_sizes``, ``ns_coefficients``, Adafactor's ``eps``) are
+    split into their parts. A hyperparameter may be a 1-element Tensor (shape ``[]`` or ``[1]``,
+    any dtype and device; a tuple may hold them): its current value is taken, after torch's checks
+    (``rules``; without them only the size is checked), and the value as given is put into
+    ``rules.tensors``. Values torch keeps as an int, None or a string become floats (see
+    :func:`_as_float`).
 
     Args:
         values (Dict[str, Any]): torch-named values (a param group without ``'params'``).
@@ -77,7 +102,7 @@ def split_values(
         Tuple: the hyperparameters (functional names, floats), the options, the other keys.
 
     Raises:
-        TypeError: a value of the wrong form (a pair that is not two, a flag that is not a
+        TypeError: a value of the wrong form (a tuple of the wrong length, a flag that is not a
             bool or None, a hyperparameter that is neither a number nor a Tensor).
         ValueError, RuntimeError: a Tensor that torch's rules refuse.
     """
@@ -87,12 +112,12 @@ def split_values(
     options: Dict[str, Optional[bool]] = {}
     extras: Dict[str, Any] = {}
     for key, value in values.items():
-        halves = TUPLE_HYPERPARAMETERS.get(key)
-        if halves is not None and halves[0] in hparam_names:
-            if isinstance(value, Tensor) or len(value) != 2:
-                raise TypeError(f"'{key}' must be a pair of numbers, got {value!r}")
-            hparams[halves[0]] = _as_float(key, value[0], rules, 0)
-            hparams[halves[1]] = _as_float(key, value[1], rules, 1)
+        parts = tuple_parts(key, hparam_names)
+        if parts is not None:
+            if not isinstance(value, (tuple, list)) or len(value) != len(parts):
+                raise TypeError(f"'{key}' must be a tuple of {len(parts)} values, got {value!r}")
+            for k, part in enumerate(parts):
+                hparams[part] = _as_float(key, value[k], rules, k, part)
             if rules is not None and _holds_tensor(value):
                 rules.tensors[key] = value
         elif key in hparam_names:
@@ -285,28 +310,27 @@ class ParamGroup(WriteThroughDict):
         a Tensor or a pair holding some; ``GroupedState.bind_tensor``); validated by the caller."""
         core = self._optimizer._s
         for key, value in tensors.items():
-            halves = TUPLE_HYPERPARAMETERS.get(key)
-            if halves is None:
+            parts = tuple_parts(key, core.hparams[self._index])
+            if parts is None:
                 core.bind_tensor(self._index, key, value)
             else:
-                for half, v in zip(halves, value):
+                for part, v in zip(parts, value):
                     if isinstance(v, Tensor):
-                        core.bind_tensor(self._index, half, v)
+                        core.bind_tensor(self._index, part, v)
 
     def _refresh(self) -> None:
         core = self._optimizer._s
         hparams = core.hparams[self._index]
         bound = core.tensor_hparams[self._index]
-        # a Tensor hyperparameter shows as the Tensor itself (the same object), as torch keeps it
-        shown = {name: bound.get(name, value) for name, value in hparams.items()}
+        # a Tensor hyperparameter shows as the Tensor itself (the same object), as torch keeps it;
+        # the others in torch's form (an int, None, a string where torch keeps one)
+        shown = {name: bound.get(name, torch_value(name, value)) for name, value in hparams.items()}
         for name, value in shown.items():
-            pair = _HALF_TO_PAIR.get(name)
-            if pair is None:
+            key = _PART_TO_TUPLE.get(name)
+            if key is None:
                 dict.__setitem__(self, name, value)
             else:
-                key, k = pair
-                halves = TUPLE_HYPERPARAMETERS[key]
-                dict.__setitem__(self, key, (shown[halves[0]], shown[halves[1]]))
+                dict.__setitem__(self, key, tuple(shown[part] for part in TUPLE_HYPERPARAMETERS[key]))
         for name, value in core.options[self._index].items():
             dict.__setitem__(self, name, value)
 

@@ -29,7 +29,8 @@ Layout (all TorchScript-typed):
   used from the next step on, eagerly and in TorchScript. Setting a number for such a name
   unbinds its Tensor.
 """
-from typing import Dict, List, Optional, Tuple, Union
+import math
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -37,20 +38,56 @@ from torch import Tensor
 from . import _kernels, _validation, ops
 
 __all__ = [
-    "GroupedState", "TUPLE_HYPERPARAMETERS", "choose_impl", "split_by_device_dtype",
-    "flag", "take", "scalar_list", "new_step", "foreach_gradients", "fused_step", "no_fresh",
+    "GroupedState", "TUPLE_HYPERPARAMETERS", "INT_HYPERPARAMETERS", "OPTIONAL_HYPERPARAMETERS",
+    "CHOICE_HYPERPARAMETERS", "tuple_parts", "torch_value", "choose_impl", "split_by_device_dtype",
+    "flag", "take", "scalar_list", "new_step", "empty_names", "empty_tensors", "foreach_gradients", "fused_step", "no_fresh",
 ]
 
 # torch.optim.SparseAdam's message (RuntimeError) for a dense gradient (written out where it is
 # raised too: TorchScript reads no Python globals).
 DENSE_GRADIENT_ERROR = "SparseAdam does not support dense gradients, please consider Adam instead"
 
-# torch.optim keeps these hyperparameters as pairs; the typed dicts keep their two halves.
+# torch.optim keeps these hyperparameters as tuples; the typed dicts keep their parts. A key is a
+# tuple only for an optimizer that has its parts (:func:`tuple_parts`): Adafactor's ``eps`` is
+# ``(eps1, eps2)``, the others' ``eps`` a float.
 TUPLE_HYPERPARAMETERS = {
     "betas": ("beta1", "beta2"),
     "etas": ("etaminus", "etaplus"),
     "step_sizes": ("step_size_min", "step_size_max"),
+    "ns_coefficients": ("ns_a", "ns_b", "ns_c"),
+    "eps": ("eps1", "eps2"),
 }
+# The typed dicts (and the ops) hold every hyperparameter as a float; torch.optim keeps these
+# otherwise (:func:`torch_value` converts back): an int (Muon's ns_steps); None or a float >= 0
+# (Adafactor's eps1; None held as -inf, which compares equal to itself, unlike NaN); None or one of
+# some strings (Muon's adjust_lr_fn; None held as 0, the k-th string as k + 1), with the start of
+# the ValueError message for another string.
+INT_HYPERPARAMETERS = ("ns_steps",)
+OPTIONAL_HYPERPARAMETERS = ("eps1",)
+CHOICE_HYPERPARAMETERS = {"adjust_lr_fn": (("original", "match_rms_adamw"), "Adjust learning rate function")}
+
+
+def tuple_parts(key: str, names: Iterable[str]) -> Optional[Tuple[str, ...]]:
+    """Eager only: the parts of torch's tuple hyperparameter ``key`` for an optimizer whose
+    typed hyperparameters are ``names``, or None where ``key`` is not a tuple there."""
+    parts = TUPLE_HYPERPARAMETERS.get(key)
+    if parts is not None and parts[0] in names:
+        return parts
+    return None
+
+
+def torch_value(name: str, value: Any) -> Any:
+    """Eager only: typed hyperparameter ``name`` as ``torch.optim`` keeps it (an int, None, a
+    string; see :data:`INT_HYPERPARAMETERS`); other values (a Tensor among them) unchanged."""
+    if isinstance(value, Tensor):
+        return value
+    if name in INT_HYPERPARAMETERS:
+        return int(value)
+    if name in OPTIONAL_HYPERPARAMETERS and value == -math.inf:
+        return None
+    if name in CHOICE_HYPERPARAMETERS:
+        return None if value == 0 else CHOICE_HYPERPARAMETERS[name][0][int(value) - 1]
+    return value
 
 
 def choose_impl(params: List[Tensor], foreach: Optional[bool], fused: Optional[bool]) -> str:
@@ -192,6 +229,8 @@ class GroupedState:
         """
         if self.name == "sparse_adam":
             _validation.check_sparse_adam_params(len(self.offsets) - 1, group)
+        if self.name == "muon":
+            _validation.check_muon_params(group)
         _validation.check_params(group)
         seen: Dict[Tensor, int] = {}
         for p in group:
@@ -500,7 +539,8 @@ class GroupedState:
 
         Raises:
             ValueError: an index that is not a parameter, or a non-scalar tensor whose shape
-                differs from its parameter's.
+                differs from the one the optimizer keeps for its parameter (the state the op
+                library's ``new_state`` makes for it, on the meta device).
         """
         new_state: List[Dict[str, Tensor]] = []
         for i in range(len(self.params)):
@@ -512,13 +552,21 @@ class GroupedState:
                     + str(len(self.params)) + " parameters)"
                 )
             param = self.params[i]
-            fused = self.options[self.group_of[i]].get("fused")
+            g = self.group_of[i]
+            fused = self.options[g].get("fused")
+            meta = torch.empty_strided(param.shape, param.stride(), dtype=param.dtype, device="meta")
+            made = ops.new_state(self.name, [meta], [meta], self.op_names[g], self.op_values[g])
+            keys = ops.state_keys(self.name, param.dim(), self.op_names[g], self.op_values[g])
             copied: Dict[str, Tensor] = {}
             for key, value in entry.items():
-                if value.dim() != 0 and value.shape != param.shape:
+                expected = list(param.shape)
+                if key in keys:
+                    expected = list(made[keys.index(key)].shape)
+                if value.dim() != 0 and list(value.shape) != expected:
                     raise ValueError(
                         "set_state: state[" + str(i) + "]['" + key + "'] has shape "
                         + str(list(value.shape)) + " but its parameter has shape " + str(list(param.shape))
+                        + ("" if expected == list(param.shape) else " (expected " + str(expected) + ")")
                     )
                 if key == "step":
                     if fused is not None and fused:
@@ -697,9 +745,20 @@ def fused_step(
     for i in range(len(params)):
         for column in columns:
             state.append(column[i])
-    no_names: List[str] = []
-    no_tensors: List[Tensor] = []
-    ops.group_step(name, params, grads, state, fresh, names, values, no_names, no_tensors)
+    ops.group_step(name, params, grads, state, fresh, names, values, empty_names(), empty_tensors())
+
+
+def empty_names() -> List[str]:
+    """``[]`` typed for TorchScript: a group step's ``tensor_names`` when no hyperparameter is a
+    Tensor."""
+    names: List[str] = []
+    return names
+
+
+def empty_tensors() -> List[Tensor]:
+    """``[]`` typed for TorchScript: the matching ``tensor_values``."""
+    tensors: List[Tensor] = []
+    return tensors
 
 
 def no_fresh(n: int) -> List[bool]:

@@ -23,6 +23,7 @@ __all__ = [
     "check_one_gradient",
     "check_params",
     "check_sparse_adam_params",
+    "check_muon_params",
     "check_lr",
     "check_non_negative",
     "check_betas",
@@ -30,6 +31,8 @@ __all__ = [
     "check_fused_params",
     "check_values",
     "check_options",
+    "choice_index",
+    "check_choice",
     "tensor_number",
     "check_tensor_betas",
 ]
@@ -210,6 +213,22 @@ def check_sparse_adam_params(group: int, params: List[Tensor]) -> None:
         )
 
 
+def check_muon_params(params: List[Tensor]) -> None:
+    """``torch.optim.Muon``'s check of its parameters (its constructor's; here also for a group
+    added later, whose step torch refuses only when it comes, after the groups before it).
+
+    Raises:
+        ValueError: ``"Muon only supports 2D parameters whereas we found a parameter with size:
+            torch.Size([5])"``.
+    """
+    for p in params:
+        if p.dim() != 2:
+            raise ValueError(
+                "Muon only supports 2D parameters whereas we found a parameter with size: torch.Size("
+                + str(list(p.shape)) + ")"
+            )
+
+
 def check_lr(lr: float) -> None:
     """Raise ``ValueError("Invalid learning rate: {lr}")`` unless ``lr >= 0``."""
     if not 0.0 <= lr:
@@ -292,6 +311,31 @@ def check_values(h: Dict[str, float], names: List[str]) -> None:
                 raise ValueError("Invalid eta values: " + str(h["etaminus"]) + ", " + str(h["etaplus"]))
         else:
             check_non_negative(h[name], name)
+
+
+def choice_index(value: Optional[str], choices: List[str], what: str) -> float:
+    """A hyperparameter that is None or one of ``choices`` as the typed dicts hold it: 0 for None,
+    ``k + 1`` for ``choices[k]`` (as ``functional_optim._state.CHOICE_HYPERPARAMETERS`` lists them).
+
+    Raises:
+        ValueError: another string: ``"<what> <value> is not supported"`` (torch.optim.Muon's
+            message for its ``adjust_lr_fn``).
+    """
+    if value is None:
+        return 0.0
+    for k in range(len(choices)):
+        if choices[k] == value:
+            return float(k + 1)
+    raise ValueError(what + " " + value + " is not supported")
+
+
+def check_choice(value: float, count: int, what: str) -> None:
+    """Raise ``ValueError`` unless ``value`` is a typed choice (0, or 1 to ``count``; see
+    :func:`choice_index`), naming ``what``."""
+    if not (value == 0.0 or (value >= 1.0 and value <= count and value == float(int(value)))):
+        raise ValueError(
+            what + " must be 0 (None) or the number of one of its " + str(count) + " choices, got " + str(value)
+        )
 
 
 def option(options: Dict[str, Optional[bool]], name: str) -> Optional[bool]:

@@ -10,8 +10,8 @@ package is here, so that they read no private attribute of it:
 * :func:`check_group`: a group's values checked as the class's ``set_group`` checks them;
 * :func:`group_update`: a group's values updated with ``torch.optim``-named values (a saved
   param group, a scheduler's write), checked;
-* :func:`torch_group`, :func:`torch_state_dict`, :func:`state_entry`: the ``torch.optim``
-  format of values and state;
+* :func:`torch_group`, :func:`torch_state_dict`, :func:`state_entry`, :func:`tuple_parts`,
+  :func:`torch_value`: the ``torch.optim`` format of values and state;
 * :func:`check_gradients`: the check every step makes of its gradients (count, shape, dtype,
   device), with this package's messages.
 """
@@ -22,11 +22,11 @@ from torch import Tensor
 
 from . import _kernels, _validation
 from ._param_groups import TensorRules, split_values
-from ._state import DENSE_GRADIENT_ERROR, TUPLE_HYPERPARAMETERS, choose_impl
+from ._state import DENSE_GRADIENT_ERROR, TUPLE_HYPERPARAMETERS, choose_impl, torch_value, tuple_parts
 
 __all__ = [
     "Configuration", "configure", "check_group", "group_update", "tensor_value", "torch_group", "torch_state_dict", "state_entry",
-    "check_gradients", "split_values", "TUPLE_HYPERPARAMETERS",
+    "check_gradients", "split_values", "TUPLE_HYPERPARAMETERS", "tuple_parts", "torch_value",
 ]
 
 
@@ -212,7 +212,9 @@ def tensor_value(functional_class: type, name: str, value: Tensor, foreach: Opti
 
 
 def torch_group(hyperparameters: Dict[str, float], options: Dict[str, Optional[bool]]) -> Dict[str, Any]:
-    """A group's values under ``torch.optim``'s names and forms (pairs as tuples).
+    """A group's values under ``torch.optim``'s names and forms: tuples joined where the
+    optimizer has their parts (:func:`tuple_parts`), ints, None and strings where torch keeps
+    them (Muon's ``ns_steps``, Adafactor's ``eps1``, Muon's ``adjust_lr_fn``).
 
     Args:
         hyperparameters (Dict[str, float]), options (Dict[str, Optional[bool]]): functional names.
@@ -224,12 +226,12 @@ def torch_group(hyperparameters: Dict[str, float], options: Dict[str, Optional[b
     """
     group: Dict[str, Any] = {}
     for name, value in hyperparameters.items():
-        for pair, halves in TUPLE_HYPERPARAMETERS.items():
-            if name in halves:
-                group[pair] = (hyperparameters[halves[0]], hyperparameters[halves[1]])
+        for key, parts in TUPLE_HYPERPARAMETERS.items():
+            if name in parts:
+                group[key] = tuple(torch_value(part, hyperparameters[part]) for part in parts)
                 break
         else:
-            group[name] = value
+            group[name] = torch_value(name, value)
     group.update(options)
     return group
 
@@ -295,4 +297,5 @@ def check_gradients(params: List[Tensor], gradients: List[Optional[Tensor]]) -> 
         ValueError: the wrong number, or a gradient that does not fit (naming its index).
     """
     n = len(params)
-    _validation.check_gradients(params, gradients, [0, n], [None], [params], [list(range(n))])
+    no_sparse_error: List[Optional[str]] = [None]
+    _validation.check_gradients(params, gradients, [0, n], no_sparse_error, [params], [list(range(n))])

@@ -2,7 +2,7 @@
 
 Like ``torch.distributed.optim.utils.functional_optim_map``: code that is handed a
 ``torch.optim`` class (``DistributedOptimizer(torch.optim.Adam, ...)``) looks up the class that
-can run as TorchScript. All eleven built-in pairs are registered at import; other libraries can add
+can run as TorchScript. All fourteen built-in pairs are registered at import; other libraries can add
 theirs with :func:`register_functional_optimizer`.
 """
 from typing import Dict, Optional
@@ -10,10 +10,13 @@ from typing import Dict, Optional
 import torch
 
 from .adadelta import Adadelta
+from .adafactor import Adafactor
 from .adagrad import Adagrad
 from .adam import Adam
 from .adamax import Adamax
 from .adamw import AdamW
+from .asgd import ASGD
+from .muon import Muon
 from .nadam import NAdam
 from .radam import RAdam
 from .rmsprop import RMSprop
@@ -98,7 +101,7 @@ def registered_optimizers() -> Dict[type, type]:
 
     Returns:
         Dict[type, type]: user-facing class -> functional class, for every registered pair (the
-        eleven ``torch.optim`` classes, and any added with :func:`register_functional_optimizer`).
+        fourteen ``torch.optim`` classes, and any added with :func:`register_functional_optimizer`).
 
     Raises nothing.
     """
@@ -118,6 +121,9 @@ _BUILTIN_PAIRS = [
     (torch.optim.NAdam, NAdam),
     (torch.optim.RAdam, RAdam),
     (torch.optim.SparseAdam, SparseAdam),
+    (torch.optim.ASGD, ASGD),
+    (torch.optim.Adafactor, Adafactor),
+    (torch.optim.Muon, Muon),
 ]
 _BUILTIN: Dict[type, type] = {ours: torch_class for torch_class, ours in _BUILTIN_PAIRS}
 for _torch_class, _ours in _BUILTIN_PAIRS:

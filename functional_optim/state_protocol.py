@@ -1,8 +1,9 @@
 r"""The state protocol, and torch-format ``state_dict`` built on it alone.
 
 Every optimizer class of this package (``SGD``, ``Adam``, ``Adagrad``, ``AdamW``, ``RMSprop``,
-``Adamax``, ``Adadelta``, ``Rprop``, ``NAdam``, ``RAdam``) has the methods below, compiled by
-TorchScript and with the same signatures in all ten classes. A ScriptModule that holds any of
+``Adamax``, ``Adadelta``, ``Rprop``, ``NAdam``, ``RAdam``, ``SparseAdam``, ``ASGD``,
+``Adafactor``, ``Muon``) has the methods below, compiled by TorchScript and with the same
+signatures in all of them. A ScriptModule that holds any of
 them as an attribute can forward them (:class:`functional_optim.scripting.OptimizerModule` does),
 so code that only sees the module (the distributed optimizer, across RPC) can export and import
 the full optimizer state and change hyperparameters. Reading ``module.optim`` from Python would
@@ -21,8 +22,12 @@ Protocol methods (``Tensor`` is ``torch.Tensor``)::
         The flat parameter indices of each group.
     hyperparameters() -> List[Dict[str, float]]
         Each group's numeric hyperparameters (copies), named as in the functional form:
-        pairs are split ('betas' -> 'beta1', 'beta2'; 'etas' -> 'etaminus', 'etaplus';
-        'step_sizes' -> 'step_size_min', 'step_size_max').
+        tuples are split ('betas' -> 'beta1', 'beta2'; 'etas' -> 'etaminus', 'etaplus';
+        'step_sizes' -> 'step_size_min', 'step_size_max'; Muon's 'ns_coefficients' ->
+        'ns_a', 'ns_b', 'ns_c'; Adafactor's 'eps' -> 'eps1', 'eps2'); values torch keeps
+        otherwise are floats too: an int as its value (Muon's 'ns_steps'), None as -inf
+        (Adafactor's 'eps1'), a string as its number (Muon's 'adjust_lr_fn': 0 None,
+        1 'original', 2 'match_rms_adamw').
     options() -> List[Dict[str, Optional[bool]]]
         Each group's flags (copies): 'maximize', 'foreach', 'fused', 'amsgrad', ... as torch
         names them; 'foreach' and 'fused' may be None (= torch's default choice).
@@ -56,8 +61,8 @@ from typing import Any, Dict, Optional
 
 import torch
 
-from ._state import TUPLE_HYPERPARAMETERS
 from ._param_groups import split_values
+from .configuration import torch_group
 
 __all__ = ["PROTOCOL_METHODS", "state_dict", "load_state_dict"]
 
@@ -74,19 +79,6 @@ PROTOCOL_METHODS = (
     "get_state",
     "set_state",
 )
-
-
-def _torch_group(hparams: Dict[str, float], options: Dict[str, Optional[bool]]) -> Dict[str, Any]:
-    group: Dict[str, Any] = {}
-    for name, value in hparams.items():
-        for pair, halves in TUPLE_HYPERPARAMETERS.items():
-            if name in halves:
-                group[pair] = (hparams[halves[0]], hparams[halves[1]])
-                break
-        else:
-            group[name] = value
-    group.update(options)
-    return group
 
 
 def state_dict(optimizer: Any) -> Dict[str, Any]:
@@ -109,7 +101,7 @@ def state_dict(optimizer: Any) -> Dict[str, Any]:
     options = optimizer.options()
     groups = []
     for g, indices in enumerate(optimizer.param_group_indices()):
-        group = _torch_group(hparams[g], options[g])
+        group = torch_group(hparams[g], options[g])
         group["params"] = list(indices)
         groups.append(group)
     state = {int(i): dict(entry) for i, entry in optimizer.get_state().items()}

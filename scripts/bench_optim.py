@@ -71,7 +71,21 @@ gathering and scattering them once, no arithmetic) is printed beside it as a sec
 With ``--sparse`` only this case runs and its report is written to the ``sparse`` entry of
 ``--out`` (default results/bench_optim.json; its other entries are kept).
 
-Usage: ``python scripts/bench_optim.py [--kernels [--thread-clock]] [--sparse] [--quick] [--out PATH] [--only Adam,SGD]``
+Adafactor and Muon (issue 29, ``--group-steps``, written to ``results/bench_optim_group_steps.json``):
+not element-wise (Adafactor's factored second moments, Muon's Newton-Schulz matrix products), so
+no bandwidth floor; instead, with 1 and 2 intra-op threads, our class's default step (the op
+library's group step, ``torch.ops.gilfree_optim.group_step``, called from Python) against
+``torch.optim``'s own default step on copies of the same tensors (workload L: a few large
+tensors, S: many small ones; see :data:`GROUP_STEPS`), interleaved step by step (ABBA rounds,
+built twice in opposite orders, as ``--kernels``); ``ours/torch`` is the median over rounds of the
+ratio of the two steps of a round (target: at most 1.0). The load averages at the start and the
+end of the run are recorded beside the numbers.
+
+ASGD (element-wise) is in the tables above: its kernel moves 5 words per element (param, grad,
+ax read; param, ax written), run with ``t0=0`` so that the average runs (mu < 1) from the second
+step on.
+
+Usage: ``python scripts/bench_optim.py [--kernels [--thread-clock]] [--sparse] [--group-steps] [--quick] [--out PATH] [--only Adam,SGD]``
 """
 import argparse
 import json
@@ -108,6 +122,23 @@ OPTIMIZERS: Dict[str, Tuple[type, type, Dict[str, Any], bool, int]] = {
     "Rprop": (torch.optim.Rprop, F.Rprop, {"lr": 1e-3}, False, 7),
     "NAdam": (torch.optim.NAdam, F.NAdam, {"lr": 1e-3}, False, 7),
     "RAdam": (torch.optim.RAdam, F.RAdam, {"lr": 1e-3}, False, 7),
+    # t0=0: the average runs from the second step on (mu < 1), so ax is read and written
+    "ASGD": (torch.optim.ASGD, F.ASGD, {"lr": 1e-3, "t0": 0.0}, False, 5),
+}
+
+# Not element-wise, so without a bandwidth floor (``--group-steps``): our class's default step (the
+# op library's group step, csrc/steps/<name>.cpp) against torch.optim's own default step on the
+# same tensors. name -> (torch class, our class, constructor kwargs, workloads: L a few large
+# tensors, S many small ones)
+GROUP_STEPS: Dict[str, Tuple[type, type, Dict[str, Any], Dict[str, List[Tuple[int, ...]]]]] = {
+    "Adafactor": (torch.optim.Adafactor, F.Adafactor, {"lr": 1e-2, "weight_decay": 0.01}, {
+        "L": [(2048, 2048), (2048, 2048), (2048,), (2048,)],
+        "S": [(64, 64)] * 100 + [(64,)] * 100,
+    }),
+    "Muon": (torch.optim.Muon, F.Muon, {"lr": 0.02}, {
+        "L": [(512, 512), (512, 512), (512, 1536)],
+        "S": [(64, 64)] * 50,
+    }),
 }
 
 
@@ -235,6 +266,12 @@ def kernel_step(name: str, params: List[torch.Tensor], grads: List[torch.Tensor]
     if name == "RAdam":
         m, v = z(), z()
         return lambda: op(params, grads, m, v, steps, weight_decay=0.0, decoupled_weight_decay=False, **adam)
+    if name == "ASGD":
+        ax = z()
+        etas = [torch.tensor(lr) for _ in params]
+        mus = [torch.tensor(1.0) for _ in params]
+        return lambda: op(params, grads, ax, mus, etas, steps, lambd=1e-4, lr=lr, t0=0.0, alpha=0.75,
+                          weight_decay=0.0, maximize=False)
     raise KeyError(name)
 
 
@@ -479,6 +516,103 @@ def main_sparse(args: argparse.Namespace) -> Dict[str, Any]:
     return report
 
 
+# --- Adafactor and Muon (issue 29, ``--group-steps``): not element-wise, against torch's own step ----
+
+def group_step_variants(name: str, shapes: List[Tuple[int, ...]]) -> Dict[str, Callable[[], None]]:
+    """``torch``: torch.optim's step with its defaults (single-tensor for both: Adafactor takes
+    its multi-tensor path only when asked, Muon has none), the gradients set on ``.grad`` once;
+    ``ours``: our class's step with its defaults (the op library's group step, called from
+    Python); each on its own copy of the same tensors."""
+    torch_class, ours_class, kwargs, _ = GROUP_STEPS[name]
+    gen = torch.Generator().manual_seed(0)
+    base = [torch.randn(s, generator=gen) for s in shapes]
+    grads = [torch.randn(s, generator=gen) * 1e-2 for s in shapes]
+    params = [torch.nn.Parameter(p.clone()) for p in base]
+    for p, g in zip(params, grads):
+        p.grad = g.clone()
+    reference = torch_class(params, **kwargs)
+    ours = ours_class([p.clone() for p in base], **kwargs)
+    assert ours._s.impl == ["fused"], ours._s.impl
+    grads_opt: List[Optional[torch.Tensor]] = list(grads)
+    return {"torch": reference.step, "ours": lambda: ours.step(grads_opt)}
+
+
+def group_step_rows(quick: bool, names: List[str], thread_clock: bool = False) -> Dict[str, Any]:
+    """Per optimizer, 1 and 2 intra-op threads and workload: the median step of each variant and
+    ``ours/torch``, the median over rounds of the ratio of the two steps of a round (ABBA rounds,
+    both variants built twice in opposite orders, samples pooled, as ``--kernels``; with
+    ``thread_clock`` the 1-thread rows on the calling thread's CPU time, as ``--kernels``)."""
+    global CLOCK
+    out: Dict[str, Any] = {}
+    saved = torch.get_num_threads()
+    try:
+        for name in names:
+            per_name: Dict[str, Any] = {}
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                CLOCK = time.thread_time if thread_clock and threads == 1 else time.perf_counter
+                per_threads: Dict[str, Any] = {}
+                for workload, shapes in GROUP_STEPS[name][3].items():
+                    if quick:
+                        shapes = [tuple(min(d, 16) for d in s) for s in shapes[:4]]
+                    rounds, warmup = (2, 1) if quick else ({"L": 8, "S": 30}[workload], 2)
+                    samples: Dict[str, List[float]] = {}
+                    for reverse in (False, True):
+                        variants = group_step_variants(name, shapes)
+                        if reverse:
+                            variants = dict(reversed(list(variants.items())))
+                        for key, values in time_variants(variants, rounds, 1, warmup, raw=True, alternate=True).items():
+                            samples.setdefault(key, []).extend(values)
+                        del variants
+                    timed = summarize(samples)
+                    row: Dict[str, Any] = {
+                        "tensors": len(shapes), "numel": sum(int(torch.Size(s).numel()) for s in shapes),
+                        "variants": timed,
+                        "ours/torch": statistics.median(o / t for o, t in zip(samples["ours"], samples["torch"])),
+                        "ours/torch_of_medians": timed["ours"]["median_ms"] / timed["torch"]["median_ms"],
+                    }
+                    per_threads[workload] = row
+                    print(f"  [{threads} thread(s)] {name} {workload} ({len(shapes)} tensors, {row['numel']:,} elements): "
+                          + ", ".join(f"{k} {v['median_ms']:.3f} ms [{v['p25_ms']:.3f}-{v['p75_ms']:.3f}]"
+                                      for k, v in timed.items())
+                          + f"; ours/torch {row['ours/torch']:.3f}x")
+                per_name[str(threads)] = per_threads
+            out[name] = per_name
+    finally:
+        torch.set_num_threads(saved)
+        CLOCK = time.perf_counter
+    return out
+
+
+def main_group_steps(args: argparse.Namespace) -> Dict[str, Any]:
+    """``--group-steps``: Adafactor and Muon against torch.optim's step (one process), written to
+    ``--out`` (default results/bench_optim_group_steps.json); the load averages at the start and
+    the end are recorded (the machine may be shared)."""
+    from bench_results import run_meta, write_results  # scripts/ is on sys.path when this script runs
+
+    names = [n for n in GROUP_STEPS if not args.only or n in args.only.split(",")]
+    load_start = os.getloadavg()
+    print(f"torch {torch.__version__}; load average {load_start[0]:.2f}")
+    print("\n== Adafactor and Muon: our default step (the op library's group step) vs torch.optim's step ==")
+    rows = group_step_rows(args.quick, names, args.thread_clock)
+    load_end = os.getloadavg()
+    print("\n== target: ours/torch <= 1.0 (median of per-round ratios) ==")
+    for name, per_name in rows.items():
+        print(f"{name}: " + ", ".join(f"{w} [{t} thread(s)] {row['ours/torch']:.3f}x"
+                                      for t, per_threads in per_name.items() for w, row in per_threads.items()))
+    report = {
+        "meta": run_meta(quick=args.quick, load_average_start=list(load_start), load_average_end=list(load_end)),
+        "clock": "1 thread: thread CPU time; 2 threads: wall clock" if args.thread_clock else "wall clock",
+        "machine": platform.machine(),
+        "workloads": {name: {w: [list(s) for s in shapes] for w, shapes in GROUP_STEPS[name][3].items()}
+                      for name in names},
+        "kwargs": {name: GROUP_STEPS[name][2] for name in names},
+        "group_steps": rows,
+    }
+    write_results(args.out, report)
+    return report
+
+
 def summarize(times: Dict[str, List[float]]) -> Dict[str, Dict[str, float]]:
     out = {}
     for key, values in times.items():
@@ -525,17 +659,24 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
                         help="JSON output path (default results/bench_optim.json, with --kernels "
                              "results/bench_optim_kernels.json)")
     parser.add_argument("--thread-clock", action="store_true",
-                        help="with --kernels: time the 1-thread rows with the thread's CPU time (loaded machines)")
+                        help="with --kernels or --group-steps: time the 1-thread rows with the thread's CPU time "
+                             "(loaded machines)")
     parser.add_argument("--sparse", action="store_true",
                         help="only the sparse-gradient case (issue 22), merged into --out under 'sparse'")
+    parser.add_argument("--group-steps", action="store_true",
+                        help="only Adafactor and Muon against torch.optim's step (issue 29), written to --out "
+                             "(default results/bench_optim_group_steps.json)")
     parser.add_argument("--only", default="", help="comma-separated optimizer names (default: all)")
     parser.add_argument("--same-process", action="store_true",
                         help="time every optimizer in this process (default: each in a fresh one)")
     args = parser.parse_args(argv)
     if args.out is None:
-        args.out = os.path.join("results", "bench_optim_kernels.json" if args.kernels else "bench_optim.json")
+        args.out = os.path.join("results", "bench_optim_kernels.json" if args.kernels else
+                                "bench_optim_group_steps.json" if args.group_steps else "bench_optim.json")
     if args.sparse:
         return main_sparse(args)
+    if args.group_steps:
+        return main_group_steps(args)
     names = [n for n in OPTIMIZERS if not args.only or n in args.only.split(",")]
     if len(names) > 1 and not args.same_process:
         return run_isolated(names, args)

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/ScalarOps.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <optional>
@@ -85,6 +86,14 @@ const OptimizerDef& optimizerNamed(const std::string& name);
 at::Tensor newStep(const at::Tensor& param);
 // A tensor like `param` (shape, dtype, device, memory format) filled with `value`.
 at::Tensor like(const at::Tensor& param, double value);
+
+// A Python number as torch's Python API hands it to an op: a wrapped-number tensor. A group
+// step that repeats torch.optim's ops calls `t.mul_(number(x))` where torch's code reads
+// `t.mul_(x)`: that is the Tensor overload (mul_.Tensor), whose reduced-precision CPU kernels
+// round otherwise than the Scalar overload's (seen on bfloat16, torch 2.13).
+inline at::Tensor number(const at::Scalar& value) {
+  return at::native::wrapped_scalar_tensor(value);  // ATen/ScalarOps.h (checked on torch 2.13)
+}
 
 // An op of this library (a fused kernel), looked up by name.
 template <typename Fn>

@@ -52,6 +52,12 @@ TORCH_LIBRARY(gilfree_optim, m) {
       "radam_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
       "Tensor(d!)[] state_steps, *, float lr, float beta1, float beta2, float weight_decay, float eps, "
       "bool decoupled_weight_decay, bool maximize) -> ()");
+  // ASGD (cpu/fused_asgd.cpp): `mus`, `etas` are one-element tensors per parameter (any
+  // floating dtype, CPU), read before the update and rewritten from the new step count.
+  m.def(
+      "asgd_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] axs, Tensor(c!)[] mus, Tensor(d!)[] etas, "
+      "Tensor(e!)[] state_steps, *, float lambd, float lr, float t0, float alpha, float weight_decay, "
+      "bool maximize) -> ()");
   // Sparse-gradient steps (cpu/fused_sparse.cpp): `grads` are sparse COO tensors; the
   // parameters (and state) dense and contiguous; only the rows present are read and written.
   m.def(
@@ -81,5 +87,5 @@ TORCH_LIBRARY(gilfree_optim, m) {
   // values are in `values` too), for a step that computes with them as torch does.
   m.def(
       "group_step(str optimizer, Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] state, bool[] fresh, "
-      "str[] names, float[] values, str[] tensor_names=[], Tensor[] tensor_values=[]) -> ()");
+      "str[] names, float[] values, str[] tensor_names, Tensor[] tensor_values) -> ()");
 }

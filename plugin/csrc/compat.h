@@ -277,7 +277,10 @@ inline at::Tensor gradientToStore(at::Tensor&& grad, const at::Tensor& variable,
 // two are not vmap-compatible for an in-place op (at::inplaceIsVmapCompatible, exported);
 // then the sum is a new tensor, which is returned. Checked on torch 2.11 and 2.13.
 inline at::Tensor accumulateStored(at::Tensor stored, const at::Tensor& grad) {
-  if ((stored.is_sparse() && !grad.is_sparse()) || !at::inplaceIsVmapCompatible(stored, grad)) {
+  if (stored.is_sparse() && !grad.is_sparse()) {
+    return grad + stored;  // torch's order: add(sparse, dense) is not defined
+  }
+  if (!at::inplaceIsVmapCompatible(stored, grad)) {
     return stored + grad;
   }
   stored += grad;

@@ -475,8 +475,8 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         from the next step on; for learning-rate schedules.
 
         Args:
-            name (str): a hyperparameter name of the optimizer (functional names: halves of
-                pairs as ``"beta1"``, ``"beta2"``).
+            name (str): a hyperparameter name of the optimizer (functional names:
+                tuples split, betas as ``"beta1"``, ``"beta2"``).
             value (float): the new value, in the units of the constructor's argument.
 
         Raises:

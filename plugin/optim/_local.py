@@ -147,7 +147,7 @@ def function_for(kind: str, op: str) -> Any:
 
 
 def group_of(hparams: List[Dict[str, float]], options: List[Dict[str, Optional[bool]]]) -> Dict[str, Any]:
-    """The first parameter group under ``torch.optim``'s names (pairs as tuples), with the
+    """The first parameter group under ``torch.optim``'s names (tuples joined), with the
     functional names of its numeric hyperparameters and flags (what
     :class:`~plugin.optim._param_groups.DistributedParamGroup` reads)."""
     return {"group": configuration.torch_group(dict(hparams[0]), dict(options[0])), "hparam_names": list(hparams[0]),

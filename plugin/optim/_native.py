@@ -284,7 +284,7 @@ class LocalOptimizer:
         Returns:
             Dict[str, Any]: ``{'state': {flat index: {key: Tensor}}, 'param_groups': [...]}``:
             torch's keys, shapes, dtypes and devices, copies; each group with torch's names
-            (pairs as tuples), a Tensor hyperparameter as the Tensor it follows, the group's
+            (tuples joined), a Tensor hyperparameter as the Tensor it follows, the group's
             other keys (``'param_names'``, a scheduler's ``'initial_lr'``) and ``'params'`` last.
 
         Raises nothing for a live optimizer.
@@ -358,7 +358,7 @@ class LocalOptimizer:
         """Each group's numeric hyperparameters.
 
         Returns:
-            List[Dict[str, float]]: one new dict per group, functional names (pairs split:
+            List[Dict[str, float]]: one new dict per group, functional names (tuples split:
             ``beta1``, ``beta2``...), a Tensor hyperparameter's value read now.
 
         Raises nothing for a live optimizer.
@@ -454,14 +454,14 @@ class LocalOptimizer:
 
 
 def _functional_names(tensors: Dict[str, Any]) -> Dict[str, Tensor]:
-    """Tensor hyperparameters under torch's names (a pair may hold them) as functional names."""
+    """Tensor hyperparameters under torch's names (a tuple may hold them) as functional names."""
     out: Dict[str, Tensor] = {}
     for key, value in tensors.items():
-        halves = configuration.TUPLE_HYPERPARAMETERS.get(key)
-        if halves is None:
+        parts = configuration.TUPLE_HYPERPARAMETERS.get(key)
+        if parts is None or not isinstance(value, (tuple, list)):
             out[key] = value
         else:
-            for half, v in zip(halves, value):
+            for half, v in zip(parts, value):
                 if isinstance(v, Tensor):
                     out[half] = v
     return out

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from functional_optim.configuration import TUPLE_HYPERPARAMETERS, split_values
+from functional_optim.configuration import split_values, torch_group
 from functional_optim.torch_optimizer import WriteThroughDict
 
 from ._owners import wait_all
@@ -46,7 +46,7 @@ class DistributedParamGroup(WriteThroughDict):
 
     Raises (on assignment):
         TypeError: a value of the wrong type (a hyperparameter that is neither a Python number
-            nor a Tensor, a pair that is not two, a flag that is not a bool or None), before
+            nor a Tensor, a tuple of the wrong length, a flag that is not a bool or None), before
             anything is sent. A 1-element Tensor sends its current value (the owners hold
             numbers), which the group then shows.
         ValueError: the owners reject the value (``Invalid learning rate: -1.0``); the message
@@ -78,13 +78,7 @@ class DistributedParamGroup(WriteThroughDict):
             dict.__setitem__(self, key, value)
             return
         hparams, options, _ = split_values({key: value}, self._hparam_names, self._option_names)
-        if key in TUPLE_HYPERPARAMETERS:
-            halves = TUPLE_HYPERPARAMETERS[key]
-            stored = (hparams[halves[0]], hparams[halves[1]])
-        elif key in hparams:
-            stored = hparams[key]
-        else:
-            stored = options[key]
+        stored = torch_group(hparams, options)[key]
         current = self[key]
         if stored == current and type(stored) is type(current):
             return  # nothing changes on the owners
@@ -123,11 +117,6 @@ def send_group(optimizer: Any, hparams: Dict[str, float], options: Dict[str, Opt
 
 def functional_values(fetched: Dict[str, Any]) -> Tuple[Dict[str, float], Dict[str, Optional[bool]]]:
     """An owner's group (``_local.group_of``'s form) as its hyperparameters and flags by
-    functional name (pairs split)."""
-    group = fetched["group"]
-    halves = {half: (pair, k) for pair, both in TUPLE_HYPERPARAMETERS.items() for k, half in enumerate(both)}
-    hparams = {}
-    for name in fetched["hparam_names"]:
-        pair = halves.get(name)
-        hparams[name] = group[pair[0]][pair[1]] if pair is not None and pair[0] in group else group[name]
-    return hparams, {name: group[name] for name in fetched["option_names"]}
+    functional name (tuples split, every hyperparameter a float)."""
+    hparams, options, _ = split_values(fetched["group"], fetched["hparam_names"], fetched["option_names"])
+    return hparams, options

@@ -360,9 +360,9 @@ class PythonLocalOptimizer:
     def torch_group(self) -> Dict[str, Any]:
         """The parameter group as :class:`plugin.optim.DistributedOptimizer`'s ``param_groups``
         shows it: the keys whose values are numbers (a 0-dim tensor shows as its number), bools
-        or ``None``, and pairs of numbers for ``'betas'``, ``'etas'`` and ``'step_sizes'``; with
-        the names of the numeric ones (pairs split, as the functional optimizers name them) and
-        of the flags. Other keys stay on the owner only.
+        or ``None``, and tuples of numbers for torch's tuple keys (``'betas'``, ``'etas'``,
+        ``'step_sizes'``, ``'ns_coefficients'``...); with the names of the numeric ones (tuples
+        split, as the functional optimizers name them) and of the flags. Other keys stay on the owner only.
 
         Returns:
             Dict[str, Any]: ``{"group": {...}, "hparam_names": [...], "option_names": [...]}``.
@@ -381,7 +381,9 @@ class PythonLocalOptimizer:
             elif isinstance(value, (int, float)):
                 group[key] = value
                 hparams.append(key)
-            elif key in TUPLE_HYPERPARAMETERS and isinstance(value, (tuple, list)) and len(value) == 2 and all(
+            elif key in TUPLE_HYPERPARAMETERS and isinstance(value, (tuple, list)) and len(value) == len(
+                TUPLE_HYPERPARAMETERS[key]
+            ) and all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
             ):
                 group[key] = tuple(value)
@@ -389,7 +391,7 @@ class PythonLocalOptimizer:
         return {"group": group, "hparam_names": hparams, "option_names": options}
 
     def set_group(self, hparams: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
-        """Writes hyperparameters (functional names: pairs split) and flags into the group,
+        """Writes hyperparameters (functional names: tuples split) and flags into the group,
         under the parameters' locks; used from the next step on. A number replaces an ``int``
         as an ``int`` when it is whole, and is written into a 0-dim tensor in place. Not
         validated (``torch.optim`` does not validate writes to ``param_groups`` either).
@@ -405,11 +407,12 @@ class PythonLocalOptimizer:
             group = self.optimizer.param_groups[0]
             updates: Dict[str, Any] = {}
             for name, value in hparams.items():
-                pair = next((p for p, halves in TUPLE_HYPERPARAMETERS.items() if name in halves and p in group), None)
-                if pair is not None:
-                    current = list(updates.get(pair, group[pair]))
-                    current[TUPLE_HYPERPARAMETERS[pair].index(name)] = _like(current[TUPLE_HYPERPARAMETERS[pair].index(name)], value)
-                    updates[pair] = tuple(current)
+                key = next((k for k, parts in TUPLE_HYPERPARAMETERS.items() if name in parts and k in group), None)
+                if key is not None:
+                    current = list(updates.get(key, group[key]))
+                    k = TUPLE_HYPERPARAMETERS[key].index(name)
+                    current[k] = _like(current[k], value)
+                    updates[key] = tuple(current)
                 elif name in group and name != "params":
                     updates[name] = _like(group[name], value)
                 else:
@@ -428,7 +431,7 @@ class PythonLocalOptimizer:
         """Sets one numeric hyperparameter (``'lr'``, ``'beta1'``...), as :meth:`set_group`.
 
         Args:
-            name (str): the name (halves of pairs as ``'beta1'``, ``'beta2'``...).
+            name (str): the name (parts of tuples as ``'beta1'``, ``'beta2'``...).
             value (float): the new value.
 
         Raises:

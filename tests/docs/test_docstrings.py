@@ -31,7 +31,10 @@ from tests.support import public_api as api
 
 OPTIMIZER_MODULES = {
     "functional_optim." + m
-    for m in ("sgd", "adam", "adamw", "adagrad", "rmsprop", "adamax", "adadelta", "rprop", "nadam", "radam")
+    for m in (
+        "sgd", "adam", "adamw", "adagrad", "rmsprop", "adamax", "adadelta", "rprop", "nadam", "radam", "asgd",
+        "adafactor", "muon",
+    )
 }
 ALGORITHMS = {
     "plugin.autograd.backward",

@@ -188,10 +188,12 @@ def test_an_owner_the_pass_did_not_reach_is_not_checked(cluster):
 
 
 def test_an_earlier_sparse_gradient_keeps_the_check_off(cluster):
-    """A sparse gradient from a first pass stays in the context: a second, dense pass that
-    reaches every owner still finds it, so the step validates first (and Adam refuses)."""
+    """A sparse gradient from a first pass stays in the context, so the caller's check stays
+    off; a second, dense pass adds a dense gradient to it, which makes the sum dense (torch's
+    AccumulateGrad: dense + sparse), and Adam steps with that sum on the owner."""
     a = make("worker1", "chk_early_a", (3,), 100)
     table = make("worker2", "chk_early_t", (6, 3), 101)
+    t0 = value("worker2", "chk_early_t")
     opt = DistributedOptimizer(torch.optim.Adam, [a, table], lr=0.1)
     with dist_autograd.context() as ctx:
         rows = rpc.rpc_sync("worker2", optim_remote.use_param_sparse, args=(torch.tensor([0, 2]), "chk_early_t"))
@@ -199,8 +201,13 @@ def test_an_earlier_sparse_gradient_keeps_the_check_off(cluster):
         dense = rpc.rpc_sync("worker2", optim_remote.dense_scaled, args=(torch.ones(3, **F64), "chk_early_t"))
         plugin.autograd.backward(ctx, [dense + squares(["worker1"], ["chk_early_a"], torch.ones(3, **F64))])
         assert not checked(opt, ctx)
-        with pytest.raises(RuntimeError, match=r"failed on owner 'worker2'.*no owner applied the step"):
-            opt.step(ctx)
+        opt.step(ctx)
+    # d(rows.sum())/dtable: ones on rows 0 and 2 (sparse); d(dense)/dtable: ones everywhere.
+    expected = t0.clone().requires_grad_()
+    expected.grad = torch.ones(6, 3, **F64)
+    expected.grad[[0, 2]] += 1
+    torch.optim.Adam([expected], lr=0.1).step()
+    assert torch.equal(value("worker2", "chk_early_t"), expected.detach())
 
 
 @pytest.mark.parametrize("optimizer", [torch.optim.SGD, torch.optim.Adam], ids=["sgd", "adam"])

@@ -32,14 +32,14 @@ def _build(info, config, params):
 @pytest.mark.parametrize("info, config", CASES)
 def test_compiled_step_equals_eager(info, config):
     torch._dynamo.reset()
-    eager_params = [p.requires_grad_() for p in C.make_params(torch.float32)]
+    eager_params = [p.requires_grad_() for p in C.make_params(torch.float32, info=info)]
     compiled_params = [p.detach().clone().requires_grad_() for p in eager_params]
     eager, compiled = _build(info, config, eager_params), _build(info, config, compiled_params)
     assert all(impl == "fused" for impl in compiled._s.impl), compiled._s.impl  # the default path
     step = torch.compile(compiled.step, fullgraph=True)
     gen = torch.Generator().manual_seed(7)
     for k in range(4):  # parameter 2 starts late, parameter 1 skips a step: C.gradient_schedule
-        grads = C.make_gradients(k, torch.float32, gen)
+        grads = C.make_gradients(k, torch.float32, gen, info=info)
         grads = [grads[i] for i in C.flat_order(config)]
         eager.step(grads)
         step(grads)

@@ -16,24 +16,26 @@ from tests.support.optim_configs import INFOS
 from plugin.optim import DistributedOptimizer, LocalOptimizer
 
 OWNERS = {"p1": ("worker1", (3, 4), 1), "p2": ("worker2", (4,), 2), "p3": ("worker2", (2, 4), 3)}
+# Muon takes matrices only: p2 as a 1 x 4 matrix.
+MATRIX_OWNERS = {**OWNERS, "p2": ("worker2", (1, 4), 2)}
 
 
-def make_remote_params(dtype=torch.float64):
+def make_remote_params(dtype=torch.float64, owners=OWNERS):
     return {
         name: rpc.rpc_sync(owner, optim_remote.make_param, args=(name, shape, seed, dtype))
-        for name, (owner, shape, seed) in OWNERS.items()
+        for name, (owner, shape, seed) in owners.items()
     }
 
 
-def remote_values():
-    return {name: rpc.rpc_sync(owner, optim_remote.param_value, args=(name,)) for name, (owner, _, _) in OWNERS.items()}
+def remote_values(owners=OWNERS):
+    return {name: rpc.rpc_sync(owner, optim_remote.param_value, args=(name,)) for name, (owner, _, _) in owners.items()}
 
 
-def forward_backward(step, engine="plugin", mode="smart"):
+def forward_backward(step, engine="plugin", mode="smart", owners=OWNERS):
     """loss = sum over params of (x * p)^2 / 2 with an x that changes every step."""
     with dist_autograd.context() as ctx:
         loss = 0
-        for name, (owner, shape, _) in OWNERS.items():
+        for name, (owner, shape, _) in owners.items():
             x = torch.full((shape[-1],), 0.5 + 0.1 * step, dtype=torch.float64)
             loss = loss + (rpc.rpc_sync(owner, optim_remote.use_param, args=(x, name)) ** 2).sum() / 2
         if engine == "plugin":
@@ -43,31 +45,31 @@ def forward_backward(step, engine="plugin", mode="smart"):
         yield ctx
 
 
-def local_params():
+def local_params(owners=OWNERS):
     """The parameters that make_remote_params makes on the owners, made in this process."""
     params = {}
-    for name, (_, shape, seed) in OWNERS.items():
+    for name, (_, shape, seed) in owners.items():
         gen = torch.Generator().manual_seed(seed)
         params[name] = torch.rand(shape, generator=gen, dtype=torch.float64).requires_grad_()
     return params
 
 
-def local_loss(params, step):
+def local_loss(params, step, owners=OWNERS):
     """The loss of forward_backward, computed in this process."""
     loss = 0
-    for name, (_, shape, _) in OWNERS.items():
+    for name, (_, shape, _) in owners.items():
         x = torch.full((shape[-1],), 0.5 + 0.1 * step, dtype=torch.float64)
         loss = loss + ((x * params[name]) ** 2).sum() / 2
     return loss
 
 
-def local_reference(torch_class, kwargs, steps):
+def local_reference(torch_class, kwargs, steps, owners=OWNERS):
     """The same training with torch.optim in this process."""
-    params = local_params()
+    params = local_params(owners)
     opt = torch_class(list(params.values()), **kwargs)
     for step in range(steps):
         opt.zero_grad()
-        local_loss(params, step).backward()
+        local_loss(params, step, owners).backward()
         opt.step()
     return {n: p.detach() for n, p in params.items()}, opt
 
@@ -84,14 +86,16 @@ def first_config(info):
 @pytest.mark.parametrize("given", ["functional", "torch"])
 def test_matches_torch_optim(cluster, info, given):
     kwargs = first_config(info)
-    rrefs = make_remote_params()
+    owners = MATRIX_OWNERS if info.name == "Muon" else OWNERS
+    rrefs = make_remote_params(owners=owners)
     opt = DistributedOptimizer(info.ours if given == "functional" else info.torch_class, list(rrefs.values()), **kwargs)
     assert opt.owners == ["worker1", "worker2"]
+    assert opt.local_optimizer_kinds == {"worker1": "native", "worker2": "native"}
     for step in range(5):
-        for ctx in forward_backward(step):
+        for ctx in forward_backward(step, owners=owners):
             opt.step(ctx)
-    expected, _ = local_reference(info.torch_class, kwargs, 5)
-    got = remote_values()
+    expected, _ = local_reference(info.torch_class, kwargs, 5, owners)
+    got = remote_values(owners)
     for name in expected:
         torch.testing.assert_close(got[name], expected[name], rtol=1e-10, atol=1e-12, msg=name)
 

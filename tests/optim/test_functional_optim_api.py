@@ -83,7 +83,7 @@ def test_param_groups_look_like_torch():
 @pytest.mark.parametrize("info", C.INFOS, ids=str)
 def test_step_param_equals_step(info, scripted):
     config = info.configs[-1]
-    base = C.make_params(DTYPE)
+    base = C.make_params(DTYPE, info=info)
     a = [p.clone() for p in base]
     b = [p.clone() for p in base]
     whole = info.ours(C.build_params_arg(config, a), **config.kwargs)
@@ -93,7 +93,7 @@ def test_step_param_equals_step(info, scripted):
     order = C.flat_order(config)
     generator = torch.Generator().manual_seed(4)
     for step in range(8):
-        grads = C.make_gradients(step, DTYPE, generator)
+        grads = C.make_gradients(step, DTYPE, generator, info=info)
         whole.step([grads[i] for i in order])
         for i in order:
             single.step_param(b[i], grads[i])
@@ -105,9 +105,9 @@ def test_step_param_equals_step(info, scripted):
 def test_created_and_stepped_inside_torchscript(info):
     """(a) A scripted function creates the optimizer and steps it; (a') a scripted function
     steps an optimizer passed in. Both agree with torch.optim."""
-    base = C.make_params(DTYPE)
+    base = C.make_params(DTYPE, info=info)
     generator = torch.Generator().manual_seed(8)
-    grads = [C.make_gradients(step, DTYPE, generator) for step in range(6)]
+    grads = [C.make_gradients(step, DTYPE, generator, info=info) for step in range(6)]
     torch_params = [torch.nn.Parameter(p.clone()) for p in base]
     reference = info.torch_class(torch_params, lr=0.01)
     for step_grads in grads:
@@ -147,8 +147,8 @@ def test_protocol_signatures_are_identical():
         assert len(signatures) == 1, (method, signatures)
     # ... and so are the compiled schemas (minus `self`).
     schemas = []
-    for cls in classes:
-        module = script_optimizer(cls(C.make_params(torch.float32)))
+    for info in C.INFOS:
+        module = script_optimizer(info.ours(C.make_params(torch.float32, info=info)))
         schema = {}
         for method in state_protocol.PROTOCOL_METHODS:
             s = getattr(module, method).schema
@@ -172,8 +172,10 @@ def test_protocol_on_scripted_module():
 def test_registry():
     assert F.functional_optimizer_for(torch.optim.Adam) is F.Adam
     assert F.functional_optimizer_for(F.AdamW) is F.AdamW
-    # eleven pairs: torch.optim.SparseAdam among them (issue 22), LBFGS (closure-based) not
-    assert len(F.registered_optimizers()) == 11
+    # fourteen pairs: torch.optim.SparseAdam among them (issue 22), ASGD, Adafactor and Muon
+    # (issue 29), LBFGS (closure-based) not
+    assert len(F.registered_optimizers()) == 14
+    assert F.functional_optimizer_for(torch.optim.Muon) is F.Muon
     assert F.functional_optimizer_for(torch.optim.SparseAdam) is F.SparseAdam
     with pytest.raises(KeyError, match="no functional optimizer registered for 'LBFGS'"):
         F.functional_optimizer_for(torch.optim.LBFGS)
@@ -207,8 +209,8 @@ def test_eager_use_scripts_nothing_and_scripting_keeps_torchs_warning():
         warnings.simplefilter("always")
         optimizers = []
         for info in C.INFOS:
-            opt = info.ours(C.make_params(torch.float32))
-            opt.step([torch.ones(s) for s in C.SHAPES])
+            opt = info.ours(C.make_params(torch.float32, info=info))
+            opt.step([torch.ones(s) for s in C.shapes_of(info)])
             optimizers.append(opt)
     assert [str(w.message) for w in caught if "torch.jit" in str(w.message)] == []
     with warnings.catch_warnings(record=True) as caught:

@@ -17,20 +17,21 @@ DTYPE = torch.float64
 
 def _pair(info, config, impl):
     """A torch optimizer and ours on separate copies of the same parameters."""
-    base = C.make_params(DTYPE)
+    base = C.make_params(DTYPE, info=info)
     torch_params = [torch.nn.Parameter(p.clone()) for p in base]
     our_params = [p.clone() for p in base]
-    kwargs = {**config.kwargs, **C.IMPL_FLAGS[impl]}
-    reference = info.torch_class(C.build_params_arg(config, torch_params), **kwargs)
+    kwargs = {**config.kwargs, **C.impl_flags(info, impl)}
+    reference = info.torch_class(
+        C.build_params_arg(config, torch_params), **config.kwargs, **C.impl_flags(info, impl, for_torch=True))
     ours = info.ours(C.build_params_arg(config, our_params), **kwargs)
     return reference, torch_params, ours, our_params
 
 
-def _steps(reference, torch_params, ours, config, start, stop, seed, step_torch=True, step_ours=True):
+def _steps(reference, torch_params, ours, config, start, stop, seed, step_torch=True, step_ours=True, info=None):
     generator = torch.Generator().manual_seed(seed)
     order = C.flat_order(config)
     for step in range(start, stop):
-        grads = C.make_gradients(step, DTYPE, generator, late_start=False)
+        grads = C.make_gradients(step, DTYPE, generator, late_start=False, info=info)
         if step_torch:
             for p, g in zip(torch_params, grads):
                 p.grad = None if g is None else g.clone()
@@ -54,7 +55,8 @@ def _check_state_transfer(info, impl, from_torch):
     compare."""
     config = _richest_config(info)
     reference, torch_params, ours, our_params = _pair(info, config, impl)
-    _steps(reference, torch_params, ours, config, 0, 7, seed=5, step_torch=from_torch, step_ours=not from_torch)
+    _steps(reference, torch_params, ours, config, 0, 7, seed=5, step_torch=from_torch, step_ours=not from_torch,
+           info=info)
     source, target = (reference, ours) if from_torch else (ours, reference)
     with torch.no_grad():
         for mine, theirs in zip(our_params, torch_params):
@@ -68,7 +70,7 @@ def _check_state_transfer(info, impl, from_torch):
     # both sides load the same dict before they are compared.
     source.load_state_dict(saved)
     assert_same_state(reference.state_dict(), ours.state_dict(), DTYPE)
-    _steps(reference, torch_params, ours, config, 7, 15, seed=6)
+    _steps(reference, torch_params, ours, config, 7, 15, seed=6, info=info)
     assert_same_params(torch_params, our_params, DTYPE)
     assert_same_state(reference.state_dict(), ours.state_dict(), DTYPE)
 
@@ -89,7 +91,7 @@ def test_state_dict_through_scripted_module(info):
     config = _richest_config(info)
     reference, torch_params, ours, our_params = _pair(info, config, "single")
     module = script_optimizer(ours)
-    _steps(reference, torch_params, module, config, 0, 6, seed=5)
+    _steps(reference, torch_params, module, config, 0, 6, seed=5, info=info)
     assert_same_state(reference.state_dict(), state_protocol.state_dict(module), DTYPE)
     # Round trip through torch: load torch's state into a fresh scripted optimizer.
     fresh_params = [p.detach().clone() for p in torch_params]
@@ -97,7 +99,7 @@ def test_state_dict_through_scripted_module(info):
     saved = copy.deepcopy(reference.state_dict())
     state_protocol.load_state_dict(fresh, copy.deepcopy(saved))
     reference.load_state_dict(saved)
-    _steps(reference, torch_params, fresh, config, 6, 12, seed=7)
+    _steps(reference, torch_params, fresh, config, 6, 12, seed=7, info=info)
     assert_same_params(torch_params, fresh_params, DTYPE)
     assert_same_state(reference.state_dict(), state_protocol.state_dict(fresh), DTYPE)
 

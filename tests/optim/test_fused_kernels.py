@@ -69,6 +69,10 @@ CASES: Dict[str, Any] = {
         {"lr": 0.01, **c}
         for c in _combos(weight_decay=[0.0, 0.1], decoupled_weight_decay=[False, True], maximize=[False, True])
     ]),
+    # t0 below the run's length: the average (mu < 1) starts within it
+    "asgd": (torch.optim.ASGD, [
+        {"lr": 0.05, **c} for c in _combos(weight_decay=[0.0, 0.1], maximize=[False, True], t0=[1e6, 5.0])
+    ] + [{"lr": 0.02, "lambd": 0.01, "alpha": 0.5, "t0": 2.0}]),
 }
 
 
@@ -106,6 +110,8 @@ def init_state(name: str, p: torch.Tensor, kw: Dict[str, Any]) -> Dict[str, torc
         return {"step": step, "mu_product": torch.tensor(1.0), "exp_avg": z(), "exp_avg_sq": z()}
     if name == "radam":
         return {"step": step, "exp_avg": z(), "exp_avg_sq": z()}
+    if name == "asgd":
+        return {"step": step, "eta": torch.tensor(kw["lr"]), "mu": torch.tensor(1.0), "ax": z()}
     raise KeyError(name)
 
 
@@ -152,6 +158,9 @@ def call_op(name: str, params, grads, states, kw: Dict[str, Any], first_step: bo
         op(params, grads, col("exp_avg"), col("exp_avg_sq"), col("step"), lr=kw["lr"], beta1=betas[0],
            beta2=betas[1], weight_decay=wd, eps=kw.get("eps", 1e-8),
            decoupled_weight_decay=kw.get("decoupled_weight_decay", False), maximize=maximize)
+    elif name == "asgd":
+        op(params, grads, col("ax"), col("mu"), col("eta"), col("step"), lambd=kw.get("lambd", 1e-4), lr=kw["lr"],
+           t0=kw.get("t0", 1e6), alpha=kw.get("alpha", 0.75), weight_decay=wd, maximize=maximize)
     else:
         raise KeyError(name)
 

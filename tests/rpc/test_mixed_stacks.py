@@ -7,24 +7,19 @@ in its DistAutogradContext, the plugin's in its own store per context
 result of torch's stack alone (computed on the same parameters in the same run) or an error
 that says what to call instead. Never a silent wrong result.
 
-Cases marked ``xfail(strict=True)`` are silent today; each stays red until the engine makes it
-work or raise (then the marker must go: strict). The owners are real worker processes
-(``cluster``: worker0 is this process, worker1 and worker2 own the parameters).
+The owners are real worker processes (``cluster``: worker0 is this process, worker1 and
+worker2 own the parameters).
 
-Investigation on torch 2.13.0 (2026-11-26), what happens today:
+What the engine does (plugin/csrc/engine/context_registry.h, gradients.h):
 
-* ``plugin.autograd.backward`` then torch's ``DistributedOptimizer.step``: no error, no
-  parameter changes (torch's ``_LocalOptimizer`` reads ``dist_autograd.get_gradients``, which
-  is ``{}``; torch steps with no gradients, which its functional optimizers skip).
-* ``plugin.autograd.backward`` then ``dist_autograd.get_gradients`` on an owner: ``{}``.
-* torch's ``dist_autograd.backward`` then the plugin's ``DistributedOptimizer.step`` and
-  ``clip_grad_norm_``: work (an owner where the plugin's engine holds no gradient of the
-  context reads torch's: ``gradientsForStep`` in plugin/csrc/optim/gradient_check.cpp).
-* torch's pass, then a plugin pass in the same context (``retain_graph=True``), then the
-  plugin's step, or ``backward_and_step`` after torch's pass: the step applies the plugin's
-  pass alone; torch's gradients, which the same two passes on either stack alone would have
-  added, are dropped without a word (the plugin reads torch's only where it holds none).
-* torch's pass then ``plugin.autograd.get_gradients``: ``{}``.
+* it publishes the gradients of its passes into torch's own store of the context, so torch's
+  ``dist_autograd.get_gradients`` and torch's ``DistributedOptimizer`` see them;
+* an owner where the plugin's engine holds no gradient of the context reads torch's, so the
+  plugin's step, ``clip_grad_norm_`` and ``get_gradients`` work after torch's pass;
+* a plugin pass after a torch pass in one context: torch's readers see the two passes summed;
+  the plugin's readers and step raise, naming both calls (the two engines' sums are kept
+  apart); a torch pass after a plugin pass adds in place to the gradient the plugin published,
+  as torch adds a second pass's, so both stacks read the sum.
 """
 import warnings
 
@@ -109,7 +104,6 @@ def assert_works_or_says_what_to_call(call, check):
 # --- (a) the plugin's backward pass, then torch's readers --------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="silent today: torch's step finds no gradients and changes nothing")
 @pytest.mark.parametrize("mode", [pytest.param(m, marks=TORCH_OPTIMIZER_MARKS) for m in ("smart", "fast")])
 def test_plugin_backward_then_torch_distributed_optimizer_step(params, mode):
     optimizer = torch_optimizer(params)
@@ -126,7 +120,6 @@ def test_plugin_backward_then_torch_distributed_optimizer_step(params, mode):
         assert_works_or_says_what_to_call(lambda: optimizer.step(context_id), check)
 
 
-@pytest.mark.xfail(strict=True, reason="silent today: torch's get_gradients returns {} after the plugin's pass")
 def test_plugin_backward_then_torch_get_gradients_on_the_owners(params):
     before = values()
     with dist_autograd.context() as context_id:
@@ -179,8 +172,6 @@ def test_torch_backward_then_plugin_clip_grad_norm(params):
         assert torch.allclose(after[name], before[name] - LR * coefficient * grads[name]), name
 
 
-@pytest.mark.xfail(strict=True, reason="silent today: the step applies the plugin's pass alone, torch's gradients "
-                                       "in the same context are dropped")
 @pytest.mark.parametrize("order", ["torch pass first", "plugin pass first"])
 def test_both_engines_pass_in_one_context_then_plugin_step(params, order):
     """Two passes in one context (retain_graph=True for the first) add up on either stack alone;
@@ -204,8 +195,6 @@ def test_both_engines_pass_in_one_context_then_plugin_step(params, order):
         assert_works_or_says_what_to_call(lambda: optimizer.step(context_id), check)
 
 
-@pytest.mark.xfail(strict=True, reason="silent today: backward_and_step applies its own pass alone, torch's "
-                                       "gradients in the same context are dropped")
 def test_torch_backward_then_backward_and_step(params):
     optimizer = plugin.optim.DistributedOptimizer(torch.optim.SGD, list(params.values()), lr=LR)
     before = values()
@@ -221,7 +210,6 @@ def test_torch_backward_then_backward_and_step(params):
         assert_works_or_says_what_to_call(lambda: optimizer.backward_and_step(context_id, [loss]), check)
 
 
-@pytest.mark.xfail(strict=True, reason="silent today: plugin.autograd.get_gradients returns {} after torch's pass")
 def test_torch_backward_then_plugin_get_gradients_on_the_owners(params):
     before = values()
     with dist_autograd.context() as context_id:
@@ -233,3 +221,18 @@ def test_torch_backward_then_plugin_get_gradients_on_the_owners(params):
             assert all(ours[n] is not None and torch.allclose(ours[n], grads[n]) for n in OWNERS), ours
 
         assert_works_or_says_what_to_call(lambda: gradients_on_owners(context_id, "plugin"), check)
+
+
+def test_torch_pass_then_plugin_pass_torch_reads_the_sum_plugin_refuses(params):
+    """Torch's readers see both passes; the plugin's get_gradients raises, naming both calls."""
+    before = values()
+    with dist_autograd.context() as context_id:
+        loss = forward()
+        dist_autograd.backward(context_id, [loss], retain_graph=True)
+        plugin.autograd.backward(context_id, [loss])
+        theirs = gradients_on_owners(context_id, "torch")
+        grads = expected_gradients(before, passes=2)
+        assert all(theirs[n] is not None and torch.allclose(theirs[n], grads[n]) for n in OWNERS), theirs
+        with pytest.raises(RuntimeError, match=r"holds gradients of backward passes of both engines.*"
+                                               r"torch\.distributed\.autograd\.backward"):
+            gradients_on_owners(context_id, "plugin")

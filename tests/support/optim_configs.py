@@ -9,11 +9,18 @@ One :class:`OptimInfo` per optimizer lists:
   (``None`` gradients, see :func:`gradient_schedule`);
 * ``sparse_configs``: configs run with sparse COO gradients (only SGD and Adagrad take them);
 * ``invalid``: constructor arguments that must be rejected, with the exception type and the
-  message ``torch.optim`` itself gives.
+  message ``torch.optim`` itself gives;
+* ``shapes``: the parameters' shapes (:data:`SHAPES`: a matrix, a vector and a scalar; Muon's
+  are all matrices, as it takes 2-D parameters only) and ``lr_message``: the start of torch's
+  message for a negative ``lr``.
+
+The implementation flags differ between classes (Muon has no ``foreach``; Adafactor and Muon
+no ``differentiable``): :func:`impl_flags` and :func:`takes` read them off the class.
 
 Generic tests walk the table; nothing here is specific to one test file.
 """
 import dataclasses
+import inspect
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 
 import torch
@@ -62,6 +69,8 @@ class OptimInfo:
     # parameter's momentum buffer starts later than the others'; its fused runs then use a
     # schedule without a late start (our handling of that case is tested separately).
     fused_late_start: bool = True
+    shapes: Tuple[Tuple[int, ...], ...] = ()
+    lr_message: str = "Invalid learning rate: "
 
     def __str__(self) -> str:
         return self.name
@@ -246,9 +255,88 @@ INFOS: List[OptimInfo] = [
         _COMMON_INVALID + _BETAS_INVALID,
         sparse_error="RAdam does not support sparse gradients",
     ),
+    OptimInfo(
+        "ASGD", torch.optim.ASGD, F.ASGD, ("single", "foreach"),
+        [
+            Config("default", {}),
+            # t0 within the run: the average starts (mu < 1) at step 11
+            Config("t0_lambd_wd", {"lr": 0.05, "t0": 10, "lambd": 1e-3, "weight_decay": 0.1}),
+            Config("alpha_maximize", {"lr": 0.02, "alpha": 0.5, "t0": 5, "maximize": True}),
+            _groups({"lr": 0.02, "t0": 3},
+                    [([0], {"lr": 0.05, "lambd": 0.01}), ([1, 2], {"weight_decay": 0.2, "maximize": True, "t0": 20})]),
+        ],
+        _COMMON_INVALID + [
+            Invalid({"weight_decay": -0.5}, ValueError, "Invalid weight_decay value: -0.5"),
+            Invalid({"capturable": True}, ValueError, "capturable=True is not supported"),
+        ],
+        sparse_error="ASGD does not support sparse gradients",
+    ),
+    OptimInfo(
+        "Adafactor", torch.optim.Adafactor, F.Adafactor, ("single", "foreach"),
+        [
+            Config("default", {}),
+            Config("wd_beta2_decay", {"lr": 0.05, "weight_decay": 0.1, "beta2_decay": -0.5}),
+            Config("eps_d_maximize", {"eps": (1e-20, 1e-2), "d": 2.0, "maximize": True}),
+            _groups({"lr": 0.02},
+                    [([0], {"eps": (None, 1e-2), "d": 1.5}),
+                     ([1, 2], {"weight_decay": 0.1, "maximize": True, "eps": (1e-25, 1e-3)})]),
+        ],
+        [
+            Invalid({"lr": -1.0}, ValueError, "Learning rate should be >= 0 but is: -1.0"),
+            Invalid({"beta2_decay": 0.5}, ValueError, "beta2_decay should be <= 0 but is: 0.5"),
+            Invalid({"eps": (-1.0, 1e-3)}, ValueError, "epsilon1 should be >= 0 but is: -1.0"),
+            Invalid({"eps": (None, -1.0)}, ValueError, "epsilon2 should be >= 0 but is: -1.0"),
+            Invalid({"d": 0.5}, ValueError, "Clipping threshold d should be >= 1 but is: 0.5"),
+            Invalid({"weight_decay": -0.5}, ValueError, "weight_decay should be >= 0 but is: -0.5"),
+        ],
+        sparse_error="Adafactor does not support sparse gradients",
+        lr_message="Learning rate should be >= 0 but is: ",
+    ),
+    OptimInfo(
+        "Muon", torch.optim.Muon, F.Muon, ("single",),
+        [
+            Config("default", {"lr": 0.02}),
+            Config("plain_momentum_wd", {"lr": 0.02, "nesterov": False, "momentum": 0.9, "weight_decay": 0.01}),
+            Config("match_rms_adamw", {"lr": 0.01, "adjust_lr_fn": "match_rms_adamw", "ns_steps": 3, "eps": 1e-6}),
+            Config("coefficients", {"lr": 0.02, "adjust_lr_fn": "original", "ns_coefficients": (3.0, -3.2, 1.2)}),
+            _groups({"lr": 0.02},
+                    [([0], {"ns_steps": 4, "adjust_lr_fn": "match_rms_adamw"}),
+                     ([1, 2], {"momentum": 0.8, "nesterov": False, "ns_coefficients": (2.0, -1.5, 0.5)})]),
+        ],
+        [
+            Invalid({"lr": -1.0}, ValueError, "Learning rate should be >= 0 but is: -1.0"),
+            Invalid({"momentum": -0.1}, ValueError, "momentum should be >= 0 but is: -0.1"),
+            Invalid({"weight_decay": -0.1}, ValueError, "weight decay should be >= 0 but is: -0.1"),
+            Invalid({"adjust_lr_fn": "rms"}, ValueError, "Adjust learning rate function rms is not supported"),
+        ],
+        sparse_error="Muon does not support sparse gradients",
+        # 2-D only: a square, a tall and a wide matrix (the iteration runs on the transpose of
+        # a tall one)
+        shapes=((4, 4), (5, 2), (3, 6)),
+        lr_message="Learning rate should be >= 0 but is: ",
+    ),
 ]
 
 INFO_BY_NAME = {info.name: info for info in INFOS}
+
+
+def takes(info: OptimInfo, name: str) -> bool:
+    """Whether our class of ``info`` has the constructor argument ``name``."""
+    return name in inspect.signature(info.ours.__init__).parameters
+
+
+def impl_flags(info: OptimInfo, impl: str, for_torch: bool = False) -> Dict[str, Any]:
+    """The constructor flags that select implementation ``impl`` (see :data:`IMPL_FLAGS`) in
+    our class of ``info`` (``fused=False`` for the single-tensor path of a class without
+    ``foreach``: Muon) or, ``for_torch``, in torch's (none where it has one path only)."""
+    if impl == "single" and not takes(info, "foreach"):
+        return {} if for_torch else {"fused": False}
+    return IMPL_FLAGS[impl]
+
+
+def shapes_of(info: Optional[OptimInfo]) -> List[Tuple[int, ...]]:
+    """The parameter shapes of ``info``'s runs (:data:`SHAPES` unless it has its own)."""
+    return list(info.shapes) if info is not None and info.shapes else SHAPES
 
 
 def gradient_schedule(step: int, n_params: int, late_start: bool = True) -> List[bool]:
@@ -265,18 +353,21 @@ def gradient_schedule(step: int, n_params: int, late_start: bool = True) -> List
     return present
 
 
-def make_params(dtype: torch.dtype, seed: int = 0) -> List[torch.Tensor]:
+def make_params(dtype: torch.dtype, seed: int = 0, info: Optional[OptimInfo] = None) -> List[torch.Tensor]:
+    """Seeded parameters of the shapes of ``info`` (:func:`shapes_of`)."""
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(shape, generator=g, dtype=dtype) for shape in SHAPES]
+    return [torch.randn(shape, generator=g, dtype=dtype) for shape in shapes_of(info)]
 
 
 def make_gradients(
     step: int, dtype: torch.dtype, generator: torch.Generator, sparse: bool = False,
-    late_start: bool = True,
+    late_start: bool = True, info: Optional[OptimInfo] = None,
 ) -> List[Optional[torch.Tensor]]:
-    """Seeded gradients for one step (sparse ones keep about half of the entries)."""
+    """Seeded gradients for one step (sparse ones keep about half of the entries), for the
+    parameters of ``info``."""
     grads: List[Optional[torch.Tensor]] = []
-    for shape, present in zip(SHAPES, gradient_schedule(step, len(SHAPES), late_start)):
+    shapes = shapes_of(info)
+    for shape, present in zip(shapes, gradient_schedule(step, len(shapes), late_start)):
         grad = torch.randn(shape, generator=generator, dtype=dtype)
         if sparse:
             mask = torch.rand(shape, generator=generator) < 0.5
@@ -293,7 +384,8 @@ def build_params_arg(config: Config, params: Sequence[torch.Tensor]) -> Any:
 
 
 def flat_order(config: Config) -> List[int]:
-    """Indices (into :data:`SHAPES`) of the parameters in flat order, group after group."""
+    """Indices (into the parameters' shapes: three of them) of the parameters in flat order,
+    group after group."""
     if config.groups is None:
         return list(range(len(SHAPES)))
     return [i for indices, _ in config.groups for i in indices]

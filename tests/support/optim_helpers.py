@@ -68,15 +68,17 @@ def run_parity(
     ``our_overrides`` / ``torch_overrides`` are extra constructor arguments of one side only;
     ``scripted_too=False`` leaves out the scripted optimizer; ``tol`` replaces the dtype's
     tolerances."""
-    base = C.make_params(dtype)
+    base = C.make_params(dtype, info=info)
     torch_params = [torch.nn.Parameter(p.clone()) for p in base]
     eager_params = [p.clone() for p in base]
     script_params = [p.clone() for p in base]
     kwargs = dict(config.kwargs)
+    torch_kwargs = dict(config.kwargs)
     if impl is not None:
-        kwargs.update(C.IMPL_FLAGS[impl])
+        kwargs.update(C.impl_flags(info, impl))
+        torch_kwargs.update(C.impl_flags(info, impl, for_torch=True))
     ours_kwargs = {**kwargs, **(our_overrides or {})}
-    reference = info.torch_class(C.build_params_arg(config, torch_params), **{**kwargs, **(torch_overrides or {})})
+    reference = info.torch_class(C.build_params_arg(config, torch_params), **{**torch_kwargs, **(torch_overrides or {})})
     eager = info.ours(C.build_params_arg(config, eager_params), **ours_kwargs)
     if scripted_too:
         scripted = script_optimizer(info.ours(C.build_params_arg(config, script_params), **ours_kwargs))
@@ -86,7 +88,7 @@ def run_parity(
     late_start = info.fused_late_start or impl != "fused"
     generator = torch.Generator().manual_seed(1)
     for step in range(steps):
-        grads = C.make_gradients(step, dtype, generator, sparse, late_start)
+        grads = C.make_gradients(step, dtype, generator, sparse, late_start, info=info)
         for p, g in zip(torch_params, grads):
             p.grad = None if g is None else g.clone()  # torch may write into .grad
         reference.step()

@@ -4,7 +4,6 @@
 // torch/optim/_functional.py, torch 2.13).
 #include "group_step.h"
 
-#include <ATen/ScalarOps.h>
 
 #include <cmath>
 
@@ -46,7 +45,7 @@ void composite(Group& g, size_t k, const GroupValues& v) {
   if (const auto lrT = v.tensor("lr")) {
     // a Tensor lr: torch computes the step size in the Tensor's dtype (a float32 lr for float64
     // parameters rounds it there), with Python floats as wrapped numbers
-    const auto stepSize = lrT->mul(at::native::wrapped_scalar_tensor(sqrtBc2)).div(at::native::wrapped_scalar_tensor(bc1));
+    const auto stepSize = lrT->mul(number(sqrtBc2)).div(number(bc1));
     g.params[k].add_(at::sparse_coo_tensor(indices, stepSize.neg().mul(numer.div_(denom)), size));
     return;
   }

@@ -89,13 +89,18 @@ EntryPtr ContextRegistry::find(int64_t contextId) {
 
 namespace {
 
+// a + b, a new tensor; dense + sparse in the order at::add defines (add(sparse, dense) is not).
+at::Tensor addGradients(const at::Tensor& a, const at::Tensor& b) {
+  return a.is_sparse() && !b.is_sparse() ? b + a : a + b;
+}
+
 // dict[variable] += grad, out of place (a new sum, for a snapshot).
 void addInto(GradientDict& dict, const at::Tensor& variable, at::Tensor grad) {
   auto it = dict.find(variable);
   if (it == dict.end()) {
     dict.insert(variable, std::move(grad));
   } else {
-    dict.insert_or_assign(variable, it->value() + grad);
+    dict.insert_or_assign(variable, addGradients(it->value(), grad));
   }
 }
 
@@ -158,20 +163,51 @@ void ContextEntry::publishLocked() {
     return;
   }
   GradientDict theirs = torchGradientStore(*ctx);
+  // What torch's engine stored there on its own: an entry this engine never put (a pass of
+  // torch's that ran first) is kept as torch's and published summed with this engine's; one
+  // that replaced this engine's tensor is left as torch made it (its sum includes ours).
+  for (const auto& item : theirs) {
+    auto mine = published.find(item.key());
+    if (mine == published.end()) {
+      if (!foreign.contains(item.key())) {
+        foreign.insert(item.key(), item.value());
+      }
+      bothEngines = true;
+    } else if (!mine->value().is_same(item.value())) {
+      bothEngines = true;
+    }
+  }
   GradientDict now = snapshot();
   for (const auto& item : published) {
     auto it = theirs.find(item.key());
     if (!now.contains(item.key()) && it != theirs.end() && it->value().is_same(item.value())) {
-      theirs.erase(item.key());
+      auto torchs = foreign.find(item.key());
+      if (torchs != foreign.end()) {
+        theirs.insert_or_assign(item.key(), torchs->value());
+      } else {
+        (void)theirs.erase(item.key());
+      }
     }
   }
+  GradientDict put;
   for (const auto& item : now) {
-    theirs.insert_or_assign(item.key(), item.value());
+    auto it = theirs.find(item.key());
+    auto mine = published.find(item.key());
+    if (it != theirs.end() && mine != published.end() && !it->value().is_same(mine->value())) {
+      continue;  // torch's engine replaced what this engine put: left as torch made it
+    }
+    auto torchs = foreign.find(item.key());
+    at::Tensor value = torchs == foreign.end() ? item.value() : addGradients(torchs->value(), item.value());
+    theirs.insert_or_assign(item.key(), value);
+    put.insert(item.key(), value);
   }
-  published = std::move(now);
+  published = std::move(put);
 }
 
 bool ContextEntry::torchEngineRanLocked() const {
+  if (bothEngines) {
+    return true;
+  }
   auto ctx = context.lock();
   if (!ctx) {
     return false;

@@ -43,6 +43,13 @@ struct ContextEntry {
   GradientDict grads;
   // What this engine put into torch's own store of the context's gradients (publishLocked).
   GradientDict published;
+  // Gradients that torch's engine stored in its store before this engine put anything
+  // there for the same parameter (a pass of torch's in the same context): published summed
+  // with this engine's, so that torch's readers see both passes.
+  GradientDict foreign;
+  // Both engines ran passes of this context here (seen by publishLocked): this engine's
+  // readers raise (torchEngineRanLocked).
+  bool bothEngines = false;
   // pass id -> gradients of a pass that may still be aborted.
   std::map<int64_t, GradientDict> staged;
   // A backward pass started on this worker is running for this context.
@@ -76,8 +83,8 @@ struct ContextEntry {
   // holds now (an aborted pass's). Called as a pass's gradients change here: when a worker's
   // part ends, when a pass is committed or discarded. Must hold `mu`.
   void publishLocked();
-  // Whether torch's engine changed torch's store since publishLocked (it ran a pass of this
-  // context too): an entry there that this engine did not put. Must hold `mu`.
+  // Whether torch's engine ran a pass of this context too: seen by publishLocked, or an
+  // entry in torch's store that this engine did not put. Must hold `mu`.
   bool torchEngineRanLocked() const;
 };
 

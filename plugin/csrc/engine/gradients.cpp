@@ -49,7 +49,7 @@ std::optional<GradientDict> gradientsAtVersion(int64_t contextId, int64_t versio
   EntryPtr entry = ContextRegistry::get().find(contextId);
   if (entry) {
     std::lock_guard<std::mutex> lock(entry->mu);
-    if (entry->version == version) {
+    if (entry->version == version && !entry->torchEngineRanLocked()) {
       return entry->snapshot();
     }
   }
@@ -62,6 +62,9 @@ std::optional<StoredGradients> storedGradients(int64_t contextId) {
     return std::nullopt;
   }
   std::lock_guard<std::mutex> lock(entry->mu);
+  if (entry->torchEngineRanLocked()) {
+    return std::nullopt;  // not this engine's alone: its readers raise (contextGradients)
+  }
   StoredGradients stored{{entry->grads.copy()}, entry->version};  // copies: read after the lock
   for (const auto& [passId, passGrads] : entry->staged) {
     stored.dicts.push_back(passGrads.copy());

@@ -24,11 +24,13 @@ GradientDict contextGradients(const ContextPtr& ctx, const EntryPtr& entry);
 std::vector<std::optional<at::Tensor>> gradientsFor(int64_t contextId, const std::vector<at::Tensor>& params);
 
 // The engine's gradients of the context here, summed, if its entry's version (which counts
-// every change to them) is still `version`; nullopt otherwise.
+// every change to them) is still `version` and torch's engine ran no pass of the context
+// here; nullopt otherwise.
 std::optional<GradientDict> gradientsAtVersion(int64_t contextId, int64_t version);
 
 // What the engine stores for the context here, unsummed (the committed dict, then each
-// staged pass's), with the entry's version; nullopt for a context the engine does not know.
+// staged pass's), with the entry's version; nullopt for a context the engine does not know
+// or one where torch's engine ran a pass too.
 struct StoredGradients {
   std::vector<GradientDict> dicts;
   int64_t version;

@@ -1,0 +1,93 @@
+// Muon's group step: torch.optim's single-tensor step (torch/optim/_muon.py, torch 2.13), its
+// ATen ops in its order, so results are torch's to the bit; the Newton-Schulz iteration runs
+// here, in C++, without the interpreter (and, called from the plugin's native optimizers or
+// through the dispatcher, without the GIL).
+//
+// Algorithm: K. Jordan, "Muon: An optimizer for hidden layers in neural networks" (2024),
+// https://kellerjordan.github.io/posts/muon/ (the quintic Newton-Schulz iteration, in bfloat16,
+// and its coefficients); the "match_rms_adamw" learning-rate adjustment from J. Liu et al.,
+// "Muon is Scalable for LLM Training" (2025), https://arxiv.org/abs/2502.16982.
+#include "group_step.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace gilfree_optim {
+namespace {
+
+std::vector<std::string> keys(int64_t, const GroupValues&) {
+  return {"momentum_buffer"};
+}
+
+std::vector<at::Tensor> create(const at::Tensor&, const at::Tensor& grad, const GroupValues&) {
+  return {at::zeros_like(grad, at::MemoryFormat::Preserve)};
+}
+
+// torch's _zeropower_via_newtonschulz: about U V^T of grad's SVD U S V^T, in bfloat16.
+at::Tensor orthogonalized(const at::Tensor& grad, double a, double b, double c, int64_t steps, double eps) {
+  const bool tall = grad.size(0) > grad.size(1);
+  auto x = grad.to(at::kBFloat16);
+  if (tall) {
+    x = x.t();
+  }
+  x.div_(at::linalg_vector_norm(x, 2).clamp(eps));  // spectral norm at most 1
+  for (int64_t i = 0; i < steps; ++i) {
+    auto gram = at::matmul(x, x.t());
+    auto gramUpdate = at::addmm(gram, gram, gram, b, c);
+    x = at::addmm(x, gramUpdate, x, a);
+  }
+  return tall ? x.t() : x;
+}
+
+// torch's _adjust_lr; `fn`: 0 None, 1 "original", 2 "match_rms_adamw" (functional_optim's
+// numbering of the choices, _state.CHOICE_HYPERPARAMETERS).
+double adjustedLr(double lr, int64_t fn, const at::Tensor& param) {
+  const double rows = static_cast<double>(param.size(0)), cols = static_cast<double>(param.size(1));
+  double ratio = 1.0;
+  if (fn == 0 || fn == 1) {
+    ratio = std::sqrt(std::max(1.0, rows / cols));
+  } else if (fn == 2) {
+    ratio = 0.2 * std::sqrt(std::max(rows, cols));
+  }
+  return lr * ratio;
+}
+
+void step(Group& g, const GroupValues& v) {
+  const double lr = v.get("lr"), weightDecay = v.get("weight_decay"), momentum = v.get("momentum");
+  const double a = v.get("ns_a"), b = v.get("ns_b"), c = v.get("ns_c"), eps = v.get("eps");
+  const double nsSteps = v.get("ns_steps"), fn = v.get("adjust_lr_fn");
+  const bool nesterov = v.flag("nesterov");
+  TORCH_CHECK_VALUE(nsSteps < 100, "Number of steps must be less than 100 for computational efficiency");
+  TORCH_CHECK_VALUE(
+      nsSteps == std::floor(nsSteps), "gilfree_optim::group_step: muon's ns_steps must be a whole number, got ",
+      nsSteps);
+  TORCH_CHECK_VALUE(
+      fn == 0 || fn == 1 || fn == 2, "gilfree_optim::group_step: muon's adjust_lr_fn must be 0 (None), 1 "
+      "(\"original\") or 2 (\"match_rms_adamw\"), got ", fn);
+  for (size_t k = 0; k < g.params.size(); ++k) {  // everything checked before anything changes
+    const auto& p = g.params[k];
+    const auto& buf = g.state[k][0];
+    TORCH_CHECK_VALUE(p.dim() == 2, "Param gradient must be a 2D matrix");
+    TORCH_CHECK_VALUE(
+        buf.sizes() == p.sizes() && buf.scalar_type() == p.scalar_type() && buf.device() == p.device(),
+        "gilfree_optim::group_step: muon's state['momentum_buffer'] of parameter ", k, " has shape ", buf.sizes(),
+        ", dtype ", buf.scalar_type(), ", device ", buf.device(), "; expected the parameter's (shape ", p.sizes(),
+        ", dtype ", p.scalar_type(), ", device ", p.device(), ")");
+  }
+  for (size_t k = 0; k < g.params.size(); ++k) {
+    auto& param = g.params[k];
+    const auto& grad = g.grads[k];
+    auto& buf = g.state[k][0];
+    buf.lerp_(grad, 1 - momentum);
+    const auto update = orthogonalized(
+        nesterov ? grad.lerp(buf, momentum) : buf, a, b, c, static_cast<int64_t>(nsSteps), eps);
+    const double adjusted = adjustedLr(lr, static_cast<int64_t>(fn), param);
+    param.mul_(number(1 - lr * weightDecay));
+    param.add_(update, -adjusted);
+  }
+}
+
+[[maybe_unused]] const bool registered = registerOptimizer("muon", {keys, create, step, {"cpu", "cuda"}});
+
+}  // namespace
+}  // namespace gilfree_optim
