@@ -85,7 +85,16 @@ ASGD (element-wise) is in the tables above: its kernel moves 5 words per element
 ax read; param, ax written), run with ``t0=0`` so that the average runs (mu < 1) from the second
 step on.
 
-Usage: ``python scripts/bench_optim.py [--kernels [--thread-clock]] [--sparse] [--group-steps] [--quick] [--out PATH] [--only Adam,SGD]``
+Compiled (issue 31, ``--compiled``, written to ``results/bench_optim_compiled.json``): every
+optimizer but SparseAdam, our step under ``torch.compile(..., fullgraph=True)`` (the op library's
+group step, one op in the graph) against ``torch.compile`` of ``torch.optim``'s step (torch's
+own recipe: its default implementation traced and fused by Inductor) on copies of the same
+tensors (workload C: one tensor of 4M elements; M: 50 of 16,384; for Adafactor and Muon one
+1024 x 1024 matrix and 50 of 128 x 128), both compiled before the
+timing, with 1 and 2 intra-op threads, ABBA rounds as ``--group-steps``; ``ours/torch`` is the
+median of per-round ratios (target: at most 1.0).
+
+Usage: ``python scripts/bench_optim.py [--kernels [--thread-clock]] [--sparse] [--group-steps] [--compiled] [--quick] [--out PATH] [--only Adam,SGD]``
 """
 import argparse
 import json
@@ -139,6 +148,14 @@ GROUP_STEPS: Dict[str, Tuple[type, type, Dict[str, Any], Dict[str, List[Tuple[in
         "L": [(512, 512), (512, 512), (512, 1536)],
         "S": [(64, 64)] * 50,
     }),
+}
+
+
+# Every optimizer but SparseAdam (torch.compile traces no sparse tensor), compiled
+# (``--compiled``): name -> (torch class, our class, constructor kwargs).
+COMPILED: Dict[str, Tuple[type, type, Dict[str, Any]]] = {
+    **{name: row[:3] for name, row in OPTIMIZERS.items()},
+    **{name: row[:3] for name, row in GROUP_STEPS.items()},
 }
 
 
@@ -538,27 +555,39 @@ def group_step_variants(name: str, shapes: List[Tuple[int, ...]]) -> Dict[str, C
 
 
 def group_step_rows(quick: bool, names: List[str], thread_clock: bool = False) -> Dict[str, Any]:
-    """Per optimizer, 1 and 2 intra-op threads and workload: the median step of each variant and
-    ``ours/torch``, the median over rounds of the ratio of the two steps of a round (ABBA rounds,
-    both variants built twice in opposite orders, samples pooled, as ``--kernels``; with
-    ``thread_clock`` the 1-thread rows on the calling thread's CPU time, as ``--kernels``)."""
+    """:func:`paired_rows` of :func:`group_step_variants` on :data:`GROUP_STEPS`' workloads."""
+    workloads = {name: GROUP_STEPS[name][3] for name in names}
+    return paired_rows(quick, workloads, group_step_variants, {"L": 8, "S": 30}, thread_clock)
+
+
+def paired_rows(
+    quick: bool, workloads: Dict[str, Dict[str, List[Tuple[int, ...]]]],
+    build: Callable[[str, List[Tuple[int, ...]]], Dict[str, Callable[[], None]]],
+    rounds_of: Dict[str, int], thread_clock: bool = False,
+) -> Dict[str, Any]:
+    """Two variants, ``torch`` and ``ours`` (``build(name, shapes)``), per optimizer, 1 and 2
+    intra-op threads and workload (``workloads[name]``: workload -> shapes, ``rounds_of``:
+    workload -> rounds): the median step of each variant and ``ours/torch``, the median over
+    rounds of the ratio of the two steps of a round (ABBA rounds, both variants built twice in
+    opposite orders, samples pooled, as ``--kernels``; with ``thread_clock`` the 1-thread rows
+    on the calling thread's CPU time, as ``--kernels``)."""
     global CLOCK
     out: Dict[str, Any] = {}
     saved = torch.get_num_threads()
     try:
-        for name in names:
+        for name, per_workload in workloads.items():
             per_name: Dict[str, Any] = {}
             for threads in (1, 2):
                 torch.set_num_threads(threads)
                 CLOCK = time.thread_time if thread_clock and threads == 1 else time.perf_counter
                 per_threads: Dict[str, Any] = {}
-                for workload, shapes in GROUP_STEPS[name][3].items():
+                for workload, shapes in per_workload.items():
                     if quick:
                         shapes = [tuple(min(d, 16) for d in s) for s in shapes[:4]]
-                    rounds, warmup = (2, 1) if quick else ({"L": 8, "S": 30}[workload], 2)
+                    rounds, warmup = (2, 1) if quick else (rounds_of[workload], 2)
                     samples: Dict[str, List[float]] = {}
                     for reverse in (False, True):
-                        variants = group_step_variants(name, shapes)
+                        variants = build(name, shapes)
                         if reverse:
                             variants = dict(reversed(list(variants.items())))
                         for key, values in time_variants(variants, rounds, 1, warmup, raw=True, alternate=True).items():
@@ -608,6 +637,78 @@ def main_group_steps(args: argparse.Namespace) -> Dict[str, Any]:
                       for name in names},
         "kwargs": {name: GROUP_STEPS[name][2] for name in names},
         "group_steps": rows,
+    }
+    write_results(args.out, report)
+    return report
+
+
+# --- under torch.compile (issue 31, ``--compiled``): both steps compiled, on the same tensors ------
+
+# The compiled comparison's workloads: C, one tensor of 4M float32 elements; M, 50 of 16,384
+# (torch.compile's time grows with the number of tensors: a full run compiles 2 x 2 x 2 steps
+# per optimizer, about a minute each for torch's on 2 cores).
+COMPILED_WORKLOADS: Dict[str, List[Tuple[int, ...]]] = {"C": [(4 * 1024 * 1024,)], "M": [(16384,)] * 50}
+# Adafactor and Muon (matrices; Muon takes nothing else): C, one 1024 x 1024 matrix; M, 50 of 128 x 128.
+COMPILED_MATRIX_WORKLOADS: Dict[str, List[Tuple[int, ...]]] = {"C": [(1024, 1024)], "M": [(128, 128)] * 50}
+
+
+def compiled_workloads(name: str) -> Dict[str, List[Tuple[int, ...]]]:
+    return COMPILED_MATRIX_WORKLOADS if name in GROUP_STEPS else COMPILED_WORKLOADS
+
+
+def compiled_variants(name: str, shapes: List[Tuple[int, ...]]) -> Dict[str, Callable[[], None]]:
+    """``torch``: ``torch.compile(torch.optim.<name>(...).step)`` (torch's recipe for compiling an
+    optimizer: torch.optim's default implementation, traced; gradients set on ``.grad`` once);
+    ``ours``: ``torch.compile(functional_optim.<name>(...).step, fullgraph=True)`` (our default
+    step, the op library's group step, kept as one op). Both compiled and run once here, so
+    the timing sees compiled steps only; each on its own copy of the same tensors."""
+    torch_class, ours_class, kwargs = COMPILED[name]
+    gen = torch.Generator().manual_seed(0)
+    base = [torch.randn(s, generator=gen) for s in shapes]
+    grads = [torch.randn(s, generator=gen) * 1e-2 for s in shapes]
+    params = [torch.nn.Parameter(p.clone()) for p in base]
+    for p, g in zip(params, grads):
+        p.grad = g.clone()
+    reference = torch_class(params, **kwargs)
+    ours = ours_class([p.clone() for p in base], **kwargs)
+    grads_opt: List[Optional[torch.Tensor]] = list(grads)
+    torch_step = torch.compile(reference.step)
+    ours_step = torch.compile(ours.step, fullgraph=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.compile's notes about the profiler hooks of torch.optim
+        torch_step()
+        ours_step(grads_opt)
+    return {"torch": torch_step, "ours": lambda: ours_step(grads_opt)}
+
+
+def main_compiled(args: argparse.Namespace) -> Dict[str, Any]:
+    """``--compiled``: every optimizer's compiled step against torch.optim's compiled step (one
+    process), written to ``--out`` (default results/bench_optim_compiled.json), with the load
+    averages at the start and the end."""
+    from bench_results import run_meta, write_results  # scripts/ is on sys.path when this script runs
+
+    import torch._dynamo
+
+    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+    names = [n for n in COMPILED if not args.only or n in args.only.split(",")]
+    load_start = os.getloadavg()
+    print(f"torch {torch.__version__}; load average {load_start[0]:.2f}")
+    print("\n== compiled: torch.compile(ours.step, fullgraph=True) vs torch.compile(torch.optim step) ==")
+    rows = paired_rows(args.quick, {n: compiled_workloads(n) for n in names}, compiled_variants,
+                       {"C": 10, "M": 30}, args.thread_clock)
+    load_end = os.getloadavg()
+    print("\n== target: ours/torch <= 1.0 (median of per-round ratios) ==")
+    for name, per_name in rows.items():
+        print(f"{name}: " + ", ".join(f"{w} [{t} thread(s)] {row['ours/torch']:.3f}x"
+                                      for t, per_threads in per_name.items() for w, row in per_threads.items()))
+    report = {
+        "meta": run_meta(quick=args.quick, load_average_start=list(load_start), load_average_end=list(load_end)),
+        "clock": "1 thread: thread CPU time; 2 threads: wall clock" if args.thread_clock else "wall clock",
+        "machine": platform.machine(),
+        "workloads": {name: {w: [list(s) for s in shapes] for w, shapes in compiled_workloads(name).items()}
+                      for name in names},
+        "kwargs": {name: COMPILED[name][2] for name in names},
+        "compiled": rows,
     }
     write_results(args.out, report)
     return report
@@ -666,17 +767,23 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     parser.add_argument("--group-steps", action="store_true",
                         help="only Adafactor and Muon against torch.optim's step (issue 29), written to --out "
                              "(default results/bench_optim_group_steps.json)")
+    parser.add_argument("--compiled", action="store_true",
+                        help="only the compiled steps: ours against torch.optim's, both under torch.compile "
+                             "(issue 31), written to --out (default results/bench_optim_compiled.json)")
     parser.add_argument("--only", default="", help="comma-separated optimizer names (default: all)")
     parser.add_argument("--same-process", action="store_true",
                         help="time every optimizer in this process (default: each in a fresh one)")
     args = parser.parse_args(argv)
     if args.out is None:
         args.out = os.path.join("results", "bench_optim_kernels.json" if args.kernels else
-                                "bench_optim_group_steps.json" if args.group_steps else "bench_optim.json")
+                                "bench_optim_group_steps.json" if args.group_steps else
+                                "bench_optim_compiled.json" if args.compiled else "bench_optim.json")
     if args.sparse:
         return main_sparse(args)
     if args.group_steps:
         return main_group_steps(args)
+    if args.compiled:
+        return main_compiled(args)
     names = [n for n in OPTIMIZERS if not args.only or n in args.only.split(",")]
     if len(names) > 1 and not args.same_process:
         return run_isolated(names, args)

@@ -195,6 +195,48 @@ def render_bench_optim_kernels(data: Dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+# --- results/bench_optim_group_steps.json and bench_optim_compiled.json (scripts/bench_optim.py
+# --group-steps, --compiled): ours against torch, paired per round ----------------------------------
+
+def _render_paired(data: Dict[str, Any], key: str, what: str) -> str:
+    """A table of `ours/torch` per optimizer, thread count and workload (target <= 1.0)."""
+    meta = data["meta"]
+    loads = f"load average {meta['load_average_start'][0]:.2f} at the start, {meta['load_average_end'][0]:.2f} at the end"
+    out = [
+        f"Measured with torch {meta['torch']}, Python {meta['python']}, {data['machine']}, {meta['cpus']} CPUs; "
+        f"{loads}; clock: {data.get('clock', 'wall clock')}"
+        + (" (a `--quick` smoke run: sizes and repeats are too small to mean anything)" if meta.get("quick") else "")
+        + f". {what} `ours/torch` is the median over rounds of the ratio of the two steps of a round "
+        "(target: <= 1.0x).",
+        "",
+    ]
+    rows = []
+    for name, per_threads in data[key].items():
+        for threads, per_workload in per_threads.items():
+            for workload, row in per_workload.items():
+                v = row["variants"]
+                rows.append([
+                    name, threads, f"{workload} ({row['tensors']} x, {row['numel']:,} elements)",
+                    _ms(v["torch"]["median_ms"]), _ms(v["ours"]["median_ms"]),
+                    f"{row['ours/torch']:.2f}x, {_verdict(row['ours/torch'], 1.0)}",
+                ])
+    out.append(_table(["optimizer", "threads", "workload", "torch ms", "ours ms", "ours / torch"], rows))
+    return "\n".join(out)
+
+
+def render_bench_optim_group_steps(data: Dict[str, Any]) -> str:
+    """Issue 29: Adafactor's and Muon's default step against torch.optim's."""
+    return _render_paired(data, "group_steps", "Our class's default step (the op library's group step, called "
+                          "from Python) against torch.optim's default step, on copies of the same tensors.")
+
+
+def render_bench_optim_compiled(data: Dict[str, Any]) -> str:
+    """Issue 31: our step under torch.compile against torch.optim's step under torch.compile."""
+    return _render_paired(data, "compiled", "`torch.compile(ours.step, fullgraph=True)` against "
+                          "`torch.compile(torch.optim.<name>(...).step)`, both compiled before the timing, on copies "
+                          "of the same tensors.")
+
+
 # --- results/bench_backward.json (scripts/bench_backward.py) -----------------------------------
 
 GRAPHS = {
@@ -646,6 +688,8 @@ def render_profile_mainjob(data: Any) -> str:
 SECTIONS: Dict[str, Callable[[Any], str]] = {
     "bench_optim": render_bench_optim,
     "bench_optim_kernels": render_bench_optim_kernels,
+    "bench_optim_group_steps": render_bench_optim_group_steps,
+    "bench_optim_compiled": render_bench_optim_compiled,
     "bench_backward": render_bench_backward,
     "bench_gil": render_bench_gil,
     "bench_mainjob": render_bench_mainjob,
@@ -657,6 +701,8 @@ SECTIONS: Dict[str, Callable[[Any], str]] = {
 }
 # The command that writes a result file, where it is not scripts/<name>.py.
 SCRIPTS = {"bench_optim_kernels": "scripts/bench_optim.py --kernels",
+           "bench_optim_group_steps": "scripts/bench_optim.py --group-steps",
+           "bench_optim_compiled": "scripts/bench_optim.py --compiled",
            "bench_mainjob.movielens": "scripts/bench_mainjob.py --workload movielens",
            "bench_mainjob.movielens_torch214": "scripts/bench_mainjob.py --workload movielens --key movielens_torch214",
            "bench_mainjob.movielens_python_lookups": ("scripts/bench_mainjob.py --workload movielens --key "

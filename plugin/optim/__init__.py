@@ -2,7 +2,7 @@
 
 * :class:`DistributedOptimizer`: ``torch.distributed.optim.DistributedOptimizer`` whose
   owners step without their GIL and without TorchScript (``_distributed.py``);
-* :class:`LocalOptimizer`: an owner's native local optimizer, for the eleven built-in
+* :class:`LocalOptimizer`: an owner's native local optimizer, for the fourteen built-in
   optimizers (C++; ``_native.py``);
 * :class:`PythonLocalOptimizer`, :class:`PythonStepWarning`: the Python local optimizer, for
   other ``torch.optim`` classes and configurations the native one does not cover (``_python.py``);

@@ -84,7 +84,7 @@ def warn_once(optimizer_class: type, reason: str, stacklevel: int) -> None:
     module = optimizer_class.__module__
     name = optimizer_class.__qualname__ if module in ("__main__", "__mp_main__") else f"{module}.{optimizer_class.__qualname__}"
     if reason == "it has no functional counterpart":
-        advice = (f"To step it without the GIL, use one of the eleven built-in optimizers, or write a "
+        advice = (f"To step it without the GIL, use one of the fourteen built-in optimizers, or write a "
                   f"functional_optim-style class for it (see the 'Functional optimizers' page) and register it on "
                   f"every worker before building the optimizer (it then steps as TorchScript, where torch still "
                   f"compiles it): functional_optim.register_functional_optimizer({optimizer_class.__qualname__}, "

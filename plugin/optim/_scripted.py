@@ -3,7 +3,7 @@ ScriptModule, for functional optimizer classes that users register themselves
 (:func:`functional_optim.register_functional_optimizer`).
 
 TorchScript is optional here: nothing in this module is scripted until such a class is used
-(``ScriptLocalOptimizer.create``), and a distributed optimizer over the eleven built-in optimizers
+(``ScriptLocalOptimizer.create``), and a distributed optimizer over the fourteen built-in optimizers
 never uses it (their owners step natively, :class:`plugin.optim.LocalOptimizer`). torch is
 retiring TorchScript (torch 2.14 warns on every ``torch.jit.script`` call; later releases
 raise): where it no longer compiles, :class:`plugin.optim.DistributedOptimizer` steps such a
@@ -33,7 +33,7 @@ class ScriptLocalOptimizer(torch.nn.Module):
     submodule ``optimizer``, a :class:`functional_optim.OptimizerModule`). Build it with
     :meth:`create`, which scripts it; then ``step(context_id)`` runs as TorchScript, without
     the GIL. :class:`plugin.optim.DistributedOptimizer` builds one on each owner only for a
-    functional class registered by the user; the eleven built-in optimizers step natively
+    functional class registered by the user; the fourteen built-in optimizers step natively
     (:class:`plugin.optim.LocalOptimizer`), with the same results and locks and no TorchScript.
 
     Concurrency: every parameter has one lock in its process, held in C++
