@@ -69,7 +69,18 @@ CHOICE_HYPERPARAMETERS = {"adjust_lr_fn": (("original", "match_rms_adamw"), "Adj
 
 def tuple_parts(key: str, names: Iterable[str]) -> Optional[Tuple[str, ...]]:
     """Eager only: the parts of torch's tuple hyperparameter ``key`` for an optimizer whose
-    typed hyperparameters are ``names``, or None where ``key`` is not a tuple there."""
+    typed hyperparameters are ``names``.
+
+    Args:
+        key (str): a ``torch.optim`` hyperparameter name (``"betas"``, ``"eps"``, ...).
+        names (Iterable[str]): the optimizer's typed hyperparameter names.
+
+    Returns:
+        Optional[Tuple[str, ...]]: the typed names of the tuple's parts, in order (``betas``:
+        ``("beta1", "beta2")``), or None where ``key`` is not a tuple for this optimizer.
+
+    Raises nothing.
+    """
     parts = TUPLE_HYPERPARAMETERS.get(key)
     if parts is not None and parts[0] in names:
         return parts
@@ -77,8 +88,19 @@ def tuple_parts(key: str, names: Iterable[str]) -> Optional[Tuple[str, ...]]:
 
 
 def torch_value(name: str, value: Any) -> Any:
-    """Eager only: typed hyperparameter ``name`` as ``torch.optim`` keeps it (an int, None, a
-    string; see :data:`INT_HYPERPARAMETERS`); other values (a Tensor among them) unchanged."""
+    """Eager only: typed hyperparameter ``name`` as ``torch.optim`` keeps it.
+
+    Args:
+        name (str): the typed hyperparameter's name (``"ns_steps"``, ``"eps1"``, ...).
+        value (Any): its typed value (a float), or a Tensor.
+
+    Returns:
+        Any: an int (:data:`INT_HYPERPARAMETERS`), None (an optional one held as ``-inf``), a
+        string (one of :data:`CHOICE_HYPERPARAMETERS`), or ``value`` unchanged (a Tensor
+        among them).
+
+    Raises nothing.
+    """
     if isinstance(value, Tensor):
         return value
     if name in INT_HYPERPARAMETERS:
@@ -565,8 +587,8 @@ class GroupedState:
                 if value.dim() != 0 and list(value.shape) != expected:
                     raise ValueError(
                         "set_state: state[" + str(i) + "]['" + key + "'] has shape "
-                        + str(list(value.shape)) + " but its parameter has shape " + str(list(param.shape))
-                        + ("" if expected == list(param.shape) else " (expected " + str(expected) + ")")
+                        + str(list(value.shape)) + " but this optimizer keeps it with shape " + str(expected)
+                        + " for its parameter of shape " + str(list(param.shape))
                     )
                 if key == "step":
                     if fused is not None and fused:

@@ -91,7 +91,8 @@ group step, one op in the graph) against ``torch.compile`` of ``torch.optim``'s 
 own recipe: its default implementation traced and fused by Inductor) on copies of the same
 tensors (workload C: one tensor of 4M elements; M: 50 of 16,384; for Adafactor and Muon one
 1024 x 1024 matrix and 50 of 128 x 128), both compiled before the
-timing, with 1 and 2 intra-op threads, ABBA rounds as ``--group-steps``; ``ours/torch`` is the
+timing, with 2 intra-op threads (Inductor compiles its kernels for a thread count, and each
+compilation of torch's step takes tens of seconds on 2 cores), ABBA rounds as ``--group-steps``; ``ours/torch`` is the
 median of per-round ratios (target: at most 1.0).
 
 Usage: ``python scripts/bench_optim.py [--kernels [--thread-clock]] [--sparse] [--group-steps] [--compiled] [--quick] [--out PATH] [--only Adam,SGD]``
@@ -563,11 +564,12 @@ def group_step_rows(quick: bool, names: List[str], thread_clock: bool = False) -
 def paired_rows(
     quick: bool, workloads: Dict[str, Dict[str, List[Tuple[int, ...]]]],
     build: Callable[[str, List[Tuple[int, ...]]], Dict[str, Callable[[], None]]],
-    rounds_of: Dict[str, int], thread_clock: bool = False,
+    rounds_of: Dict[str, int], thread_clock: bool = False, thread_counts: Tuple[int, ...] = (1, 2),
 ) -> Dict[str, Any]:
     """Two variants, ``torch`` and ``ours`` (``build(name, shapes)``), per optimizer, 1 and 2
     intra-op threads and workload (``workloads[name]``: workload -> shapes, ``rounds_of``:
-    workload -> rounds): the median step of each variant and ``ours/torch``, the median over
+    workload -> rounds), for each of ``thread_counts`` intra-op threads: the median step of each
+    variant and ``ours/torch``, the median over
     rounds of the ratio of the two steps of a round (ABBA rounds, both variants built twice in
     opposite orders, samples pooled, as ``--kernels``; with ``thread_clock`` the 1-thread rows
     on the calling thread's CPU time, as ``--kernels``)."""
@@ -577,7 +579,7 @@ def paired_rows(
     try:
         for name, per_workload in workloads.items():
             per_name: Dict[str, Any] = {}
-            for threads in (1, 2):
+            for threads in thread_counts:
                 torch.set_num_threads(threads)
                 CLOCK = time.thread_time if thread_clock and threads == 1 else time.perf_counter
                 per_threads: Dict[str, Any] = {}
@@ -645,8 +647,8 @@ def main_group_steps(args: argparse.Namespace) -> Dict[str, Any]:
 # --- under torch.compile (issue 31, ``--compiled``): both steps compiled, on the same tensors ------
 
 # The compiled comparison's workloads: C, one tensor of 4M float32 elements; M, 50 of 16,384
-# (torch.compile's time grows with the number of tensors: a full run compiles 2 x 2 x 2 steps
-# per optimizer, about a minute each for torch's on 2 cores).
+# (torch.compile's time grows with the number of tensors; each variant is built twice per
+# workload, the second compilation mostly from Inductor's cache).
 COMPILED_WORKLOADS: Dict[str, List[Tuple[int, ...]]] = {"C": [(4 * 1024 * 1024,)], "M": [(16384,)] * 50}
 # Adafactor and Muon (matrices; Muon takes nothing else): C, one 1024 x 1024 matrix; M, 50 of 128 x 128.
 COMPILED_MATRIX_WORKLOADS: Dict[str, List[Tuple[int, ...]]] = {"C": [(1024, 1024)], "M": [(128, 128)] * 50}
@@ -695,7 +697,7 @@ def main_compiled(args: argparse.Namespace) -> Dict[str, Any]:
     print(f"torch {torch.__version__}; load average {load_start[0]:.2f}")
     print("\n== compiled: torch.compile(ours.step, fullgraph=True) vs torch.compile(torch.optim step) ==")
     rows = paired_rows(args.quick, {n: compiled_workloads(n) for n in names}, compiled_variants,
-                       {"C": 10, "M": 30}, args.thread_clock)
+                       {"C": 10, "M": 30}, args.thread_clock, thread_counts=(2,))
     load_end = os.getloadavg()
     print("\n== target: ours/torch <= 1.0 (median of per-round ratios) ==")
     for name, per_name in rows.items():
