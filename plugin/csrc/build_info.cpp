@@ -5,7 +5,8 @@
 // build (setup.py or CMake) produced it.
 #include <torch/version.h>
 
-extern "C" {
-__attribute__((used, visibility("default"))) const char gilfree_rpc_build_info[] =
+// extern "C" on the declaration itself gives the array external linkage (inside an
+// extern "C" { } block a namespace-scope const array keeps internal linkage, and GCC
+// ignores, with a warning, the visibility of an internal symbol).
+extern "C" __attribute__((used, visibility("default"))) const char gilfree_rpc_build_info[] =
     "gilfree-rpc built against torch " TORCH_VERSION;
-}
