@@ -109,7 +109,7 @@ setup(
     packages=["plugin", "functional_optim"],
     install_requires=["torch>=2.11"],
     extras_require={
-        "test": ["pytest", "pytest-timeout", "expecttest", "psutil", "scikit-learn", "hypothesis", "cryptography"],
+        "test": ["pytest", "pytest-timeout", "pytest-xdist", "expecttest", "psutil", "scikit-learn", "hypothesis", "cryptography"],
         "docs": ["sphinx", "myst-parser"],
         "plot": ["matplotlib"],
     },
