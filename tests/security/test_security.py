@@ -47,7 +47,9 @@ def test_outsider_using_torch_rpc(tmp_path, key):
     """Without a key, torch's own RPC run from outside the job makes both workers run
     os.system (the attack works: the test's control); with a key it runs nowhere and the
     job trains on."""
-    job = Job(tmp_path, keys=(key, key), steps=40, pause=0.1)
+    # 150 steps of 0.1 s: the job (and its store) outlives the outsider's start-up, which takes
+    # seconds when the machine is busy (CI runs two test files at a time)
+    job = Job(tmp_path, keys=(key, key), steps=150, pause=0.1)
     marker = tmp_path / "pwned"
     try:
         job.wait_ready()
@@ -60,7 +62,7 @@ def test_outsider_using_torch_rpc(tmp_path, key):
             assert not marker.exists(), result.stdout
             assert "the call ran" not in result.stdout, result.stdout
         assert job.wait() == [0, 0], job.logs()
-        assert "DONE steps=40" in job.log(0)
+        assert "DONE steps=150" in job.log(0)
         if key is not None:
             # one log line per peer address that failed to authenticate
             assert job.log(0).count("[gilfree-rpc] dropped a connection from 127.0.0.1") == 1, job.logs()
