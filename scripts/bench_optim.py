@@ -541,18 +541,25 @@ def group_step_variants(name: str, shapes: List[Tuple[int, ...]]) -> Dict[str, C
     its multi-tensor path only when asked, Muon has none), the gradients set on ``.grad`` once;
     ``ours``: our class's step with its defaults (the op library's group step, called from
     Python); each on its own copy of the same tensors."""
-    torch_class, ours_class, kwargs, _ = GROUP_STEPS[name]
+    reference, ours, grads = paired_optimizers(name, shapes, GROUP_STEPS[name][:3])
+    assert ours._s.impl == ["fused"], ours._s.impl
+    return {"torch": reference.step, "ours": lambda: ours.step(grads)}
+
+
+def paired_optimizers(
+    name: str, shapes: List[Tuple[int, ...]], row: Tuple[type, type, Dict[str, Any]],
+) -> Tuple[Any, Any, List[Optional[torch.Tensor]]]:
+    """torch.optim's optimizer (``row[0]``, gradients set on ``.grad`` once) and ours (``row[1]``)
+    with the kwargs ``row[2]``, each on its own copy of the same seeded tensors of ``shapes``,
+    and the gradients to pass to ours."""
+    torch_class, ours_class, kwargs = row
     gen = torch.Generator().manual_seed(0)
     base = [torch.randn(s, generator=gen) for s in shapes]
     grads = [torch.randn(s, generator=gen) * 1e-2 for s in shapes]
     params = [torch.nn.Parameter(p.clone()) for p in base]
     for p, g in zip(params, grads):
         p.grad = g.clone()
-    reference = torch_class(params, **kwargs)
-    ours = ours_class([p.clone() for p in base], **kwargs)
-    assert ours._s.impl == ["fused"], ours._s.impl
-    grads_opt: List[Optional[torch.Tensor]] = list(grads)
-    return {"torch": reference.step, "ours": lambda: ours.step(grads_opt)}
+    return torch_class(params, **kwargs), ours_class([p.clone() for p in base], **kwargs), list(grads)
 
 
 def group_step_rows(quick: bool, names: List[str], thread_clock: bool = False) -> Dict[str, Any]:
@@ -619,13 +626,26 @@ def main_group_steps(args: argparse.Namespace) -> Dict[str, Any]:
     """``--group-steps``: Adafactor and Muon against torch.optim's step (one process), written to
     ``--out`` (default results/bench_optim_group_steps.json); the load averages at the start and
     the end are recorded (the machine may be shared)."""
+    names = [n for n in GROUP_STEPS if not args.only or n in args.only.split(",")]
+    return paired_report(
+        args, "Adafactor and Muon: our default step (the op library's group step) vs torch.optim's step",
+        "group_steps", {name: GROUP_STEPS[name][3] for name in names}, {name: GROUP_STEPS[name][2] for name in names},
+        lambda: group_step_rows(args.quick, names, args.thread_clock))
+
+
+def paired_report(
+    args: argparse.Namespace, title: str, key: str, workloads: Dict[str, Dict[str, List[Tuple[int, ...]]]],
+    kwargs: Dict[str, Dict[str, Any]], measure: Callable[[], Dict[str, Any]],
+) -> Dict[str, Any]:
+    """Runs ``measure`` (:func:`paired_rows`' rows) between two readings of the load average,
+    prints the ``ours/torch`` ratios against the target (<= 1.0) and writes the report (its rows
+    under ``key``, with ``workloads`` and ``kwargs`` per optimizer) to ``args.out``."""
     from bench_results import run_meta, write_results  # scripts/ is on sys.path when this script runs
 
-    names = [n for n in GROUP_STEPS if not args.only or n in args.only.split(",")]
     load_start = os.getloadavg()
     print(f"torch {torch.__version__}; load average {load_start[0]:.2f}")
-    print("\n== Adafactor and Muon: our default step (the op library's group step) vs torch.optim's step ==")
-    rows = group_step_rows(args.quick, names, args.thread_clock)
+    print(f"\n== {title} ==")
+    rows = measure()
     load_end = os.getloadavg()
     print("\n== target: ours/torch <= 1.0 (median of per-round ratios) ==")
     for name, per_name in rows.items():
@@ -635,10 +655,10 @@ def main_group_steps(args: argparse.Namespace) -> Dict[str, Any]:
         "meta": run_meta(quick=args.quick, load_average_start=list(load_start), load_average_end=list(load_end)),
         "clock": "1 thread: thread CPU time; 2 threads: wall clock" if args.thread_clock else "wall clock",
         "machine": platform.machine(),
-        "workloads": {name: {w: [list(s) for s in shapes] for w, shapes in GROUP_STEPS[name][3].items()}
-                      for name in names},
-        "kwargs": {name: GROUP_STEPS[name][2] for name in names},
-        "group_steps": rows,
+        "workloads": {name: {w: [list(s) for s in shapes] for w, shapes in per_name.items()}
+                      for name, per_name in workloads.items()},
+        "kwargs": kwargs,
+        key: rows,
     }
     write_results(args.out, report)
     return report
@@ -664,16 +684,7 @@ def compiled_variants(name: str, shapes: List[Tuple[int, ...]]) -> Dict[str, Cal
     ``ours``: ``torch.compile(functional_optim.<name>(...).step, fullgraph=True)`` (our default
     step, the op library's group step, kept as one op). Both compiled and run once here, so
     the timing sees compiled steps only; each on its own copy of the same tensors."""
-    torch_class, ours_class, kwargs = COMPILED[name]
-    gen = torch.Generator().manual_seed(0)
-    base = [torch.randn(s, generator=gen) for s in shapes]
-    grads = [torch.randn(s, generator=gen) * 1e-2 for s in shapes]
-    params = [torch.nn.Parameter(p.clone()) for p in base]
-    for p, g in zip(params, grads):
-        p.grad = g.clone()
-    reference = torch_class(params, **kwargs)
-    ours = ours_class([p.clone() for p in base], **kwargs)
-    grads_opt: List[Optional[torch.Tensor]] = list(grads)
+    reference, ours, grads_opt = paired_optimizers(name, shapes, COMPILED[name])
     torch_step = torch.compile(reference.step)
     ours_step = torch.compile(ours.step, fullgraph=True)
     with warnings.catch_warnings():
@@ -687,33 +698,16 @@ def main_compiled(args: argparse.Namespace) -> Dict[str, Any]:
     """``--compiled``: every optimizer's compiled step against torch.optim's compiled step (one
     process), written to ``--out`` (default results/bench_optim_compiled.json), with the load
     averages at the start and the end."""
-    from bench_results import run_meta, write_results  # scripts/ is on sys.path when this script runs
-
     import torch._dynamo
 
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
     names = [n for n in COMPILED if not args.only or n in args.only.split(",")]
-    load_start = os.getloadavg()
-    print(f"torch {torch.__version__}; load average {load_start[0]:.2f}")
-    print("\n== compiled: torch.compile(ours.step, fullgraph=True) vs torch.compile(torch.optim step) ==")
-    rows = paired_rows(args.quick, {n: compiled_workloads(n) for n in names}, compiled_variants,
-                       {"C": 10, "M": 30}, args.thread_clock, thread_counts=(2,))
-    load_end = os.getloadavg()
-    print("\n== target: ours/torch <= 1.0 (median of per-round ratios) ==")
-    for name, per_name in rows.items():
-        print(f"{name}: " + ", ".join(f"{w} [{t} thread(s)] {row['ours/torch']:.3f}x"
-                                      for t, per_threads in per_name.items() for w, row in per_threads.items()))
-    report = {
-        "meta": run_meta(quick=args.quick, load_average_start=list(load_start), load_average_end=list(load_end)),
-        "clock": "1 thread: thread CPU time; 2 threads: wall clock" if args.thread_clock else "wall clock",
-        "machine": platform.machine(),
-        "workloads": {name: {w: [list(s) for s in shapes] for w, shapes in compiled_workloads(name).items()}
-                      for name in names},
-        "kwargs": {name: COMPILED[name][2] for name in names},
-        "compiled": rows,
-    }
-    write_results(args.out, report)
-    return report
+    workloads = {n: compiled_workloads(n) for n in names}
+    return paired_report(
+        args, "compiled: torch.compile(ours.step, fullgraph=True) vs torch.compile(torch.optim step)", "compiled",
+        workloads, {name: COMPILED[name][2] for name in names},
+        lambda: paired_rows(args.quick, workloads, compiled_variants, {"C": 10, "M": 30}, args.thread_clock,
+                            thread_counts=(2,)))
 
 
 def summarize(times: Dict[str, List[float]]) -> Dict[str, Dict[str, float]]:
