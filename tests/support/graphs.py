@@ -396,8 +396,14 @@ def engine_debug_info() -> Dict[str, int]:
 
 
 def resident_memory() -> int:
+    """This process's resident set in bytes, once glibc has returned the free memory its arenas
+    keep (what is left is memory in use, not the allocator's cache)."""
+    import ctypes
+    import ctypes.util
+
     import psutil
 
+    ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
     return psutil.Process().memory_info().rss
 
 

@@ -20,19 +20,19 @@ struct Parked {
   int64_t owner;
 };
 
-struct Table {
+struct PreparedTable {
   std::mutex mu;
   std::unordered_map<int64_t, Parked> steps;
   int64_t nextToken = 1;
 };
 
-Table& table() {
-  static auto* t = new Table();  // leaky: RPC threads may call in while the process exits
+PreparedTable& preparedTable() {
+  static auto* t = new PreparedTable();  // leaky: RPC threads may call in while the process exits
   return *t;
 }
 
 // Removes the expired entries; returns them, to be freed outside the mutex.
-std::vector<Parked> sweepLocked(Table& t, Clock::time_point now) {
+std::vector<Parked> sweepLocked(PreparedTable& t, Clock::time_point now) {
   std::vector<Parked> expired;
   for (auto it = t.steps.begin(); it != t.steps.end();) {
     if (it->second.deadline <= now) {
@@ -51,7 +51,7 @@ int64_t parkStep(Gradients gradients, int64_t leaseMs, int64_t owner) {
   TORCH_CHECK_VALUE(
       leaseMs > 0 && leaseMs <= kMaxLeaseMs, "ValueError: lease_ms must be positive and at most ", kMaxLeaseMs,
       " (a day), got ", leaseMs);
-  auto& t = table();
+  auto& t = preparedTable();
   auto now = Clock::now();
   std::vector<Parked> expired;
   std::lock_guard<std::mutex> guard(t.mu);
@@ -62,7 +62,7 @@ int64_t parkStep(Gradients gradients, int64_t leaseMs, int64_t owner) {
 }
 
 Gradients takeStep(int64_t token, int64_t owner) {
-  auto& t = table();
+  auto& t = preparedTable();
   std::optional<Parked> found;
   bool another = false;
   {
@@ -96,7 +96,7 @@ Gradients takeStep(int64_t token, int64_t owner) {
 }
 
 bool dropStep(int64_t token, int64_t owner) {
-  auto& t = table();
+  auto& t = preparedTable();
   std::optional<Parked> found;
   std::lock_guard<std::mutex> guard(t.mu);
   auto it = t.steps.find(token);
@@ -109,7 +109,7 @@ bool dropStep(int64_t token, int64_t owner) {
 }
 
 int64_t numParkedSteps() {
-  auto& t = table();
+  auto& t = preparedTable();
   std::vector<Parked> expired;
   std::lock_guard<std::mutex> guard(t.mu);
   expired = sweepLocked(t, Clock::now());

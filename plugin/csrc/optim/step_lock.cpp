@@ -13,22 +13,22 @@ struct Entry {
   c10::weak_intrusive_ptr<c10::TensorImpl> tensor;
 };
 
-struct Registry {
+struct LockRegistry {
   std::mutex mu;
   std::unordered_map<const c10::TensorImpl*, Entry> entries;
   uint64_t nextOrder = 0;
 };
 
-Registry& registry() {
+LockRegistry& lockRegistry() {
   // Leaky singleton: locks may be destroyed while the process exits.
-  static auto* r = new Registry();
+  static auto* r = new LockRegistry();
   return *r;
 }
 
 }  // namespace
 
 ParamLock::~ParamLock() {
-  auto& r = registry();
+  auto& r = lockRegistry();
   std::lock_guard<std::mutex> guard(r.mu);
   auto it = r.entries.find(key);
   // The entry may already name a newer lock for the same tensor (created after this
@@ -42,7 +42,7 @@ std::vector<std::shared_ptr<ParamLock>> paramLocksFor(const std::vector<at::Tens
   std::vector<std::shared_ptr<ParamLock>> locks;
   locks.reserve(params.size());
   {
-    auto& r = registry();
+    auto& r = lockRegistry();
     std::lock_guard<std::mutex> guard(r.mu);
     for (const auto& param : params) {
       TORCH_CHECK(param.defined(), "StepLock: undefined tensor among the parameters");
@@ -68,7 +68,7 @@ std::vector<std::shared_ptr<ParamLock>> paramLocksFor(const std::vector<at::Tens
 }
 
 int64_t numParamLocks() {
-  auto& r = registry();
+  auto& r = lockRegistry();
   std::lock_guard<std::mutex> guard(r.mu);
   return static_cast<int64_t>(r.entries.size());
 }
