@@ -59,6 +59,11 @@ class BuildWithIsaKernels(BuildExtension):
 
     def isa_builds(self):
         builds = ["DEFAULT"]
+        # GILFREE_DEFAULT_ISA_ONLY=1 builds the portable kernels only, as CMake's option of that
+        # name (a quicker build, for CI's second torch; the library then runs the DEFAULT
+        # kernels on every CPU).
+        if os.environ.get("GILFREE_DEFAULT_ISA_ONLY", "0") not in ("", "0"):
+            return builds
         if platform.machine().lower() in ("x86_64", "amd64"):
             for isa in ("AVX2", "AVX512"):
                 probe = subprocess.run(
