@@ -239,7 +239,8 @@ class WriteThroughDict(dict):
     param-group dicts of this package's optimizers and of the plugin's DistributedOptimizer).
 
     Args:
-        *args, **kwargs: as for ``dict`` (the initial items, stored without ``__setitem__``).
+        *args: as for ``dict`` (the initial items, stored without ``__setitem__``).
+        **kwargs: as for ``dict`` (the initial items, stored without ``__setitem__``).
 
     Raises nothing itself.
     """
@@ -251,7 +252,8 @@ class WriteThroughDict(dict):
         """``dict.update``, each item through ``__setitem__``.
 
         Args:
-            *args, **kwargs: as for ``dict.update``.
+            *args: as for ``dict.update``.
+            **kwargs: as for ``dict.update``.
 
         Raises:
             Exception: what ``__setitem__`` raises for an item (the earlier ones stay set).

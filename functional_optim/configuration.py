@@ -31,16 +31,12 @@ __all__ = [
 
 
 class Configuration(NamedTuple):
-    """A functional optimizer's configuration (:func:`configure` makes it; the fields below are
-    its arguments, in order).
-
-    Args:
-        name, groups, hyperparameters, options, tensor_hyperparameters, extras,
-            implementations, not_fused, sparse_errors, dense_error, state: see the attributes.
+    """A functional optimizer's configuration (:func:`configure` makes it). A named tuple: its
+    arguments, in order, are its fields, read by the same names.
 
     Raises nothing: a named tuple.
 
-    Attributes:
+    Args:
         name (str): the optimizer's name in the op library (``"adam"``, ``"sparse_adam"``...):
             its group step is ``torch.ops.gilfree_optim.group_step(name, ...)``.
         groups (List[List[Tensor]]): the parameters given (the tensors themselves), group
@@ -85,7 +81,8 @@ def configure(functional_class: type, params: Any, *args: Any, **kwargs: Any) ->
     Args:
         functional_class (type): one of this package's optimizer classes (``functional_optim.Adam``).
         params: as for the class: a list of tensors or of param-group dicts (or an iterator).
-        *args, **kwargs: the class's hyperparameters and flags.
+        *args: the class's hyperparameters and flags, by position.
+        **kwargs: the class's hyperparameters and flags, by name.
 
     Returns:
         Configuration: see there.

@@ -115,5 +115,7 @@ GILFREE_DEFAULT_ISA_ONLY=1 bash scripts/with_torch.sh 2.15.0 python -m pytest -q
   --deselect tests/rpc/test_main_job.py::test_workers_die_with_a_killed_launcher \
   --deselect tests/rpc/test_main_job.py::test_a_run_with_the_default_outputs_leaves_the_checkout_clean "$@"
 phase "docs"
-"$PYTHON" -m sphinx -W --keep-going -b html docs docs/_build/html
+# -E: a fresh build, never a pickled environment of an earlier run (which hides the warnings of
+# pages it does not re-read)
+"$PYTHON" -m sphinx -E -W --keep-going -b html docs docs/_build/html
 phase "done"
