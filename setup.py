@@ -93,6 +93,9 @@ class BuildWithIsaKernels(BuildExtension):
         objects = []
         openmp = self.openmp_flags()
         ext.extra_link_args = list(ext.extra_link_args or []) + openmp
+        # the group steps' at::parallel_for too (csrc/group_step.cpp: inPieces), as CMake's
+        # target-wide OpenMP flags compile them
+        ext.extra_compile_args = {"cxx": cxx_flags + openmp}
         for isa in self.isa_builds():
             objects += self.compiler.compile(
                 isa_sources,

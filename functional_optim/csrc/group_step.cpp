@@ -2,6 +2,8 @@
 // group_step (group_step.h; schemas in ops.cpp).
 #include "group_step.h"
 
+#include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
 #include <torch/library.h>
 
 #include <map>
@@ -228,6 +230,71 @@ const OptimizerDef& optimizerNamed(const std::string& name) {
 
 at::Tensor newStep(const at::Tensor& param) {
   return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(param.device()));
+}
+
+void countSteps(at::TensorList steps) {
+  std::vector<at::Tensor> others;
+  for (const auto& s : steps) {
+    if (s.device().is_cpu() && s.layout() == at::kStrided && s.numel() == 1 && !s.requires_grad() &&
+        (s.scalar_type() == at::kFloat || s.scalar_type() == at::kDouble)) {
+      if (s.scalar_type() == at::kFloat) {
+        *s.data_ptr<float>() += 1.0f;
+      } else {
+        *s.data_ptr<double>() += 1.0;
+      }
+      s.unsafeGetTensorImpl()->bump_version();
+    } else {
+      others.push_back(s);
+    }
+  }
+  if (!others.empty()) {
+    at::_foreach_add_(others, 1.0);
+  }
+}
+
+void inPieces(const std::vector<at::Tensor>& params, const Positions& positions,
+              const std::function<void(const Positions&)>& fn) {
+  Positions large, small;
+  int64_t smallTotal = 0;
+  for (size_t k : positions) {
+    const auto& p = params[k];
+    if (!p.device().is_cpu() || p.numel() >= kSmallNumel) {
+      large.push_back(k);
+    } else {
+      small.push_back(k);
+      smallTotal += p.numel();
+    }
+  }
+  if (!large.empty()) {
+    fn(large);
+  }
+  if (small.empty()) {
+    return;
+  }
+  // Runs of at least 32K elements (less is not worth a thread), at most one per thread.
+  constexpr int64_t kGrain = 32 * 1024;
+  const int64_t runs = std::max<int64_t>(
+      1, std::min<int64_t>({static_cast<int64_t>(at::get_num_threads()), static_cast<int64_t>(small.size()),
+                            smallTotal / kGrain}));
+  std::vector<Positions> pieces(runs);
+  int64_t seen = 0;
+  for (size_t k : small) {
+    // the run whose share of smallTotal holds this parameter's first element
+    const int64_t r = std::min<int64_t>(runs - 1, seen * runs / std::max<int64_t>(smallTotal, 1));
+    pieces[r].push_back(k);
+    seen += params[k].numel();
+  }
+  const at::ThreadLocalState state;
+  // One run: parallel_for calls fn here, marked as inside a parallel region, so the
+  // kernel's own parallel_for runs on this thread as well.
+  at::parallel_for(0, runs, 1, [&](int64_t begin, int64_t end) {
+    at::ThreadLocalStateGuard guard(state);
+    for (int64_t r = begin; r < end; ++r) {
+      if (!pieces[r].empty()) {
+        fn(pieces[r]);
+      }
+    }
+  });
 }
 
 at::Tensor like(const at::Tensor& param, double value) {

@@ -60,10 +60,11 @@ void step(Group& g, const GroupValues& v) {
     return single(g, v);
   }
   for (const auto& part : g.parts()) {
-    auto steps = g.column(0, part);
-    at::_foreach_add_(steps, 1.0);
-    at::_fused_adagrad_(take(g.params, part), take(g.grads, part), g.column(1, part), steps, v.get("lr"),
-                        v.get("lr_decay"), v.get("weight_decay"), v.get("eps"), v.flag("maximize"));
+    countSteps(g.column(0, part));
+    inPieces(g.params, part, [&](const Positions& these) {
+      at::_fused_adagrad_(take(g.params, these), take(g.grads, these), g.column(1, these), g.column(0, these),
+                          v.get("lr"), v.get("lr_decay"), v.get("weight_decay"), v.get("eps"), v.flag("maximize"));
+    });
   }
 }
 

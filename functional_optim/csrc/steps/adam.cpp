@@ -23,19 +23,20 @@ std::vector<at::Tensor> create(const at::Tensor& param, const at::Tensor&, const
 void step(Group& g, const GroupValues& v) {
   const bool amsgrad = v.flag("amsgrad");
   for (const auto& part : g.parts()) {
-    auto steps = g.column(0, part);
-    at::_foreach_add_(steps, 1.0);
-    auto p = take(g.params, part);
-    auto grads = take(g.grads, part);
-    auto expAvgs = g.column(1, part), expAvgSqs = g.column(2, part);
-    auto maxExpAvgSqs = amsgrad ? g.column(3, part) : std::vector<at::Tensor>();
-    if (v.flag("decoupled_weight_decay")) {
-      at::_fused_adamw_(p, grads, expAvgs, expAvgSqs, maxExpAvgSqs, steps, v.get("lr"), v.get("beta1"), v.get("beta2"),
-                        v.get("weight_decay"), v.get("eps"), amsgrad, v.flag("maximize"));
-    } else {
-      at::_fused_adam_(p, grads, expAvgs, expAvgSqs, maxExpAvgSqs, steps, v.get("lr"), v.get("beta1"), v.get("beta2"),
-                       v.get("weight_decay"), v.get("eps"), amsgrad, v.flag("maximize"));
-    }
+    countSteps(g.column(0, part));
+    inPieces(g.params, part, [&](const Positions& these) {
+      auto p = take(g.params, these);
+      auto grads = take(g.grads, these);
+      auto steps = g.column(0, these), expAvgs = g.column(1, these), expAvgSqs = g.column(2, these);
+      auto maxExpAvgSqs = amsgrad ? g.column(3, these) : std::vector<at::Tensor>();
+      if (v.flag("decoupled_weight_decay")) {
+        at::_fused_adamw_(p, grads, expAvgs, expAvgSqs, maxExpAvgSqs, steps, v.get("lr"), v.get("beta1"),
+                          v.get("beta2"), v.get("weight_decay"), v.get("eps"), amsgrad, v.flag("maximize"));
+      } else {
+        at::_fused_adam_(p, grads, expAvgs, expAvgSqs, maxExpAvgSqs, steps, v.get("lr"), v.get("beta1"),
+                         v.get("beta2"), v.get("weight_decay"), v.get("eps"), amsgrad, v.flag("maximize"));
+      }
+    });
   }
 }
 

@@ -27,25 +27,27 @@ void fused(Group& g, const GroupValues& v) {
   const double weightDecay = v.get("weight_decay");
   const bool nesterov = v.flag("nesterov"), maximize = v.flag("maximize");
   for (const auto& part : g.parts()) {
-    if (momentum == 0) {
-      at::_fused_sgd_(take(g.params, part), take(g.grads, part), {}, weightDecay, momentum, lr, dampening, nesterov,
-                      maximize, false);
-      continue;
-    }
-    // the kernel starts every buffer of a call (buf = grad) when is_first_step: new buffers
-    // in one call, the others in another
-    for (const bool first : {true, false}) {
-      Positions these;
-      for (size_t k : part) {
-        if (g.fresh[k] == first) {
-          these.push_back(k);
+    inPieces(g.params, part, [&](const Positions& piece) {
+      if (momentum == 0) {
+        at::_fused_sgd_(take(g.params, piece), take(g.grads, piece), {}, weightDecay, momentum, lr, dampening,
+                        nesterov, maximize, false);
+        return;
+      }
+      // the kernel starts every buffer of a call (buf = grad) when is_first_step: new buffers
+      // in one call, the others in another
+      for (const bool first : {true, false}) {
+        Positions these;
+        for (size_t k : piece) {
+          if (g.fresh[k] == first) {
+            these.push_back(k);
+          }
+        }
+        if (!these.empty()) {
+          at::_fused_sgd_(take(g.params, these), take(g.grads, these), g.column(0, these), weightDecay, momentum,
+                          lr, dampening, nesterov, maximize, first);
         }
       }
-      if (!these.empty()) {
-        at::_fused_sgd_(take(g.params, these), take(g.grads, these), g.column(0, these), weightDecay, momentum, lr,
-                        dampening, nesterov, maximize, first);
-      }
-    }
+    });
   }
 }
 
