@@ -96,9 +96,10 @@ void countSteps(at::TensorList steps);
 // them once, for torch's fused kernels, which start a parallel region per tensor (their
 // per-element loop is torch's; results do not depend on the pieces): large or non-CPU
 // parameters in one call; small CPU parameters (below kSmallNumel elements each) in runs of
-// about equal size, one per intra-op thread, each run on one thread (about 2x faster for
-// 50 parameters of 16K floats on 2 threads; the threads carry the caller's thread-local
-// state: grad mode, dispatch keys). fn's exceptions reach the caller.
+// about equal size, one per intra-op thread, each run on one thread (SGD with momentum on 2
+// threads, 200 parameters of 4K floats: 0.48 ms against 0.83 ms in one call of torch's
+// kernel; 50 of 16K: 0.34 against 0.38 ms). The threads carry the caller's thread-local
+// state (grad mode, dispatch keys); fn's exceptions reach the caller.
 constexpr int64_t kSmallNumel = 128 * 1024;
 void inPieces(const std::vector<at::Tensor>& params, const Positions& positions,
               const std::function<void(const Positions&)>& fn);
