@@ -95,7 +95,7 @@ class BuildWithIsaKernels(BuildExtension):
         ext.extra_link_args = list(ext.extra_link_args or []) + openmp
         # the group steps' at::parallel_for too (csrc/group_step.cpp: inPieces), as CMake's
         # target-wide OpenMP flags compile them
-        ext.extra_compile_args = {"cxx": cxx_flags + openmp}
+        ext.extra_compile_args = dict(ext.extra_compile_args, cxx=ext.extra_compile_args["cxx"] + openmp)
         for isa in self.isa_builds():
             objects += self.compiler.compile(
                 isa_sources,

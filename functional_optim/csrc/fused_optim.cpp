@@ -176,17 +176,20 @@ std::vector<double> startStep(const char* op, at::TensorList params, std::option
   }
   std::vector<double> values;
   for (const auto& s : steps.value_or(at::TensorList())) {
-    if (s.scalar_type() == at::kFloat) {
-      float* p = s.data_ptr<float>();
-      *p = *p + 1.0f;
-      values.push_back(static_cast<double>(*p));
-    } else {
-      double* p = s.data_ptr<double>();
-      *p = *p + 1.0;
-      values.push_back(*p);
-    }
+    values.push_back(incrementStep(s));
   }
   return values;
+}
+
+double incrementStep(const at::Tensor& step) {
+  if (step.scalar_type() == at::kFloat) {
+    float* p = step.data_ptr<float>();
+    *p = *p + 1.0f;
+    return static_cast<double>(*p);
+  }
+  double* p = step.data_ptr<double>();
+  *p = *p + 1.0;
+  return *p;
 }
 
 }  // namespace gilfree_optim

@@ -2,6 +2,8 @@
 // group_step (group_step.h; schemas in ops.cpp).
 #include "group_step.h"
 
+#include "fused_optim.h"
+
 #include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
 #include <torch/library.h>
@@ -237,11 +239,7 @@ void countSteps(at::TensorList steps) {
   for (const auto& s : steps) {
     if (s.device().is_cpu() && s.layout() == at::kStrided && s.numel() == 1 && !s.requires_grad() &&
         (s.scalar_type() == at::kFloat || s.scalar_type() == at::kDouble)) {
-      if (s.scalar_type() == at::kFloat) {
-        *s.data_ptr<float>() += 1.0f;
-      } else {
-        *s.data_ptr<double>() += 1.0;
-      }
+      incrementStep(s);
       s.unsafeGetTensorImpl()->bump_version();
     } else {
       others.push_back(s);

@@ -83,9 +83,9 @@ def test_default_keeps_the_sparse_path(info):
 # large one stepped apart, float64 ones in a part of their own.
 _PIECE_SHAPES = [(40_000,), (300, 100), (200_000,), (7,), (25_000,), (16_384,), (5, 5)]
 
-
-@pytest.mark.parametrize("threads", [1, 2, 3])
-@pytest.mark.parametrize(
+# The four optimizers whose group steps run torch's fused kernels, with options that reach
+# their branches (momentum and nesterov, amsgrad, decoupled and L2 weight decay, lr decay).
+_TORCH_KERNEL_CASES = pytest.mark.parametrize(
     "name, kwargs",
     [
         ("SGD", {"lr": 0.1, "momentum": 0.9, "nesterov": True, "weight_decay": 0.01}),
@@ -96,6 +96,10 @@ _PIECE_SHAPES = [(40_000,), (300, 100), (200_000,), (7,), (25_000,), (16_384,), 
     ],
     ids=lambda x: x if isinstance(x, str) else "-".join(f"{k}={v}" for k, v in x.items()),
 )
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@_TORCH_KERNEL_CASES
 def test_default_step_in_pieces_equals_torch_fused_bit_for_bit(threads, name, kwargs):
     """The default step of the four optimizers that run torch's fused kernels, on parameters
     that the group step splits across threads, equals torch.optim's fused step (the same
@@ -128,17 +132,7 @@ def test_default_step_in_pieces_equals_torch_fused_bit_for_bit(threads, name, kw
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize(
-    "name, kwargs",
-    [
-        ("SGD", {"lr": 0.1, "momentum": 0.9, "nesterov": True, "weight_decay": 0.01}),
-        ("SGD", {"lr": 0.1}),
-        ("Adam", {"lr": 0.01, "amsgrad": True}),
-        ("AdamW", {"lr": 0.01, "weight_decay": 0.1}),
-        ("Adagrad", {"lr": 0.1, "lr_decay": 0.01, "weight_decay": 0.01}),
-    ],
-    ids=lambda x: x if isinstance(x, str) else "-".join(f"{k}={v}" for k, v in x.items()),
-)
+@_TORCH_KERNEL_CASES
 def test_default_step_on_cuda_equals_torch(name, kwargs):
     """On CUDA parameters the group step calls torch's fused kernel once per device and dtype,
     its step counters counted on the device: equal to torch.optim's ``fused=True`` step to the
