@@ -12,7 +12,6 @@
 #include <torch/library.h>
 
 #include <atomic>
-#include <chrono>
 #include <sstream>
 #include <unordered_map>
 
@@ -112,11 +111,6 @@ std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& grou
     flat.insert(flat.end(), group.begin(), group.end());
   }
   return flat;
-}
-
-int64_t wallClockMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 // functional_optim's generic ops (functional_optim/csrc/group_step.h), called boxed by name:
@@ -295,13 +289,6 @@ int64_t LocalOptimizer::groupOf(int64_t index) const {
     ++g;
   }
   return g;
-}
-
-void LocalOptimizer::checkGroup(int64_t group) const {
-  const int64_t numGroups = static_cast<int64_t>(offsets_.size()) - 1;
-  TORCH_CHECK_VALUE(
-      group >= 0 && group < numGroups, "ValueError: parameter group ", group, " does not exist (the optimizer has ",
-      numGroups, " groups)");
 }
 
 Hyperparameters LocalOptimizer::updatedHyperparameters(int64_t group, const Hyperparameters& updates) const {
@@ -588,7 +575,10 @@ void LocalOptimizer::setGroup(
     const TensorHyperparameters& tensorHparams,
     std::optional<std::string> sparseError) {
   Held held(locks_);
-  checkGroup(group);
+  const int64_t numGroups = static_cast<int64_t>(offsets_.size()) - 1;
+  TORCH_CHECK_VALUE(
+      group >= 0 && group < numGroups, "ValueError: parameter group ", group, " does not exist (the optimizer has ",
+      numGroups, " groups)");
   auto h = updatedHyperparameters(group, hparams);
   auto o = updatedOptions(group, options);
   for (const auto& item : tensorHparams) {
@@ -627,81 +617,44 @@ bool LocalOptimizer::acceptsSparse() {
 
 // --- the ops' kernels ----------------------------------------------------------------------
 
-namespace {
-
-int64_t stepKernel(int64_t handle, int64_t contextId, int64_t version, int64_t deadlineMs) {
-  return LocalOptimizer::find(handle)->step(contextId, version, deadlineMs);
-}
-
-int64_t prepareKernel(int64_t handle, int64_t contextId, int64_t leaseMs) {
-  return LocalOptimizer::find(handle)->prepare(contextId, leaseMs);
-}
-
-int64_t commitKernel(int64_t handle, int64_t token, int64_t deadlineMs) {
-  return LocalOptimizer::find(handle)->commit(token, deadlineMs);
-}
-
-bool dropKernel(int64_t handle, int64_t token) {
-  const bool dropped = dropStep(token, handle);  // forgotten even when the optimizer is gone
-  LocalOptimizer::find(handle);
-  return dropped;
-}
-
-void stepGradientsKernel(int64_t handle, const c10::List<std::optional<at::Tensor>>& gradients) {
-  MaybeGradients held(gradients.begin(), gradients.end());
-  LocalOptimizer::find(handle)->stepGradients(held);
-}
-
-std::tuple<OptimizerState, c10::List<Hyperparameters>, c10::List<Options>> stateKernel(int64_t handle) {
-  return LocalOptimizer::find(handle)->state();
-}
-
-// Answers whether the optimizer takes sparse gradients after the change (see ops.cpp).
-bool loadStateKernel(
-    int64_t handle,
-    const OptimizerState& state,
-    const c10::List<Hyperparameters>& hparams,
-    const c10::List<Options>& options,
-    const std::vector<std::optional<std::string>>& sparseErrors) {
-  auto optimizer = LocalOptimizer::find(handle);
-  optimizer->loadState(state, hparams, options, sparseErrors);
-  return optimizer->acceptsSparse();
-}
-
-std::tuple<c10::List<Hyperparameters>, c10::List<Options>> hyperparametersKernel(int64_t handle) {
-  return LocalOptimizer::find(handle)->hyperparameters();
-}
-
-// Answers whether the optimizer takes sparse gradients after the change (see ops.cpp).
-bool setGroupKernel(
-    int64_t handle,
-    int64_t group,
-    const Hyperparameters& hparams,
-    const Options& options,
-    const TensorHyperparameters& tensorHparams,
-    std::optional<std::string> sparseError) {
-  auto optimizer = LocalOptimizer::find(handle);
-  optimizer->setGroup(group, hparams, options, tensorHparams, std::move(sparseError));
-  return optimizer->acceptsSparse();
-}
-
-bool acceptsSparseKernel(int64_t handle) {
-  return LocalOptimizer::find(handle)->acceptsSparse();
-}
-
-}  // namespace
-
 TORCH_LIBRARY_IMPL(dist_engine, CompositeImplicitAutograd, m) {
-  m.impl("_optimizer_step", TORCH_FN(stepKernel));
-  m.impl("_optimizer_prepare", TORCH_FN(prepareKernel));
-  m.impl("_optimizer_commit", TORCH_FN(commitKernel));
-  m.impl("_optimizer_drop", TORCH_FN(dropKernel));
-  m.impl("_optimizer_step_gradients", TORCH_FN(stepGradientsKernel));
-  m.impl("_optimizer_state", TORCH_FN(stateKernel));
-  m.impl("_optimizer_load_state", TORCH_FN(loadStateKernel));
-  m.impl("_optimizer_hyperparameters", TORCH_FN(hyperparametersKernel));
-  m.impl("_optimizer_set_group", TORCH_FN(setGroupKernel));
-  m.impl("_optimizer_accepts_sparse", TORCH_FN(acceptsSparseKernel));
+  m.impl("_optimizer_step", [](int64_t handle, int64_t contextId, int64_t version, int64_t deadlineMs) {
+    return LocalOptimizer::find(handle)->step(contextId, version, deadlineMs);
+  });
+  m.impl("_optimizer_prepare", [](int64_t handle, int64_t contextId, int64_t leaseMs) {
+    return LocalOptimizer::find(handle)->prepare(contextId, leaseMs);
+  });
+  m.impl("_optimizer_commit", [](int64_t handle, int64_t token, int64_t deadlineMs) {
+    return LocalOptimizer::find(handle)->commit(token, deadlineMs);
+  });
+  m.impl("_optimizer_drop", [](int64_t handle, int64_t token) {
+    const bool dropped = dropStep(token, handle);  // forgotten even when the optimizer is gone
+    LocalOptimizer::find(handle);
+    return dropped;
+  });
+  m.impl("_optimizer_step_gradients", [](int64_t handle, const c10::List<std::optional<at::Tensor>>& gradients) {
+    LocalOptimizer::find(handle)->stepGradients(MaybeGradients(gradients.begin(), gradients.end()));
+  });
+  m.impl("_optimizer_state", [](int64_t handle) { return LocalOptimizer::find(handle)->state(); });
+  // load_state and set_group answer whether the optimizer takes sparse gradients after the change (see ops.cpp)
+  m.impl(
+      "_optimizer_load_state",
+      [](int64_t handle, const OptimizerState& state, const c10::List<Hyperparameters>& hparams,
+         const c10::List<Options>& options, const std::vector<std::optional<std::string>>& sparseErrors) {
+        auto optimizer = LocalOptimizer::find(handle);
+        optimizer->loadState(state, hparams, options, sparseErrors);
+        return optimizer->acceptsSparse();
+      });
+  m.impl("_optimizer_hyperparameters", [](int64_t handle) { return LocalOptimizer::find(handle)->hyperparameters(); });
+  m.impl(
+      "_optimizer_set_group",
+      [](int64_t handle, int64_t group, const Hyperparameters& hparams, const Options& options,
+         const TensorHyperparameters& tensorHparams, std::optional<std::string> sparseError) {
+        auto optimizer = LocalOptimizer::find(handle);
+        optimizer->setGroup(group, hparams, options, tensorHparams, std::move(sparseError));
+        return optimizer->acceptsSparse();
+      });
+  m.impl("_optimizer_accepts_sparse", [](int64_t handle) { return LocalOptimizer::find(handle)->acceptsSparse(); });
 }
 
 }  // namespace dist_engine

@@ -1,34 +1,23 @@
 // The native local optimizer: one owner's share of a DistributedOptimizer, stepped in C++
-// without the GIL and without TorchScript. It names no particular optimizer: it keeps the
-// parameters, each group's values and each parameter's state the way functional_optim's
-// GroupedState keeps them, and steps a group through functional_optim's group step of its
-// optimizer (the ops gilfree_optim::new_state and group_step, by the optimizer's name,
-// through the dispatcher: functional_optim/csrc/group_step.h), the code the functional_optim
-// class runs for its default implementation. So its results are bitwise the class's.
+// without the GIL and without TorchScript. It keeps the parameters, each group's values and
+// each parameter's state as functional_optim's GroupedState does, and steps a group through
+// its optimizer's group step (the ops gilfree_optim::new_state and group_step, by name, through
+// the dispatcher: functional_optim/csrc/group_step.h), which the functional_optim class runs by
+// default: its results are bitwise the class's.
 //
-// torch.classes.dist_engine.LocalOptimizer(name, groups, hparams, options, tensor_hparams,
-// sparse_errors, dense_error, state) takes what functional_optim.configure() gives for the
-// configuration (plugin/optim/_native.py): the parameters in groups; each group's
-// hyperparameters (functional names: lr, beta1...), flags, the 1-element Tensors some
-// hyperparameters follow (read with .item() before every step) and the RuntimeError message
-// for a sparse gradient (None: the group takes them); the message for a dense gradient (None:
-// dense gradients are taken); the state torch creates at construction (Adagrad's), kept as it
-// is.
+// The constructor takes what functional_optim.configure() gives (plugin/optim/_native.py): the
+// parameters in groups; each group's hyperparameters (functional names), flags, Tensor
+// hyperparameters (read with .item() before every step) and sparse-gradient RuntimeError
+// message (None: taken); the dense-gradient message (None: taken); the state torch creates at
+// construction (Adagrad's), kept as it is.
 //
-// Each object gets a handle (unique in the process, never reused) in a registry of weak
-// references: it lives as long as its owners (the Python LocalOptimizer, kept by the RRef its
-// caller holds), and the ops reach it by handle, locally and by RPC (rpc/rpc_functions.h). A
-// handle whose object is gone raises a RuntimeError naming the handle and this worker.
-//
-// Locks: every call that reads or writes the parameters, their state or the group values holds
-// the parameters' locks (step_lock.h: shared with every other local optimizer over the same
-// parameters in this process, taken in one global order, waited for without the GIL). A
-// prepare reads and checks without them.
-//
-// Errors: the text of every error raised here begins with the Python exception type it stands
-// for ("ValueError: gradients[3]: expected shape [4, 5], ..."): over RPC only the text
-// survives, and the caller rebuilds the type from it (plugin/_errors.py). The messages after
-// the type are functional_optim's. Nothing changes when a check fails.
+// Each object has a handle (unique in the process, never reused) in a registry of weak
+// references; it lives as long as the Python LocalOptimizer (kept by its caller's RRef), and the
+// ops reach it by handle, locally and by RPC (rpc/rpc_functions.h). Every call that reads or
+// writes the parameters, their state or the group values holds the parameters' locks
+// (step_lock.h), but prepare, which only reads and checks. Errors (see ops.cpp) begin with the
+// Python exception type, which the caller rebuilds from the text (plugin/_errors.py); the
+// messages are functional_optim's; nothing changes when a check fails.
 #pragma once
 
 #include "optim/step_lock.h"
@@ -37,6 +26,7 @@
 #include <ATen/core/List.h>
 #include <torch/custom_class.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -56,6 +46,12 @@ enum StepStatus : int64_t {
   kRefused = 3,     // the optimizer's check failed (step in the pass): nothing applied
   kNotReached = 4,  // no part of the pass ran there (step in the pass): no gradient to apply
 };
+
+// Milliseconds since the Unix epoch on the system clock: what a step's deadline is compared with.
+inline int64_t wallClockMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 using ParamState = c10::Dict<std::string, at::Tensor>;
 using Hyperparameters = c10::Dict<std::string, double>;
@@ -132,7 +128,6 @@ class LocalOptimizer : public torch::CustomClassHolder {
   // The state keys of every parameter of group `g` with its current values.
   void setKeysLocked(size_t g);
   int64_t groupOf(int64_t index) const;
-  void checkGroup(int64_t group) const;
   Hyperparameters updatedHyperparameters(int64_t group, const Hyperparameters& updates) const;
   Options updatedOptions(int64_t group, const Options& updates) const;
 

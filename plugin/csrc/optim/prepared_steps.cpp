@@ -74,24 +74,19 @@ Gradients takeStep(int64_t token, int64_t owner) {
       t.steps.erase(it);
     }
   }
+  const auto error = [token](const std::string& what) {
+    return workerError("in an optimizer step", "the prepared step " + std::to_string(token) + what);
+  };
   TORCH_CHECK(
       !another,
-      workerError(
-          "in an optimizer step",
-          "the prepared step " + std::to_string(token) +
-              " belongs to another local optimizer here; nothing was applied, and it stays prepared for its own"));
+      error(" belongs to another local optimizer here; nothing was applied, and it stays prepared for its own"));
   TORCH_CHECK(
       found.has_value(),
-      workerError(
-          "in an optimizer step",
-          "the prepared step " + std::to_string(token) +
-              " is unknown here (its lease expired, or it was dropped); nothing was applied on this worker"));
+      error(" is unknown here (its lease expired, or it was dropped); nothing was applied on this worker"));
   TORCH_CHECK(
       Clock::now() < found->deadline,
-      workerError(
-          "in an optimizer step",
-          "the prepared step " + std::to_string(token) + " expired (lease " + std::to_string(found->leaseMs) +
-              " ms) before its commit arrived; nothing was applied on this worker"));
+      error(" expired (lease " + std::to_string(found->leaseMs) +
+            " ms) before its commit arrived; nothing was applied on this worker"));
   return std::move(found->gradients);
 }
 
