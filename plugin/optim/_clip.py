@@ -1,18 +1,7 @@
-"""Gradient clipping by total norm for parameters spread over workers
-(:func:`plugin.optim.clip_grad_norm_`).
-
-torch's ``torch.nn.utils.clip_grad_norm_`` (``torch/nn/utils/clip_grad.py``) computes the norm of
-each gradient, the norm of those norms (the total norm), and multiplies every gradient in place
-by ``min(max_norm / (total_norm + 1e-6), 1)``. Here the gradients stay where they are, in the
-distributed autograd context on their owners:
-
-1. every owner computes the norms of its parameters' gradients in the context (one RPC each,
-   in parallel, answered natively: no owner takes the GIL; ``plugin/csrc/optim/gradient_clipping.cpp``),
-   and sends back those norms, one scalar per parameter;
-2. the caller stacks them in the order of the parameters and takes their norm, as torch does;
-3. unless the coefficient is 1 (nothing to clip: no RPC), every owner multiplies its gradients
-   in the context by it, in place, so that the next ``DistributedOptimizer.step(context_id)``
-   applies the clipped gradients.
+"""Gradient clipping by total norm across owners (:func:`plugin.optim.clip_grad_norm_`): one RPC
+per owner for its gradients' norms, answered natively without the owner's GIL
+(``plugin/csrc/optim/gradient_clipping.cpp``), then, unless the coefficient is 1, one RPC per
+owner that has gradients to scale them in place in the context.
 """
 import math
 from collections import OrderedDict

@@ -1,19 +1,9 @@
-"""The distributed optimizer: a caller's optimizer over parameters spread over workers, whose
-steps run on the workers that own the parameters, natively, without their GIL.
-
-:class:`DistributedOptimizer` takes RRefs to parameters, groups them by owner and has each owner
-build its local optimizer (``plugin/optim/_local.py``): for the registry's optimizers a native
-:class:`~plugin.optim.LocalOptimizer`, which reads the context's gradients and steps through
-``functional_optim``'s group steps in C++. It steps by one of two protocols, each written once
-here, over the one owner interface of ``_owners.py``:
-
-* the all-or-nothing step (:meth:`DistributedOptimizer.step`, :meth:`~DistributedOptimizer.step_async`):
-  one round trip when the engine's pass has vouched for the gradients (or there is one owner),
-  two phases otherwise;
-* the step inside the backward pass (:meth:`~DistributedOptimizer.backward_and_step`), per owner.
-
-Both bound every owner's part by the one deadline rule (``_owners.deadline_ms``) and read its
-outcome in the one status table (``_owners.APPLIED`` ...).
+"""The distributed optimizer (:class:`plugin.optim.DistributedOptimizer`). Its two step protocols
+are each written once here, over the one owner interface of ``_owners.py``: the all-or-nothing
+step (:meth:`~DistributedOptimizer.step`, :meth:`~DistributedOptimizer.step_async`) and the step
+inside the backward pass (:meth:`~DistributedOptimizer.backward_and_step`). Both bound every
+owner's part by the one deadline rule (``_owners.deadline_ms``) and read its outcome in the one
+status table (``_owners.APPLIED`` ...).
 """
 import warnings
 from collections import OrderedDict

@@ -1,21 +1,10 @@
 """The owners' side of a :class:`~plugin.optim.DistributedOptimizer`: which local optimizer an
-owner builds, the Python functions by which the caller reaches the Python and TorchScript
-kinds (their adapters to the one owner interface, ``_owners.Owner``; the native kind needs
-none: its ops have native RPC functions), and a native owner's answers in the caller's form.
-
-Each owner builds its local optimizer itself (:func:`build`, run by RPC, in Python, once):
-
-* **native** (:class:`~plugin.optim.LocalOptimizer`) for every optimizer the registry maps to a
-  ``functional_optim`` class with a fused implementation (the op library's group step) when
-  every param group runs it, which is their default for dense floating-point parameters: the
-  steps and every other call run in C++, without the owner's GIL;
-* **torchscript** (:class:`~plugin.optim.ScriptLocalOptimizer`) for a functional class the user
-  registered, where torch still compiles TorchScript;
-* **python** (:class:`~plugin.optim.PythonLocalOptimizer`) otherwise: a ``torch.optim`` class
-  with no functional counterpart, a configuration without the fused implementation
-  (``foreach=True``, ``fused=False``, RMSprop on CUDA, ...; stepped as the matching
-  ``torch.optim`` class), or a registered class TorchScript did not compile. These steps hold
-  the owner's GIL; the caller warns once per class, naming why (:class:`PythonStepWarning`).
+owner builds (:func:`build`, run by RPC, once: native where the registry maps the class to a
+``functional_optim`` class whose fused implementation every param group runs; TorchScript for a
+functional class the user registered, where torch still compiles it; Python otherwise, with the
+reason), the Python functions by which the caller reaches the Python and TorchScript kinds (their
+adapters to ``_owners.Owner``; the native kind's ops have native RPC functions), and a native
+owner's answers in the caller's form.
 """
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 

@@ -2,19 +2,12 @@
 local optimizer, the fan-out to all of them (send, wait, name who failed), the one deadline
 rule and the one status table of the step protocols.
 
-An owner's local optimizer is one of three kinds, chosen on the owner when it is built
-(:mod:`plugin.optim._local`): ``"native"`` (:class:`~plugin.optim.LocalOptimizer`, C++ behind
-an RRef, reached by native RPC functions: the owner answers on an RPC thread without its GIL),
-``"python"`` (:class:`~plugin.optim.PythonLocalOptimizer`, reached by Python functions) or
-``"torchscript"`` (:class:`~plugin.optim.ScriptLocalOptimizer`, whose steps are TorchScript
-functions). :class:`Owner` presents the three alike (the Python and TorchScript ones through
-the functions of ``_local.py``, their adapters): the caller never branches on the kind, only
-on what an owner can do (:attr:`Owner.native`: take its step inside the backward pass and in
-one round trip on gradients the engine's pass vouched for).
-
-Every method returns a ``torch.futures.Future`` at once; :func:`gather` waits for a set of them
-and sorts the outcomes. A failure's kind (``ops._failure_kind``: the RPC timed out, the owner
-could not be reached, or the owner raised) is read from the future itself, never from its
+:class:`Owner` presents the three kinds of local optimizer (``_local.py``) alike: the caller
+never branches on the kind, only on :attr:`Owner.native` (native ones answer by native RPC
+functions, without the owner's GIL, and can step inside the backward pass and in one round trip
+on gradients the engine's pass vouched for). Every method returns a ``torch.futures.Future`` at
+once; :func:`gather` waits for a set of them and sorts the outcomes. A failure's kind
+(``ops._failure_kind``: timeout, unreachable, raised) is read from the future, never from its
 message.
 """
 import time

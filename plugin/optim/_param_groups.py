@@ -1,20 +1,9 @@
 """``param_groups`` and ``defaults`` for :class:`plugin.optim.DistributedOptimizer`, so that
-``torch.optim.lr_scheduler`` classes drive it as they drive a ``torch.optim`` optimizer.
-
-torch's schedulers check ``isinstance(optimizer, torch.optim.Optimizer)``, then read and write
-``optimizer.param_groups[i][key]`` (``'lr'``; ``'momentum'`` or ``'betas'`` for the cyclic
-schedulers, which also read ``optimizer.defaults``) and wrap ``optimizer.step``. The
-distributed optimizer's hyperparameters live on the owners, in each owner's local optimizer;
-here they get a local face:
-
-* :class:`DistributedParamGroup` is the one group's dict. Assigning a hyperparameter or flag
-  the optimizer has (torch's names: ``'lr'``, ``'betas'``, ``'momentum'``, ``'maximize'``...)
-  sends it to every owner at once (one RPC per owner, in parallel) and returns when all have
-  it: it is used from the next step on, on every owner. A value equal to the current one is
-  not sent. Other keys (a scheduler's ``'initial_lr'``, ``'max_lr'``...) stay in the dict, as
-  in ``torch.optim``.
-* The group is read from the owners on first use, so a distributed optimizer that no
-  scheduler touches costs nothing more.
+``torch.optim.lr_scheduler`` classes drive it as they drive a ``torch.optim`` optimizer: they check
+``isinstance(optimizer, torch.optim.Optimizer)``, read and write ``optimizer.param_groups[i][key]``
+(``'lr'``; ``'momentum'`` or ``'betas'`` for the cyclic schedulers, which also read
+``optimizer.defaults``) and wrap ``optimizer.step``. The values live on the owners;
+:class:`DistributedParamGroup` is their local face, read from the owners on first use.
 """
 from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Tuple

@@ -1,25 +1,10 @@
-"""The Python local optimizer: the owner's side of a :class:`plugin.optim.DistributedOptimizer`
-that steps in Python: a ``torch.optim.Optimizer`` subclass with no functional counterpart, or a
-built-in optimizer in a configuration the native local optimizer does not cover.
-
-Such a class (a user's own optimizer, ``torch.optim.LBFGS``, a subclass of ``torch.optim.Adam``
-that overrides ``step``..., or ``torch.optim.Adam(foreach=True)``) cannot step natively. As
-torch's DistributedOptimizer does (``torch/distributed/optim/optimizer.py``,
-``_LocalOptimizer``), each owner then builds the optimizer itself, in Python, and a step calls
-its ``step()`` with the context's gradients in ``.grad``. Those steps hold the owner's GIL; the
-caller is warned once per class, with the reason (:class:`PythonStepWarning`). Everything else
-the native path promises holds:
-
-* the same per-parameter locks (``ops.new_step_lock``) as :class:`plugin.optim.LocalOptimizer`,
-  so native and Python optimizers that share a parameter never interleave on it;
-* the gradients come from ``ops.gradients_for``, as in the native step;
-* a step that raises changes nothing on its owner (parameters, state and ``param_groups`` are
-  restored), and phase 1 of a step over several owners runs the step once, then undoes it, so
-  a gradient the optimizer rejects is rejected before any owner applies anything;
-* ``state_dict`` / ``load_state_dict`` / ``param_groups`` / ``set_hyperparameter`` work as on
-  the native path.
-
-The caller reaches it by the Python functions of ``plugin/optim/_local.py``.
+"""The Python local optimizer (:class:`plugin.optim.PythonLocalOptimizer`, torch's
+``_LocalOptimizer``): the owners' side of a :class:`plugin.optim.DistributedOptimizer` over a
+``torch.optim.Optimizer`` subclass with no functional counterpart (a user's own,
+``torch.optim.LBFGS``, a subclass of ``torch.optim.Adam`` that overrides ``step``...) or a
+built-in optimizer in a configuration the native local optimizer does not cover
+(``torch.optim.Adam(foreach=True)``); and the :class:`PythonStepWarning` the caller gives once
+per class. The caller reaches it by the Python functions of ``plugin/optim/_local.py``.
 """
 import copy
 import threading

@@ -1,13 +1,7 @@
-"""The TorchScript local optimizer: an owner's share of a distributed optimizer as a
-ScriptModule, for functional optimizer classes that users register themselves
-(:func:`functional_optim.register_functional_optimizer`).
-
-TorchScript is optional here: nothing in this module is scripted until such a class is used
-(``ScriptLocalOptimizer.create``), and a distributed optimizer over the fourteen built-in optimizers
-never uses it (their owners step natively, :class:`plugin.optim.LocalOptimizer`). torch is
-retiring TorchScript (torch 2.14 warns on every ``torch.jit.script`` call; later releases
-raise): where it no longer compiles, :class:`plugin.optim.DistributedOptimizer` steps such a
-class in Python instead (:class:`plugin.optim.PythonLocalOptimizer`), saying why.
+"""The TorchScript local optimizer (:class:`plugin.optim.ScriptLocalOptimizer`), for functional
+classes users register. Nothing here is scripted until such a class is used: torch is retiring
+TorchScript (torch 2.14 warns on every ``torch.jit.script`` call; later releases raise), and where
+it no longer compiles, the distributed optimizer steps such a class in Python instead.
 """
 import threading
 import warnings
