@@ -3,19 +3,16 @@ per owner for its gradients' norms, answered natively without the owner's GIL
 (``plugin/csrc/optim/gradient_clipping.cpp``), then, unless the coefficient is 1, one RPC per
 owner that has gradients to scale them in place in the context.
 """
-import math
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 import torch
-import torch.distributed.autograd as dist_autograd
-import torch.distributed.rpc as rpc
 from torch import Tensor
 from torch.distributed.rpc import RRef
 
 from .. import _rpc_functions
 from ._distributed import DistributedOptimizer
-from ._owners import wait_all
+from ._owners import check_context, check_rrefs, owners_of, wait_all
 
 __all__ = ["clip_grad_norm_"]
 
@@ -28,30 +25,13 @@ def _params_by_owner(parameters: Any) -> Tuple["OrderedDict[str, List[int]]", Li
         params = list(parameters._params_rref)
     elif isinstance(parameters, (list, tuple)):
         params = list(parameters)
-        for i, rref in enumerate(params):
-            if not isinstance(rref, rpc.PyRRef):
-                raise TypeError(f"clip_grad_norm_(): parameters[{i}] is a {type(rref).__name__}, not an RRef")
+        check_rrefs(params, "clip_grad_norm_(): parameters")
     else:
         raise TypeError(
             "clip_grad_norm_(): parameters must be a DistributedOptimizer or a list of RRefs to parameters, "
             f"got {type(parameters).__name__}"
         )
-    by_owner: "OrderedDict[str, List[int]]" = OrderedDict()
-    for i, rref in enumerate(params):
-        by_owner.setdefault(rref.owner().name, []).append(i)
-    return by_owner, params
-
-
-def _check_context(context_id: int) -> None:
-    """Raises unless ``context_id`` is a live context on this worker (as the optimizer's step:
-    owners skip a context they do not know, so the caller is where a released one is caught)."""
-    try:
-        dist_autograd._is_valid_context(context_id)
-    except RuntimeError as e:
-        raise RuntimeError(
-            f"clip_grad_norm_({context_id}): no distributed autograd context {context_id} on this worker "
-            f"({rpc.get_worker_info().name!r}): clip inside the `with dist_autograd.context()` block that created it"
-        ) from e
+    return owners_of(params), params
 
 
 def clip_grad_norm_(
@@ -104,7 +84,7 @@ def clip_grad_norm_(
     by_owner, params = _params_by_owner(parameters)
     norm_type = float(norm_type)
     max_norm = float(max_norm)
-    _check_context(context_id)
+    check_context(context_id, f"clip_grad_norm_({context_id})", "clip")
     # (sent with no current context, as the optimizer's step: an RPC sent from inside a context
     # would create it on an owner the backward pass never reached, and leave it there)
     futures = OrderedDict(

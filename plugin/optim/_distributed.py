@@ -5,24 +5,21 @@ inside the backward pass (:meth:`~DistributedOptimizer.backward_and_step`). Both
 owner's part by the one deadline rule (``_owners.deadline_ms``) and read its outcome in the one
 status table (``_owners.APPLIED`` ...).
 """
-import warnings
 from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
-import torch.distributed.autograd as dist_autograd
 import torch.distributed.rpc as rpc
 from torch import Tensor
 from torch.distributed.rpc import RRef
 
-import functional_optim
 from functional_optim.torch_optimizer import TorchOptimizerFace
 
 from .. import ops
 from . import _local, _param_groups
 from ._owners import (
-    APPLIED, LATE, NOT_REACHED, REFUSED, STATUS_TEXT, Owner, deadline_ms, gather, lease_ms, raise_failures,
-    send_python, wait_all,
+    APPLIED, LATE, NOT_REACHED, REFUSED, STATUS_TEXT, Owner, check_context, check_rrefs, deadline_ms, gather, lease_ms,
+    owners_of, raise_failures, send_python, wait_all,
 )
 from ._python import uses_python_step, warn_once
 
@@ -91,17 +88,12 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         params_rref = list(params_rref)
         if not params_rref:
             raise TypeError("DistributedOptimizer: params_rref is empty")
-        for i, rref in enumerate(params_rref):
-            if not isinstance(rref, rpc.PyRRef):
-                raise TypeError(f"DistributedOptimizer: params_rref[{i}] is a {type(rref).__name__}, not an RRef")
+        check_rrefs(params_rref, "DistributedOptimizer: params_rref")
         if uses_python_step(optimizer_class):  # KeyError before any RPC
             warn_once(optimizer_class, "it has no functional counterpart", stacklevel=2)
         self._optimizer_class = optimizer_class
 
-        by_owner: "OrderedDict[str, List[int]]" = OrderedDict()
-        for i, rref in enumerate(params_rref):
-            by_owner.setdefault(rref.owner().name, []).append(i)
-        self._indices = by_owner
+        self._indices = by_owner = owners_of(params_rref)
         futures = OrderedDict(
             (owner, send_python(owner, _local.build, (optimizer_class, [params_rref[i] for i in indices], args, kwargs)))
             for owner, indices in by_owner.items()
@@ -129,17 +121,6 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         GIL), ``"python"`` (:class:`PythonLocalOptimizer`: the owner's GIL) or
         ``"torchscript"`` (:class:`ScriptLocalOptimizer`), by owner name."""
         return OrderedDict((name, owner.kind) for name, owner in self._owners.items())
-
-    def _check_context(self, context_id: int, what: str) -> None:
-        """Raises unless ``context_id`` is a live context on this worker (as torch's step)."""
-        try:
-            dist_autograd._is_valid_context(context_id)  # what torch's DistributedOptimizer.step checks
-        except RuntimeError as e:
-            raise RuntimeError(
-                f"DistributedOptimizer: {what}: no distributed autograd context {context_id} on "
-                f"this worker ({rpc.get_worker_info().name!r}): call it inside the `with dist_autograd.context()` "
-                f"block that created it"
-            ) from e
 
     # --- the all-or-nothing step ----------------------------------------------------------------
 
@@ -184,7 +165,7 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
                 when some owners applied, a ``RuntimeError`` listing them instead).
         """
         what = f"step({context_id})"
-        self._check_context(context_id, what)
+        check_context(context_id, f"DistributedOptimizer: {what}", "call it")
         versions = self._checked_versions(context_id)
         if versions or len(self._owners) == 1:
             self._checked_step(context_id, versions or [-1], what)
@@ -269,7 +250,7 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
                 running (raised at once; owners' errors go to the future).
         """
         what = f"step({context_id})"
-        self._check_context(context_id, what)
+        check_context(context_id, f"DistributedOptimizer: {what}", "call it")
         done = torch.futures.Future()
         try:
             tokens = self._prepare(context_id, what)
@@ -352,7 +333,7 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         if mode != "smart" and mode != "fast":
             raise ValueError(f'backward_and_step(): mode must be "smart" or "fast", got "{mode}"')
         what = f"backward_and_step({context_id})"
-        self._check_context(context_id, what)
+        check_context(context_id, f"DistributedOptimizer: {what}", "call it")
         if not all(owner.native for owner in self._owners.values()):
             autograd.backward(context_id, list(roots), retain_graph, mode)
             self.step(context_id)
@@ -492,12 +473,9 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
     def _set_group(self, hparams: Dict[str, float], options: Dict[str, Optional[bool]], what: str) -> None:
         """Sets hyperparameters (functional names) and flags on every owner; returns when all
         have them. Checked first, before anything is sent, when an owner is native."""
-        functional_class = functional_optim.functional_optimizer_for
         try:
-            values = self._checked_update(lambda h, o: (
-                dict(h, **hparams), dict(o, **options),
-                functional_optim.configuration.check_group(functional_class(self._optimizer_class),
-                                                           dict(h, **hparams), dict(o, **options))))
+            values = self._checked_update(
+                lambda h, o: _local.checked_group(self._optimizer_class, dict(h, **hparams), dict(o, **options)))
         except (ValueError, TypeError, RuntimeError) as e:
             raise type(e)(f"DistributedOptimizer: {what}: {e} (checked before anything was sent; no owner "
                           f"changed)") from e

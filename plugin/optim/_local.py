@@ -18,9 +18,9 @@ from functional_optim import configuration
 from .. import ops
 from ._native import LocalOptimizer
 from ._python import PythonLocalOptimizer
-from ._scripted import ScriptLocalOptimizer, interface_type, scripted_functions
+from ._scripted import ScriptLocalOptimizer, _commit, _prepare, _step, interface_type, scripted_functions
 
-__all__ = ["Built", "build", "function_for", "native_state_dict", "group_of", "native_state", "checked_group_update"]
+__all__ = ["Built", "build", "function_for", "native_state_dict", "group_of", "checked_group_update", "checked_group"]
 
 
 class Built(NamedTuple):
@@ -81,18 +81,8 @@ def build(optimizer_class: type, params_rref: List[Any], args: tuple, kwargs: di
 
 
 # --- the adapters: the Python and TorchScript kinds' functions, by the native op each stands for
-
-
-def _step(rref: Any, context_id: int, version: int, deadline_ms: int) -> int:
-    return rref.local_value().step_before(context_id, deadline_ms)
-
-
-def _prepare(rref: Any, context_id: int, lease_ms: int) -> int:
-    return rref.local_value().prepare_step(context_id, lease_ms)
-
-
-def _commit(rref: Any, token: int, deadline_ms: int) -> int:
-    return rref.local_value().commit_step(token, deadline_ms)
+# (the steps are _scripted's functions, which run as Python here: TorchScript compiles them only
+# for the TorchScript kind)
 
 
 def _drop(rref: Any, token: int) -> bool:
@@ -152,12 +142,6 @@ def native_state_dict(optimizer: str, raw: Tuple[Dict[int, Dict[str, Tensor]], L
     return configuration.torch_state_dict(optimizer, {int(i): dict(e) for i, e in state.items()}, [group])
 
 
-def native_state(local_state: Dict[int, Dict[str, Any]]) -> Dict[int, Dict[str, Tensor]]:
-    """A ``torch.optim`` state dict's ``'state'`` (local indices) as a native local optimizer
-    loads it: every value a Tensor (:func:`functional_optim.configuration.state_entry`)."""
-    return {int(i): configuration.state_entry(i, entry) for i, entry in local_state.items()}
-
-
 def checked_group_update(optimizer_class: type, hparams: Dict[str, float], options: Dict[str, Optional[bool]],
                          values: Dict[str, Any]) -> Tuple[Dict[str, float], Dict[str, Optional[bool]], Optional[str]]:
     """A native local optimizer's group (functional names) updated with ``values`` (torch's
@@ -168,5 +152,12 @@ def checked_group_update(optimizer_class: type, hparams: Dict[str, float], optio
     """
     functional_class = functional_optim.functional_optimizer_for(optimizer_class)
     updates_h, updates_o, _ = configuration.group_update(functional_class, hparams, options, values)
-    new_h, new_o = dict(hparams, **updates_h), dict(options, **updates_o)
-    return new_h, new_o, configuration.check_group(functional_class, new_h, new_o)
+    return checked_group(optimizer_class, dict(hparams, **updates_h), dict(options, **updates_o))
+
+
+def checked_group(optimizer_class: type, hparams: Dict[str, float], options: Dict[str, Optional[bool]]
+                  ) -> Tuple[Dict[str, float], Dict[str, Optional[bool]], Optional[str]]:
+    """A native local optimizer's new group values (functional names), checked as its
+    ``set_group`` checks them (raising its errors), with the group's sparse-gradient rule."""
+    functional_class = functional_optim.functional_optimizer_for(optimizer_class)
+    return hparams, options, configuration.check_group(functional_class, hparams, options)

@@ -81,12 +81,9 @@ class LocalOptimizer:
     """
 
     def __init__(self, functional_class: type, params: Any, *args: Any, **kwargs: Any) -> None:
-        reason = _given_flags(functional_class, params, args, kwargs)
-        config = configuration.configure(functional_class, params, *args, **kwargs)
-        reason = reason or config.not_fused
+        reason = self._init(functional_class, params, args, kwargs)
         if reason is not None:
             raise ValueError(f"LocalOptimizer: {functional_class.__name__} cannot step natively here: {reason}")
-        self._init(functional_class, config)
 
     @classmethod
     def build(cls, functional_class: type, params: Any, *args: Any, **kwargs: Any) -> Tuple[Optional["LocalOptimizer"], Optional[str]]:
@@ -102,16 +99,17 @@ class LocalOptimizer:
         Raises:
             Exception: what the class's constructor raises (invalid hyperparameters...).
         """
+        local = cls.__new__(cls)
+        reason = local._init(functional_class, params, args, kwargs)
+        return (local, None) if reason is None else (None, reason)
+
+    def _init(self, functional_class: type, params: Any, args: tuple, kwargs: dict) -> Optional[str]:
+        """Configures once and builds the C++ object; or builds nothing and returns why not."""
         reason = _given_flags(functional_class, params, args, kwargs)
         config = configuration.configure(functional_class, params, *args, **kwargs)
         reason = reason or config.not_fused
         if reason is not None:
-            return None, reason
-        local = cls.__new__(cls)
-        local._init(functional_class, config)
-        return local, None
-
-    def _init(self, functional_class: type, config: configuration.Configuration) -> None:
+            return reason
         self._class = functional_class
         self._name = config.name
         self._indices: List[List[int]] = []
@@ -126,6 +124,7 @@ class LocalOptimizer:
             config.sparse_errors, config.dense_error, config.state,
         )
         self._handle: int = self._object.handle()
+        return None
 
     @staticmethod
     def why_not_native(functional_class: type, params: Any, *args: Any, **kwargs: Any) -> Optional[str]:

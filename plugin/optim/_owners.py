@@ -15,7 +15,10 @@ from collections import OrderedDict
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import torch
+import torch.distributed.autograd as dist_autograd
 import torch.distributed.rpc as rpc
+
+from functional_optim import configuration
 
 from .. import _rpc_functions, ops
 from .._errors import raise_on_worker, remote_error_summary
@@ -23,6 +26,7 @@ from . import _local
 
 __all__ = [
     "Owner", "Failure", "gather", "raise_failures", "wait_all", "lease_ms", "deadline_ms", "send_python",
+    "check_rrefs", "owners_of", "check_context",
     "APPLIED", "CHANGED", "LATE", "REFUSED", "NOT_REACHED", "STATUS_TEXT",
 ]
 
@@ -65,6 +69,39 @@ def deadline_ms() -> int:
     waits up to the whole timeout, hears of it first."""
     timeout = _finite_timeout()
     return time.time_ns() // 1_000_000 + int(500 * timeout) if timeout is not None else -1
+
+
+# --- the caller's checks ------------------------------------------------------------------
+
+
+def check_rrefs(rrefs: List[Any], prefix: str) -> None:
+    """Raises ``TypeError`` ("``prefix``[i] is a ..., not an RRef") for the first item that is
+    not an RRef."""
+    for i, rref in enumerate(rrefs):
+        if not isinstance(rref, rpc.PyRRef):
+            raise TypeError(f"{prefix}[{i}] is a {type(rref).__name__}, not an RRef")
+
+
+def owners_of(rrefs: List[Any]) -> "OrderedDict[str, List[int]]":
+    """The positions in ``rrefs`` by owner name, owners in order of first parameter."""
+    by_owner: "OrderedDict[str, List[int]]" = OrderedDict()
+    for i, rref in enumerate(rrefs):
+        by_owner.setdefault(rref.owner().name, []).append(i)
+    return by_owner
+
+
+def check_context(context_id: int, prefix: str, advice: str) -> None:
+    """Raises unless ``context_id`` is a live context on this worker, as torch's
+    DistributedOptimizer.step checks (owners skip a context they do not know, so the caller is
+    where a released one is caught); the message begins with ``prefix`` and tells to
+    ``advice`` inside the context's ``with`` block."""
+    try:
+        dist_autograd._is_valid_context(context_id)
+    except RuntimeError as e:
+        raise RuntimeError(
+            f"{prefix}: no distributed autograd context {context_id} on this worker "
+            f"({rpc.get_worker_info().name!r}): {advice} inside the `with dist_autograd.context()` block that created it"
+        ) from e
 
 
 # --- sending --------------------------------------------------------------------------------
@@ -154,7 +191,7 @@ class Owner:
         """Loads a ``torch.optim``-format state dict of one group (local indices); ``values``: the
         group's new values as ``_local.checked_group_update`` made them (native owners)."""
         if self.native:
-            state = {int(i): entry for i, entry in _local.native_state(state_dict["state"]).items()}
+            state = {int(i): configuration.state_entry(i, entry) for i, entry in state_dict["state"].items()}
             hparams, options, sparse_error = values
             return self._call("_optimizer_load_state", state, [hparams], [options], [sparse_error])
         return self._call("_optimizer_load_state", state_dict)

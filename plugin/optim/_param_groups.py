@@ -15,7 +15,7 @@ from functional_optim.torch_optimizer import WriteThroughDict
 
 from ._owners import wait_all
 
-__all__ = ["DistributedParamGroup", "fetch_group", "send_group", "functional_values"]
+__all__ = ["DistributedParamGroup", "fetch_group", "functional_values"]
 
 
 # --- on the caller ------------------------------------------------------------------------
@@ -71,7 +71,7 @@ class DistributedParamGroup(WriteThroughDict):
         current = self[key]
         if stored == current and type(stored) is type(current):
             return  # nothing changes on the owners
-        send_group(self._optimizer, hparams, options, key)
+        self._optimizer._set_group(hparams, options, f"setting {key!r}")  # on every owner, checked first
         dict.__setitem__(self, key, stored)
 
     def __delitem__(self, key: str) -> None:
@@ -96,12 +96,6 @@ def fetch_group(optimizer: Any) -> Dict[str, Any]:
                 f"DistributedOptimizer: the hyperparameters of owner {owner!r} differ from those of {first_owner!r}"
             )
     return first
-
-
-def send_group(optimizer: Any, hparams: Dict[str, float], options: Dict[str, Optional[bool]], what: str) -> None:
-    """Sets hyperparameters and flags on every owner; returns when all have them (checked
-    before anything is sent when an owner is native)."""
-    optimizer._set_group(hparams, options, f"setting {what!r}")
 
 
 def functional_values(fetched: Dict[str, Any]) -> Tuple[Dict[str, float], Dict[str, Optional[bool]]]:

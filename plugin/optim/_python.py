@@ -171,8 +171,7 @@ class PythonLocalOptimizer:
             Exception: what the optimizer's ``step()`` raises; nothing changed then.
         """
         check_gradients(self._params, gradients)
-        with ops._holding(self._lock):
-            self._run(gradients, keep=True)
+        self._apply_before(gradients, -1)
 
     def step_before(self, context_id: int, deadline_ms: int) -> int:
         """:meth:`step`, unless the system clock reached ``deadline_ms`` (ms since the Unix
@@ -190,11 +189,7 @@ class PythonLocalOptimizer:
         """
         gradients = ops.gradients_for(context_id, self._params)
         check_gradients(self._params, gradients)
-        with ops._holding(self._lock):
-            if 0 <= deadline_ms <= ops._wall_clock_ms():
-                return 2
-            self._run(gradients, keep=True)
-        return 0
+        return self._apply_before(gradients, deadline_ms)
 
     def prepare_step(self, context_id: int, lease_ms: int) -> int:
         """Phase 1 of a step over several owners: reads and checks the context's gradients,
@@ -237,12 +232,7 @@ class PythonLocalOptimizer:
             RuntimeError: the token is unknown or its lease expired (nothing is applied).
             Exception: what the optimizer's ``step()`` raises; nothing changed then.
         """
-        gradients = ops._take_step(token)
-        with ops._holding(self._lock):
-            if 0 <= deadline_ms <= ops._wall_clock_ms():
-                return 2
-            self._run(gradients, keep=True)
-        return 0
+        return self._apply_before(ops._take_step(token), deadline_ms)
 
     def drop_step(self, token: int) -> bool:
         """Forgets a prepared step without applying it.
@@ -256,6 +246,15 @@ class PythonLocalOptimizer:
         Raises nothing.
         """
         return ops._drop_step(token)
+
+    def _apply_before(self, gradients: List[Optional[Tensor]], deadline_ms: int) -> int:
+        """Under the locks, :meth:`_run` keeping the step (0), unless the system clock reached
+        ``deadline_ms`` (-1: none; then 2, nothing applied)."""
+        with ops._holding(self._lock):
+            if 0 <= deadline_ms <= ops._wall_clock_ms():
+                return 2
+            self._run(gradients, keep=True)
+        return 0
 
     def _run(self, gradients: List[Optional[Tensor]], keep: bool) -> None:
         """The optimizer's step with ``gradients`` in ``.grad``; the caller holds the locks.

@@ -102,9 +102,7 @@ class ScriptLocalOptimizer(torch.nn.Module):
         Raises:
             RuntimeError: the optimizer rejects a gradient (``torch.jit.Error`` once scripted).
         """
-        gradients = ops.gradients_for(context_id, self._params)
-        with self._lock:
-            self.optimizer.step(gradients)
+        self._apply_before(ops.gradients_for(context_id, self._params), -1)
 
     @torch.jit.export
     def step_before(self, context_id: int, deadline_ms: int) -> int:
@@ -125,11 +123,7 @@ class ScriptLocalOptimizer(torch.nn.Module):
         """
         gradients = ops.gradients_for(context_id, self._params)
         check_gradients(self._params, gradients)
-        with self._lock:
-            if deadline_ms >= 0 and ops._wall_clock_ms() >= deadline_ms:
-                return 2
-            self.optimizer.step(gradients)
-        return 0
+        return self._apply_before(gradients, deadline_ms)
 
     @torch.jit.export
     def prepare_step(self, context_id: int, lease_ms: int) -> int:
@@ -171,12 +165,7 @@ class ScriptLocalOptimizer(torch.nn.Module):
                 the optimizer rejects a gradient (a sparse one, or hyperparameters changed in
                 between).
         """
-        gradients = ops._take_step(token)
-        with self._lock:
-            if deadline_ms >= 0 and ops._wall_clock_ms() >= deadline_ms:
-                return 2
-            self.optimizer.step(gradients)
-        return 0
+        return self._apply_before(ops._take_step(token), deadline_ms)
 
     @torch.jit.export
     def drop_step(self, token: int) -> bool:
@@ -206,8 +195,16 @@ class ScriptLocalOptimizer(torch.nn.Module):
                 from its parameter's (``torch.jit.Error`` once scripted). Nothing changes then.
             RuntimeError: a gradient the optimizer does not take (sparse, ...).
         """
+        self._apply_before(gradients, -1)
+
+    def _apply_before(self, gradients: List[Optional[Tensor]], deadline_ms: int) -> int:
+        """Under the locks, the optimizer's step (0), unless the system clock reached
+        ``deadline_ms`` (-1: none; then 2, nothing applied)."""
         with self._lock:
+            if deadline_ms >= 0 and ops._wall_clock_ms() >= deadline_ms:
+                return 2
             self.optimizer.step(gradients)
+        return 0
 
     def forward(self, context_id: int) -> None:
         """The same as :meth:`step`: calling the module steps it.
