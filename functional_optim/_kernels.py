@@ -31,19 +31,16 @@ from . import ops
 from .library import load_op_library
 
 __all__ = [
-    "LIBRARY_ENV_VAR", "load", "available", "FUSED_DTYPES", "fused_dtype",
+    "LIBRARY_ENV_VAR", "load", "available", "fused_dtype",
     "fused_devices", "op_for",
 ]
 
 # A library built elsewhere (the CMake build, say) to load instead of the package's own.
 LIBRARY_ENV_VAR = "GILFREE_OPTIM_LIBRARY"
 
-# The parameter dtypes every fused kernel takes (ours and torch's).
-FUSED_DTYPES: List[torch.dtype] = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
-
-
 def fused_dtype(dtype: torch.dtype) -> bool:
-    """Whether the fused kernels take parameters of ``dtype`` (:data:`FUSED_DTYPES`; TorchScript)."""
+    """Whether the fused kernels (ours and torch's) take parameters of ``dtype``: float32,
+    float64, bfloat16 or float16 (TorchScript)."""
     return dtype == torch.float32 or dtype == torch.float64 or dtype == torch.bfloat16 or dtype == torch.float16
 
 

@@ -15,7 +15,9 @@ differs between the optimizers is reached through three hooks that each class de
   sparse gradients with ``GroupedState.sparse_impl``), or ``None`` when such a group takes
   sparse gradients;
 * ``_group_step(g, indices, grads, sparse)``: update the parameters ``indices`` of group ``g``
-  (called under ``torch.no_grad()``, after every check has passed).
+  with its single-tensor or foreach implementation (called under ``torch.no_grad()``, after
+  every check has passed; a group whose implementation is ``"fused"`` runs the op library's
+  group step instead, ``GroupedState.group_step``, called here for every class).
 
 The constructor of each class builds its dicts of hyperparameters and options and then calls
 ``self._s = self._new_state(params, hparams, options, name)`` (``name`` as in
@@ -92,7 +94,10 @@ def step(self, gradients: List[Optional[Tensor]]) -> None:
     with torch.no_grad():
         for g in range(len(indices)):
             if len(indices[g]) > 0:
-                self._group_step(g, indices[g], grads[g], sparse[g])
+                if self._s.impl[g] == "fused":
+                    self._s.group_step(g, indices[g], grads[g])
+                else:
+                    self._group_step(g, indices[g], grads[g], sparse[g])
 
 
 def step_param(self, param: Tensor, grad: Optional[Tensor]) -> None:
@@ -117,8 +122,12 @@ def step_param(self, param: Tensor, grad: Optional[Tensor]) -> None:
     if grad is not None:
         self._s.check_gradient(i, grad)
         self._s.sync_tensor_hparams()
+        g = self._s.group_of[i]
         with torch.no_grad():
-            self._group_step(self._s.group_of[i], [i], [grad], grad.is_sparse)
+            if self._s.impl[g] == "fused":
+                self._s.group_step(g, [i], [grad])
+            else:
+                self._group_step(g, [i], [grad], grad.is_sparse)
 
 
 def set_group(self, group: int, hyperparameters: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:

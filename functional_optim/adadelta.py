@@ -132,9 +132,6 @@ class Adadelta:
         _validation.check_values(h, ["lr", "rho", "eps", "weight_decay"])
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
-        if self._s.impl[g] == "fused":
-            self._s.group_step(g, indices, grads)
-            return
         s = self._s
         h = s.hparams[g]
         lists = s.prepare(g, indices, {"square_avg": 0.0, "acc_delta": 0.0})

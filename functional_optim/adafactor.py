@@ -325,9 +325,6 @@ class Adafactor:
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
         s = self._s
-        if s.impl[g] == "fused":
-            s.group_step(g, indices, grads)
-            return
         if s.needs_init(g, indices):
             for i in indices:
                 if len(s.state[i]) == 0:  # as torch, at a parameter's first step

@@ -173,9 +173,6 @@ class Adagrad:
         _validation.check_values(h, ["lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps"])
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
-        if self._s.impl[g] == "fused":
-            self._s.group_step(g, indices, grads)
-            return
         s = self._s
         h = s.hparams[g]
         lists = s.prepare(g, indices, self._fills)

@@ -157,9 +157,6 @@ class Adam:
 
     # AdamW binds these three hooks too.
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
-        if self._s.impl[g] == "fused":
-            self._s.group_step(g, indices, grads)
-            return
         s = self._s
         h = s.hparams[g]
         amsgrad = s.flag(g, "amsgrad")

@@ -160,9 +160,6 @@ class ASGD:
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
         s = self._s
-        if s.impl[g] == "fused":
-            s.group_step(g, indices, grads)
-            return
         h = s.hparams[g]
         if s.needs_init(g, indices):
             for i in indices:

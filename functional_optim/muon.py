@@ -251,9 +251,6 @@ class Muon:
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
         s = self._s
-        if s.impl[g] == "fused":
-            s.group_step(g, indices, grads)
-            return
         for i in indices:  # torch's check, before anything changes
             if s.params[i].dim() != 2:
                 raise ValueError("Param gradient must be a 2D matrix")

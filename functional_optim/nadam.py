@@ -162,9 +162,6 @@ class NAdam:
         _validation.check_values(h, ["lr", "eps", "betas", "weight_decay", "momentum_decay"])
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
-        if self._s.impl[g] == "fused":
-            self._s.group_step(g, indices, grads)
-            return
         s = self._s
         h = s.hparams[g]
         if s.needs_init(g, indices):

@@ -161,9 +161,6 @@ class RAdam:
         _validation.check_values(h, ["lr", "eps", "betas", "weight_decay"])
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
-        if self._s.impl[g] == "fused":
-            self._s.group_step(g, indices, grads)
-            return
         s = self._s
         h = s.hparams[g]
         lists = s.prepare(g, indices, {"exp_avg": 0.0, "exp_avg_sq": 0.0})

@@ -159,9 +159,6 @@ class RMSprop:
         _validation.check_values(h, ["lr", "eps", "momentum", "weight_decay", "alpha"])
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
-        if self._s.impl[g] == "fused":
-            self._s.group_step(g, indices, grads)
-            return
         h = self._s.hparams[g]
         momentum = h["momentum"]
         centered = self._s.flag(g, "centered")

@@ -150,9 +150,6 @@ class Rprop:
         _validation.check_values(h, ["lr", "etas"])
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
-        if self._s.impl[g] == "fused":
-            self._s.group_step(g, indices, grads)
-            return
         s = self._s
         h = s.hparams[g]
         lists = s.prepare(g, indices, {"prev": 0.0, "step_size": h["lr"]})

@@ -221,9 +221,6 @@ class SGD:
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
         s = self._s
-        if s.impl[g] == "fused":
-            s.group_step(g, indices, grads)
-            return
         h = s.hparams[g]
         momentum = h["momentum"]
         impl = s.impl[g]

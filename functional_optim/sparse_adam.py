@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import DENSE_GRADIENT_ERROR, fused_step, no_fresh
+from ._state import fused_step, no_fresh
 
 __all__ = ["SparseAdam", "sparse_adam"]
 
@@ -166,9 +166,6 @@ class SparseAdam:
         _validation.check_betas(h["beta1"], h["beta2"])
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
-        if self._s.impl[g] == "fused":
-            self._s.group_step(g, indices, grads)
-            return
         s = self._s
         h = s.hparams[g]
         lists = s.prepare(g, indices, {"exp_avg": 0.0, "exp_avg_sq": 0.0})

@@ -151,13 +151,6 @@ const char* isaName(Isa isa) {
   return isa == kIsaAvx512 ? "AVX512" : isa == kIsaAvx2 ? "AVX2" : "DEFAULT";
 }
 
-double readScalar(const at::Tensor& t) {
-  if (t.scalar_type() == at::kFloat) {
-    return static_cast<double>(*t.data_ptr<float>());
-  }
-  return *t.data_ptr<double>();
-}
-
 bool isMeta(at::TensorList params) {
   return std::any_of(params.begin(), params.end(), [](const at::Tensor& p) { return p.is_meta(); });
 }

@@ -67,9 +67,6 @@ bool isMeta(at::TensorList params);
 // without `steps`). On meta: returns none (forEachElement then does nothing).
 std::vector<double> startStep(const char* op, at::TensorList params, std::optional<at::TensorList> steps = std::nullopt);
 
-// Reads a float32/float64 0-dim CPU tensor as a double.
-double readScalar(const at::Tensor& t);
-
 // `step += 1` in place for a one-element float32/float64 CPU counter, in its own dtype (as
 // torch's `step += 1`); returns the new value. The caller has checked the counter.
 double incrementStep(const at::Tensor& step);
