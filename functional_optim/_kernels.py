@@ -38,6 +38,7 @@ __all__ = [
 # A library built elsewhere (the CMake build, say) to load instead of the package's own.
 LIBRARY_ENV_VAR = "GILFREE_OPTIM_LIBRARY"
 
+
 def fused_dtype(dtype: torch.dtype) -> bool:
     """Whether the fused kernels (ours and torch's) take parameters of ``dtype``: float32,
     float64, bfloat16 or float16 (TorchScript)."""
