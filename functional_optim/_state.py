@@ -17,8 +17,8 @@ Layout (all TorchScript-typed):
   keeps them (empty until the parameter's first step, like torch's lazy initialisation).
 * Per-group caches of the parameter and state tensor lists, so that a step over a whole group
   (the common case) does not rebuild them: ``cache_state[g]`` is valid while ``cache_valid[g]``.
-* ``full_indices[g]`` (group ``g``'s flat indices) and ``whole_parts[g]`` (``[[0, ..., n - 1]]``):
-  made once, handed out on every whole-group step instead of new lists; never modified.
+* ``full_indices[g]`` (group ``g``'s flat indices): made once, handed out on every whole-group
+  step instead of a new list; never modified.
 * ``impl[g]`` (``"single"``, ``"foreach"`` or ``"fused"``) and ``sparse_errors[g]`` (the
   ``RuntimeError`` message for a sparse gradient in group ``g``, ``None`` when the group takes
   them): derived from the group's values whenever they are committed.
@@ -219,14 +219,11 @@ class GroupedState:
         self.impl: List[str] = []
         self.sparse_impl: List[str] = []
         self.sparse_errors: List[Optional[str]] = []
-        self.homogeneous: List[bool] = []
         self.cache_valid: List[bool] = []
         self.cache_params: List[List[Tensor]] = []
         self.cache_state: List[Dict[str, List[Tensor]]] = []
-        # Made once, read on every step, never modified: each group's flat indices, and its
-        # positions 0..n-1 as the one part of a step that needs no split by device and dtype.
+        # Made once, read on every step, never modified: each group's flat indices.
         self.full_indices: List[List[int]] = []
-        self.whole_parts: List[List[List[int]]] = []
         # The default (fused) implementation's view (group_step): each group's values as the
         # ops take them, each parameter's state keys (set when a fused group's values are
         # committed), and a whole group's state as one list, cached with cache_state.
@@ -272,12 +269,10 @@ class GroupedState:
         self.impl.append("single")
         self.sparse_impl.append("single")
         self.sparse_errors.append(None)
-        self.homogeneous.append(len(split_by_device_dtype(group)) == 1)
         self.cache_valid.append(False)
         self.cache_params.append(group)
         self.cache_state.append(_no_lists())
         self.full_indices.append(list(range(self.offsets[g], self.offsets[g + 1])))
-        self.whole_parts.append([list(range(len(group)))])
         self.op_names.append(_no_keys())
         self.op_values.append(_no_values())
         self.cache_flat.append(_no_tensors())
@@ -299,12 +294,10 @@ class GroupedState:
         self.impl.pop()
         self.sparse_impl.pop()
         self.sparse_errors.pop()
-        self.homogeneous.pop()
         self.cache_valid.pop()
         self.cache_params.pop()
         self.cache_state.pop()
         self.full_indices.pop()
-        self.whole_parts.pop()
         self.op_names.pop()
         self.op_values.pop()
         self.cache_flat.pop()
@@ -387,44 +380,32 @@ class GroupedState:
         """False when ``indices`` is the whole group and its state lists are cached."""
         return not (self.cache_valid[g] and self.is_full(g, indices))
 
-    def init_state(self, g: int, indices: List[int], fused: bool, fills: Dict[str, float]) -> None:
+    def init_state(self, g: int, indices: List[int], fills: Dict[str, float]) -> None:
         """Create the state that the parameters ``indices`` (all in group ``g``) still lack, as
-        torch does at a parameter's first step.
+        torch's single-tensor and foreach implementations do at a parameter's first step.
 
-        Each such parameter gets ``'step'`` (:func:`new_step`; float32 on the parameter's device
-        when ``fused``), then, in the order of ``fills``, a tensor like the parameter (shape,
-        dtype, device, memory format) filled with the value given for each key (e.g.
-        ``{"exp_avg": 0.0, "exp_avg_sq": 0.0}``). Keys already present are left alone. Costs
-        nothing for a whole-group step whose state lists are cached.
+        Each such parameter gets ``'step'`` (:func:`new_step`), then, in the order of ``fills``,
+        a tensor like the parameter (shape, dtype, device, memory format) filled with the value
+        given for each key (e.g. ``{"exp_avg": 0.0, "exp_avg_sq": 0.0}``). Keys already present
+        are left alone. Costs nothing for a whole-group step whose state lists are cached.
         """
         if self.needs_init(g, indices):
             for i in indices:
                 state = self.state[i]
                 p = self.params[i]
                 if "step" not in state:
-                    state["step"] = new_step(p, fused)
+                    state["step"] = new_step(p)
                 for key, value in fills.items():
                     if key not in state:
                         state[key] = torch.full_like(p, value, memory_format=torch.preserve_format)
 
     def prepare(self, g: int, indices: List[int], fills: Dict[str, float]) -> Dict[str, List[Tensor]]:
-        """:meth:`init_state` (``'step'`` float32 on the parameter's device in a fused group),
-        then :meth:`state_lists` of ``'step'`` and the keys of ``fills``, and the parameters
-        themselves under ``'param'`` (:meth:`params_of`)."""
-        self.init_state(g, indices, self.impl[g] == "fused", fills)
+        """:meth:`init_state`, then :meth:`state_lists` of ``'step'`` and the keys of ``fills``,
+        and the parameters themselves under ``'param'`` (:meth:`params_of`)."""
+        self.init_state(g, indices, fills)
         lists = self.state_lists(g, indices, ["step"] + list(fills.keys()))
         lists["param"] = self.params_of(g, indices)
         return lists
-
-    def parts(self, g: int, indices: List[int]) -> List[List[int]]:
-        """Positions in ``indices`` (all in group ``g``) to step in one call each: one device and
-        dtype per call in a fused group whose parameters mix them, else all at once. The
-        result is read only (a whole group gets its cached ``whole_parts[g]``)."""
-        if self.impl[g] == "fused" and not self.homogeneous[g]:
-            return split_by_device_dtype(self.params_of(g, indices))
-        if self.is_full(g, indices):
-            return self.whole_parts[g]
-        return [list(range(len(indices)))]
 
     def flag(self, g: int, name: str) -> bool:
         """Group ``g``'s flag ``name`` as a plain bool (None counts as False)."""
@@ -841,15 +822,13 @@ def scalar_list(values: List[float]) -> List[Union[float, int, complex]]:
     return out
 
 
-def new_step(param: Tensor, fused: bool) -> Tensor:
-    """A fresh ``step`` counter as torch creates it: a 0-dim tensor holding 0.
-
-    float32 on the parameter's device for fused kernels; otherwise on the CPU with the default
-    dtype (float32 unless ``torch.set_default_dtype(torch.float64)``), like torch's
-    ``_get_scalar_dtype()``.
+def new_step(param: Tensor) -> Tensor:
+    """A fresh ``step`` counter as torch's single-tensor and foreach implementations create it:
+    a 0-dim tensor holding 0, on the CPU with the default dtype (float32 unless
+    ``torch.set_default_dtype(torch.float64)``), like torch's ``_get_scalar_dtype()``. (The
+    fused implementation's, float32 on the parameter's device, is made by the op library's
+    ``new_state``.)
     """
-    if fused:
-        return torch.zeros((), dtype=torch.float32, device=param.device)
     return torch.zeros((), device=torch.device("cpu"))
 
 

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import choose_impl, foreach_gradients, fused_step, no_fresh, take
+from ._state import choose_impl, foreach_gradients, fused_step, no_fresh
 
 __all__ = ["Adadelta", "adadelta"]
 
@@ -135,13 +135,11 @@ class Adadelta:
         s = self._s
         h = s.hparams[g]
         lists = s.prepare(g, indices, {"square_avg": 0.0, "acc_delta": 0.0})
-        for part in s.parts(g, indices):
-            adadelta(
-                take(lists["param"], part), take(grads, part), take(lists["square_avg"], part),
-                take(lists["acc_delta"], part), take(lists["step"], part), s.impl[g] == "foreach",
-                s.impl[g] == "fused", lr=h["lr"], rho=h["rho"], eps=h["eps"], weight_decay=h["weight_decay"],
-                maximize=s.flag(g, "maximize"),
-            )
+        adadelta(
+            lists["param"], grads, lists["square_avg"], lists["acc_delta"], lists["step"], s.impl[g] == "foreach",
+            False, lr=h["lr"], rho=h["rho"], eps=h["eps"], weight_decay=h["weight_decay"],
+            maximize=s.flag(g, "maximize"),
+        )
 
     def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
         return "Adadelta does not support sparse gradients"

@@ -329,7 +329,7 @@ class Adafactor:
             for i in indices:
                 if len(s.state[i]) == 0:  # as torch, at a parameter's first step
                     p = s.params[i]
-                    s.state[i]["step"] = new_step(p, False)
+                    s.state[i]["step"] = new_step(p)
                     if p.dim() > 1:
                         row_shape = list(p.shape)
                         row_shape[-1] = 1

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import choose_impl, foreach_gradients, fused_step, no_fresh, scalar_list, take
+from ._state import choose_impl, foreach_gradients, fused_step, no_fresh, scalar_list
 
 __all__ = ["Adagrad", "adagrad"]
 
@@ -177,12 +177,11 @@ class Adagrad:
         h = s.hparams[g]
         lists = s.prepare(g, indices, self._fills)
         impl = s.sparse_impl[g] if sparse else s.impl[g]
-        for part in s.parts(g, indices):
-            adagrad(
-                take(lists["param"], part), take(grads, part), take(lists["sum"], part), take(lists["step"], part),
-                impl == "foreach", impl == "fused", lr=h["lr"], weight_decay=h["weight_decay"],
-                lr_decay=h["lr_decay"], eps=h["eps"], has_sparse_grad=sparse, maximize=s.flag(g, "maximize"),
-            )
+        adagrad(
+            lists["param"], grads, lists["sum"], lists["step"], impl == "foreach", False, lr=h["lr"],
+            weight_decay=h["weight_decay"], lr_decay=h["lr_decay"], eps=h["eps"], has_sparse_grad=sparse,
+            maximize=s.flag(g, "maximize"),
+        )
 
     def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
         if h["weight_decay"] != 0:

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import adam_moments, choose_impl, foreach_adam_moments, fused_step, no_fresh, scalar_list, take
+from ._state import adam_moments, choose_impl, foreach_adam_moments, fused_step, no_fresh, scalar_list
 
 __all__ = ["Adam", "adam"]
 
@@ -165,15 +165,12 @@ class Adam:
             fills["max_exp_avg_sq"] = 0.0
         lists = s.prepare(g, indices, fills)
         empty: List[Tensor] = []
-        for part in s.parts(g, indices):
-            adam(
-                take(lists["param"], part), take(grads, part), take(lists["exp_avg"], part),
-                take(lists["exp_avg_sq"], part),
-                take(lists["max_exp_avg_sq"], part) if amsgrad else empty, take(lists["step"], part),
-                s.impl[g] == "foreach", s.impl[g] == "fused", amsgrad=amsgrad, beta1=h["beta1"], beta2=h["beta2"],
-                lr=h["lr"], weight_decay=h["weight_decay"], eps=h["eps"], maximize=s.flag(g, "maximize"),
-                decoupled_weight_decay=s.flag(g, "decoupled_weight_decay"),
-            )
+        adam(
+            lists["param"], grads, lists["exp_avg"], lists["exp_avg_sq"],
+            lists["max_exp_avg_sq"] if amsgrad else empty, lists["step"], s.impl[g] == "foreach", False,
+            amsgrad=amsgrad, beta1=h["beta1"], beta2=h["beta2"], lr=h["lr"], weight_decay=h["weight_decay"],
+            eps=h["eps"], maximize=s.flag(g, "maximize"), decoupled_weight_decay=s.flag(g, "decoupled_weight_decay"),
+        )
 
     def _check(self, h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
         _validation.check_values(h, ["lr", "eps", "betas", "weight_decay"])

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import choose_impl, foreach_gradients, fused_step, no_fresh, scalar_list, take
+from ._state import choose_impl, foreach_gradients, fused_step, no_fresh, scalar_list
 
 __all__ = ["Adamax", "adamax"]
 
@@ -139,13 +139,11 @@ class Adamax:
         s = self._s
         h = s.hparams[g]
         lists = s.prepare(g, indices, {"exp_avg": 0.0, "exp_inf": 0.0})
-        for part in s.parts(g, indices):
-            adamax(
-                take(lists["param"], part), take(grads, part), take(lists["exp_avg"], part), take(lists["exp_inf"], part),
-                take(lists["step"], part), s.impl[g] == "foreach", s.impl[g] == "fused", eps=h["eps"],
-                beta1=h["beta1"], beta2=h["beta2"], lr=h["lr"], weight_decay=h["weight_decay"],
-                maximize=s.flag(g, "maximize"),
-            )
+        adamax(
+            lists["param"], grads, lists["exp_avg"], lists["exp_inf"], lists["step"], s.impl[g] == "foreach", False,
+            eps=h["eps"], beta1=h["beta1"], beta2=h["beta2"], lr=h["lr"], weight_decay=h["weight_decay"],
+            maximize=s.flag(g, "maximize"),
+        )
 
     def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
         return "Adamax does not support sparse gradients"

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import choose_impl, foreach_gradients, fused_step, no_fresh, take
+from ._state import choose_impl, foreach_gradients, fused_step, no_fresh
 
 __all__ = ["ASGD", "asgd"]
 
@@ -171,13 +171,11 @@ class ASGD:
                     s.state[i]["ax"] = torch.zeros_like(p, memory_format=torch.preserve_format)
         lists = s.state_lists(g, indices, ["step", "eta", "mu", "ax"])
         params = s.params_of(g, indices)
-        for part in s.parts(g, indices):
-            asgd(
-                take(params, part), take(grads, part), take(lists["ax"], part), take(lists["mu"], part),
-                take(lists["eta"], part), take(lists["step"], part), s.impl[g] == "foreach", False,
-                lambd=h["lambd"], lr=h["lr"], t0=h["t0"], alpha=h["alpha"], weight_decay=h["weight_decay"],
-                maximize=s.flag(g, "maximize"),
-            )
+        asgd(
+            params, grads, lists["ax"], lists["mu"], lists["eta"], lists["step"], s.impl[g] == "foreach", False,
+            lambd=h["lambd"], lr=h["lr"], t0=h["t0"], alpha=h["alpha"], weight_decay=h["weight_decay"],
+            maximize=s.flag(g, "maximize"),
+        )
 
     def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
         return "ASGD does not support sparse gradients"

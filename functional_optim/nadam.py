@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import adam_moments, choose_impl, foreach_adam_moments, fused_step, new_step, no_fresh, scalar_list, take
+from ._state import adam_moments, choose_impl, foreach_adam_moments, fused_step, new_step, no_fresh, scalar_list
 
 __all__ = ["NAdam", "nadam"]
 
@@ -168,20 +168,18 @@ class NAdam:
             for i in indices:  # 'step' and 'mu_product' first: torch's key order
                 state = s.state[i]
                 if "step" not in state:
-                    state["step"] = new_step(s.params[i], s.impl[g] == "fused")
+                    state["step"] = new_step(s.params[i])
                 if "mu_product" not in state:
                     state["mu_product"] = torch.ones((), device=torch.device("cpu"))
-        s.init_state(g, indices, s.impl[g] == "fused", {"exp_avg": 0.0, "exp_avg_sq": 0.0})
+        s.init_state(g, indices, {"exp_avg": 0.0, "exp_avg_sq": 0.0})
         lists = s.state_lists(g, indices, ["step", "mu_product", "exp_avg", "exp_avg_sq"])
         params = s.params_of(g, indices)
-        for part in s.parts(g, indices):
-            nadam(
-                take(params, part), take(grads, part), take(lists["exp_avg"], part),
-                take(lists["exp_avg_sq"], part), take(lists["mu_product"], part), take(lists["step"], part),
-                s.impl[g] == "foreach", s.impl[g] == "fused", beta1=h["beta1"], beta2=h["beta2"], lr=h["lr"],
-                weight_decay=h["weight_decay"], momentum_decay=h["momentum_decay"], eps=h["eps"],
-                decoupled_weight_decay=s.flag(g, "decoupled_weight_decay"), maximize=s.flag(g, "maximize"),
-            )
+        nadam(
+            params, grads, lists["exp_avg"], lists["exp_avg_sq"], lists["mu_product"], lists["step"],
+            s.impl[g] == "foreach", False, beta1=h["beta1"], beta2=h["beta2"], lr=h["lr"],
+            weight_decay=h["weight_decay"], momentum_decay=h["momentum_decay"], eps=h["eps"],
+            decoupled_weight_decay=s.flag(g, "decoupled_weight_decay"), maximize=s.flag(g, "maximize"),
+        )
 
     def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
         return "NAdam does not support sparse gradients"

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import adam_moments, choose_impl, foreach_adam_moments, fused_step, no_fresh, scalar_list, take
+from ._state import adam_moments, choose_impl, foreach_adam_moments, fused_step, no_fresh, scalar_list
 
 __all__ = ["RAdam", "radam"]
 
@@ -164,14 +164,11 @@ class RAdam:
         s = self._s
         h = s.hparams[g]
         lists = s.prepare(g, indices, {"exp_avg": 0.0, "exp_avg_sq": 0.0})
-        for part in s.parts(g, indices):
-            radam(
-                take(lists["param"], part), take(grads, part), take(lists["exp_avg"], part),
-                take(lists["exp_avg_sq"], part), take(lists["step"], part), s.impl[g] == "foreach",
-                s.impl[g] == "fused", beta1=h["beta1"], beta2=h["beta2"], lr=h["lr"],
-                weight_decay=h["weight_decay"], eps=h["eps"], maximize=s.flag(g, "maximize"),
-                decoupled_weight_decay=s.flag(g, "decoupled_weight_decay"),
-            )
+        radam(
+            lists["param"], grads, lists["exp_avg"], lists["exp_avg_sq"], lists["step"], s.impl[g] == "foreach", False,
+            beta1=h["beta1"], beta2=h["beta2"], lr=h["lr"], weight_decay=h["weight_decay"], eps=h["eps"],
+            maximize=s.flag(g, "maximize"), decoupled_weight_decay=s.flag(g, "decoupled_weight_decay"),
+        )
 
     def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
         return "RAdam does not support sparse gradients"

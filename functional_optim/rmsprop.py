@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import choose_impl, foreach_gradients, fused_step, no_fresh, take
+from ._state import choose_impl, foreach_gradients, fused_step, no_fresh
 
 __all__ = ["RMSprop", "rmsprop"]
 
@@ -169,15 +169,12 @@ class RMSprop:
             fills["grad_avg"] = 0.0
         lists = self._s.prepare(g, indices, fills)
         empty: List[Tensor] = []
-        for part in self._s.parts(g, indices):
-            rmsprop(
-                take(lists["param"], part), take(grads, part), take(lists["square_avg"], part),
-                take(lists["grad_avg"], part) if centered else empty,
-                take(lists["momentum_buffer"], part) if momentum > 0 else empty, take(lists["step"], part),
-                self._s.impl[g] == "foreach", self._s.impl[g] == "fused", lr=h["lr"], alpha=h["alpha"],
-                eps=h["eps"], weight_decay=h["weight_decay"], momentum=momentum, centered=centered,
-                maximize=self._s.flag(g, "maximize"),
-            )
+        rmsprop(
+            lists["param"], grads, lists["square_avg"], lists["grad_avg"] if centered else empty,
+            lists["momentum_buffer"] if momentum > 0 else empty, lists["step"], self._s.impl[g] == "foreach", False,
+            lr=h["lr"], alpha=h["alpha"], eps=h["eps"], weight_decay=h["weight_decay"], momentum=momentum,
+            centered=centered, maximize=self._s.flag(g, "maximize"),
+        )
 
     def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
         return "RMSprop does not support sparse gradients"

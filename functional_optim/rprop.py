@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import choose_impl, fused_step, no_fresh, take
+from ._state import choose_impl, fused_step, no_fresh
 
 __all__ = ["Rprop", "rprop"]
 
@@ -153,13 +153,11 @@ class Rprop:
         s = self._s
         h = s.hparams[g]
         lists = s.prepare(g, indices, {"prev": 0.0, "step_size": h["lr"]})
-        for part in s.parts(g, indices):
-            rprop(
-                take(lists["param"], part), take(grads, part), take(lists["prev"], part), take(lists["step_size"], part),
-                take(lists["step"], part), s.impl[g] == "foreach", s.impl[g] == "fused",
-                step_size_min=h["step_size_min"], step_size_max=h["step_size_max"], etaminus=h["etaminus"],
-                etaplus=h["etaplus"], maximize=s.flag(g, "maximize"),
-            )
+        rprop(
+            lists["param"], grads, lists["prev"], lists["step_size"], lists["step"], s.impl[g] == "foreach", False,
+            step_size_min=h["step_size_min"], step_size_max=h["step_size_max"], etaminus=h["etaminus"],
+            etaplus=h["etaplus"], maximize=s.flag(g, "maximize"),
+        )
 
     def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
         return "Rprop does not support sparse gradients"

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import choose_impl, flag, foreach_gradients, fused_step, no_fresh, take
+from ._state import choose_impl, flag, foreach_gradients, fused_step, no_fresh
 
 __all__ = ["SGD", "sgd"]
 
@@ -245,21 +245,11 @@ class SGD:
         params = s.params_of(g, indices)
         if sparse:
             impl = s.sparse_impl[g]
-        for part in s.parts(g, indices):
-            whole = len(part) == len(params)
-            part_buffers: List[Optional[Tensor]] = buffers
-            if not whole and momentum != 0:
-                part_buffers = []
-                for k in part:
-                    part_buffers.append(buffers[k])
-            sgd(
-                take(params, part), take(grads, part), part_buffers, impl == "foreach", impl == "fused",
-                weight_decay=h["weight_decay"], momentum=momentum, lr=h["lr"], dampening=h["dampening"],
-                nesterov=s.flag(g, "nesterov"), maximize=s.flag(g, "maximize"), has_sparse_grad=sparse,
-            )
-            if not whole and momentum != 0:
-                for j in range(len(part)):
-                    buffers[part[j]] = part_buffers[j]
+        sgd(
+            params, grads, buffers, impl == "foreach", False, weight_decay=h["weight_decay"], momentum=momentum,
+            lr=h["lr"], dampening=h["dampening"], nesterov=s.flag(g, "nesterov"), maximize=s.flag(g, "maximize"),
+            has_sparse_grad=sparse,
+        )
         if momentum != 0 and not cached:
             for k in range(len(indices)):
                 buf = buffers[k]
