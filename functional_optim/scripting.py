@@ -20,12 +20,11 @@ Notes:
   elements are live tensors. Pass lists that are function inputs or attributes (as the
   optimizer classes do; see ``functional_optim._state.take``), or use the lists afterwards.
 """
+import inspect
 from typing import Any, Dict, List, Optional
 
 import torch
 from torch import Tensor
-
-from . import _jit
 
 __all__ = ["OptimizerModule", "script_optimizer", "script_class", "script"]
 
@@ -203,20 +202,30 @@ class OptimizerModule(torch.nn.Module):
 
 def script(obj: Any) -> Any:
     """``torch.jit.script(obj)``, resolving a class's names in its own module: the one place
-    this package (and the plugin) calls TorchScript's compiler, whose deprecation warning is
-    not silenced.
+    this package (and the plugin) calls TorchScript's compiler. Nothing is scripted unless a
+    user asks (:func:`script_optimizer`, :meth:`plugin.optim.ScriptLocalOptimizer.create`, a
+    registered functional class stepped by a DistributedOptimizer). torch deprecates TorchScript
+    (torch 2.13 warns with a ``DeprecationWarning``, 2.14 with a ``FutureWarning``, and
+    pytorch/pytorch#189705 makes the call raise); its warning is not silenced.
 
     Args:
         obj: a function, a TorchScript-compatible class, or an ``nn.Module`` instance.
 
     Returns:
-        Any: what ``torch.jit.script`` returns.
+        Any: what ``torch.jit.script`` returns (a ``ScriptFunction``, the class itself, now
+        registered with TorchScript, or a ``RecursiveScriptModule``).
 
     Raises:
         Whatever ``torch.jit.script`` raises (code TorchScript cannot compile; a
         ``RuntimeError`` where torch no longer compiles TorchScript).
     """
-    return _jit.script(obj)
+    rcb = None
+    if inspect.isclass(obj):
+        # For a class, torch.jit.script resolves names in the *caller's* frame (here), not in
+        # the class's module; resolve them in the module of the class's methods instead, as
+        # TorchScript does when it compiles a class it meets as a module attribute.
+        rcb = torch._jit_internal.createResolutionCallbackForClassMethods(obj)
+    return torch.jit.script(obj, _rcb=rcb)
 
 
 def script_class(cls: type) -> type:
@@ -232,7 +241,7 @@ def script_class(cls: type) -> type:
         RuntimeError: TorchScript cannot compile the class (``torch.jit.frontend`` errors are
             ``RuntimeError`` subclasses).
     """
-    return _jit.script(cls)
+    return script(cls)
 
 
 def script_optimizer(optimizer: Any) -> torch.jit.ScriptModule:
@@ -253,4 +262,4 @@ def script_optimizer(optimizer: Any) -> torch.jit.ScriptModule:
         RuntimeError: if the class cannot be compiled by TorchScript.
     """
     script_class(type(optimizer))
-    return _jit.script(OptimizerModule(optimizer))
+    return script(OptimizerModule(optimizer))

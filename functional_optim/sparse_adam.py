@@ -170,9 +170,8 @@ class SparseAdam:
         h = s.hparams[g]
         lists = s.prepare(g, indices, {"exp_avg": 0.0, "exp_avg_sq": 0.0})
         sparse_adam(
-            lists["param"], grads, lists["exp_avg"], lists["exp_avg_sq"], lists["step"],
-            None if s.impl[g] == "fused" else False, eps=h["eps"], beta1=h["beta1"], beta2=h["beta2"],
-            lr=h["lr"], maximize=s.flag(g, "maximize"),
+            lists["param"], grads, lists["exp_avg"], lists["exp_avg_sq"], lists["step"], False, eps=h["eps"],
+            beta1=h["beta1"], beta2=h["beta2"], lr=h["lr"], maximize=s.flag(g, "maximize"),
         )
 
     def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:

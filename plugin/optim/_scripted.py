@@ -241,7 +241,7 @@ def scripted_functions() -> dict:
 def _compile() -> dict:
     global _Interface
     with warnings.catch_warnings():
-        # torch 2.13 deprecates torch.jit.interface along with torch.jit.script (_jit.py)
+        # torch 2.13 deprecates torch.jit.interface along with torch.jit.script (functional_optim.scripting.script)
         warnings.filterwarnings("ignore", message=r".*torch\.jit\.interface`? is deprecated")
         _Interface = torch.jit.interface(_LocalOptimizerInterface)
     return {

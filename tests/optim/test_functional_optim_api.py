@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import functional_optim as F
-from functional_optim import _jit, state_protocol
+from functional_optim import scripting, state_protocol
 from functional_optim.scripting import script_optimizer
 
 from tests.support import optim_configs as C
@@ -116,20 +116,20 @@ def test_created_and_stepped_inside_torchscript(info):
         reference.step()
 
     ours = [p.clone() for p in base]
-    state = _jit.script(scripted_optim_fns.TRAIN[info.name])(ours, grads, 0.01)
+    state = scripting.script(scripted_optim_fns.TRAIN[info.name])(ours, grads, 0.01)
     assert_same_params(torch_params, ours, DTYPE)
     assert sorted(state) == sorted(reference.state_dict()["state"])
 
     passed_in = [p.clone() for p in base]
     opt = info.ours(passed_in, lr=0.01)
-    _jit.script(scripted_optim_fns.STEP[info.name])(opt, grads)
+    scripting.script(scripted_optim_fns.STEP[info.name])(opt, grads)
     assert_same_params(torch_params, passed_in, DTYPE)
 
 
 def test_functional_forms_run_multi_tensor_and_fused_in_torchscript():
     from functional_optim.adam import adam
 
-    scripted = _jit.script(adam)
+    scripted = scripting.script(adam)
     for fused in (False, True):
         p = [torch.ones(3)]
         state = ([torch.zeros(3)], [torch.zeros(3)], [torch.zeros(())])

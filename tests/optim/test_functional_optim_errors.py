@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import functional_optim as F
-from functional_optim import _jit, _validation
+from functional_optim import _validation, scripting
 from functional_optim._param_groups import split_values
 from functional_optim.scripting import script_optimizer
 
@@ -59,7 +59,7 @@ def test_invalid_hyperparameters(info, bad):
 
 @pytest.mark.parametrize("info", C.INFOS, ids=str)
 def test_invalid_lr_raises_inside_torchscript(info):
-    train = _jit.script(scripted_optim_fns.TRAIN[info.name])
+    train = scripting.script(scripted_optim_fns.TRAIN[info.name])
     with pytest.raises(torch.jit.Error, match=re.escape(info.lr_message.split(":")[0])):
         train(C.make_params(torch.float32, info=info), [], -1.0)
 
@@ -320,7 +320,7 @@ def _outcome(fn, *args):
 @pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta state:UserWarning")
 @pytest.mark.parametrize("scripted", [False, True], ids=["eager", "script"])
 def test_check_gradients_agrees_with_reference(scripted):
-    check = _jit.script(_validation.check_gradients) if scripted else _validation.check_gradients
+    check = scripting.script(_validation.check_gradients) if scripted else _validation.check_gradients
     outcomes = set()
     nested_seen = False
     for params, gradients, offsets, sparse_errors, groups, full in _gradient_cases():

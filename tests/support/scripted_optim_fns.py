@@ -3,7 +3,7 @@
 TorchScript needs the concrete class in each signature, so the two functions are written once,
 as a template, and made for every optimizer of the config table (``optim_configs.INFOS``):
 ``train_sgd``, ``step_sgd``, ``train_adam``, ... and the maps :data:`TRAIN` and :data:`STEP`
-(optimizer name -> function). The tests compile them with ``functional_optim._jit.script``.
+(optimizer name -> function). The tests compile them with ``functional_optim.scripting.script``.
 
 TorchScript compiles a function from its source (``inspect.getsource``), so each generated
 source is registered in ``linecache`` under a file name of its own (an entry without a
