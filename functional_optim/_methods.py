@@ -94,10 +94,16 @@ def step(self, gradients: List[Optional[Tensor]]) -> None:
     with torch.no_grad():
         for g in range(len(indices)):
             if len(indices[g]) > 0:
-                if self._s.impl[g] == "fused":
-                    self._s.group_step(g, indices[g], grads[g])
-                else:
-                    self._group_step(g, indices[g], grads[g], sparse[g])
+                self._step_group(g, indices[g], grads[g], sparse[g])
+
+
+def _step_group(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
+    """Update the parameters ``indices`` of group ``g`` (under ``no_grad``, after every check):
+    the op library's group step for a fused group, the class's ``_group_step`` otherwise."""
+    if self._s.impl[g] == "fused":
+        self._s.group_step(g, indices, grads)
+    else:
+        self._group_step(g, indices, grads, sparse)
 
 
 def step_param(self, param: Tensor, grad: Optional[Tensor]) -> None:
@@ -122,12 +128,8 @@ def step_param(self, param: Tensor, grad: Optional[Tensor]) -> None:
     if grad is not None:
         self._s.check_gradient(i, grad)
         self._s.sync_tensor_hparams()
-        g = self._s.group_of[i]
         with torch.no_grad():
-            if self._s.impl[g] == "fused":
-                self._s.group_step(g, [i], [grad])
-            else:
-                self._group_step(g, [i], [grad], grad.is_sparse)
+            self._step_group(self._s.group_of[i], [i], [grad], grad.is_sparse)
 
 
 def set_group(self, group: int, hyperparameters: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
@@ -459,7 +461,7 @@ def eager_repr(self) -> str:
 # Compiled by TorchScript as methods of each optimizer class: each is bound under its own name
 # (TorchScript leaves out a function bound under another name).
 _COMPILED = (
-    _new_state, _init_groups, step, step_param, set_group, param_group_indices, hyperparameters,
+    _new_state, _init_groups, step, _step_group, step_param, set_group, param_group_indices, hyperparameters,
     options, set_hyperparameter, set_option, get_state, set_state,
 )
 # Eager only (``@torch.jit.unused``): bound under these names.
