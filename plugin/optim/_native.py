@@ -22,12 +22,6 @@ from .. import ops
 __all__ = ["LocalOptimizer"]
 
 
-def _runs_fused(options: Dict[str, Optional[bool]]) -> bool:
-    """Whether a group with these flags runs the fused implementation (fused=True, or foreach
-    and fused both unset), as the C++ object requires of every group."""
-    return options.get("fused") is True or (options.get("foreach") is None and options.get("fused") is None)
-
-
 def _given_flags(functional_class: type, params: Any, args: tuple, kwargs: dict) -> Optional[str]:
     """Why the class or its flags rule the native local optimizer out before it is built: a class
     the registry does not map from ``torch.optim``, or ``"differentiable=True"`` or
@@ -192,74 +186,6 @@ class LocalOptimizer:
         """
         ops._optimizer_step(self._handle, context_id, -1, -1)
 
-    def step_checked(self, context_id: int, version: int, deadline_ms: int) -> int:
-        """The owner's part of a step in one round trip: applies the context's gradients here
-        (``version`` -1), or the engine's gradients of the context if they are still at
-        ``version`` (as the backward pass checked them), holding the locks, unless the system
-        clock reached ``deadline_ms`` (ms since the Unix epoch; -1: none) by then.
-
-        Args:
-            context_id (int): the distributed autograd context id.
-            version (int): this worker's version of its gradients as the pass checked them, or -1.
-            deadline_ms (int): ms since the Unix epoch on the system clock, or -1.
-
-        Returns:
-            int: 0 applied; 1 the gradients changed since the check; 2 the deadline passed
-            (nothing applied for 1 and 2).
-
-        Raises:
-            ValueError, RuntimeError: as :meth:`step` for bad gradients.
-        """
-        return ops._optimizer_step(self._handle, context_id, version, deadline_ms)
-
-    def prepare_step(self, context_id: int, lease_ms: int) -> int:
-        """Phase 1 of a step over several owners: reads and checks the context's gradients (as
-        :meth:`step`) and keeps them for :meth:`commit_step`, at most ``lease_ms`` (> 0)
-        milliseconds; changes nothing and takes no lock.
-
-        Args:
-            context_id (int): a distributed autograd context id whose backward pass has ended.
-            lease_ms (int): how long, in milliseconds (> 0, at most a day), the step waits for
-                its commit.
-
-        Returns:
-            int: the token for :meth:`commit_step` or :meth:`drop_step`.
-
-        Raises:
-            ValueError, RuntimeError: as :meth:`step`, for the same gradients.
-        """
-        return ops._optimizer_prepare(self._handle, context_id, lease_ms)
-
-    def commit_step(self, token: int, deadline_ms: int = -1) -> int:
-        """Phase 2: applies the gradients kept by :meth:`prepare_step` (checked again first)
-        unless the system clock reached ``deadline_ms`` (-1: none) when it holds the locks.
-
-        Args:
-            token (int): from :meth:`prepare_step` on this optimizer.
-            deadline_ms (int): ms since the Unix epoch on the system clock, or -1.
-
-        Returns:
-            int: 0 applied, 2 the deadline passed (nothing applied).
-
-        Raises:
-            RuntimeError: the token is unknown here or its lease expired (nothing is applied).
-            ValueError: as :meth:`step` (the values changed in between).
-        """
-        return ops._optimizer_commit(self._handle, token, deadline_ms)
-
-    def drop_step(self, token: int) -> bool:
-        """Forgets a prepared step without applying it.
-
-        Args:
-            token (int): from :meth:`prepare_step` on this optimizer.
-
-        Returns:
-            bool: whether it was still prepared (False: unknown, taken, expired, or another's).
-
-        Raises nothing for a live optimizer.
-        """
-        return ops._optimizer_drop(self._handle, token)
-
     def step_gradients(self, gradients: List[Optional[Tensor]]) -> None:
         """Applies ``gradients`` under the same locks as :meth:`step`.
 
@@ -337,7 +263,7 @@ class LocalOptimizer:
         for g, saved in enumerate(saved_groups):
             values = {k: v for k, v in saved.items() if k != "params"}
             h, o, tensors = configuration.group_update(self._class, current_h[g], current_o[g], values)
-            errors.append(self._check_values(g, dict(current_h[g], **h), dict(current_o[g], **o)))
+            errors.append(configuration.check_group(self._class, dict(current_h[g], **h), dict(current_o[g], **o)))
             updates_h.append(h)
             updates_o.append(o)
             bound.append(_functional_names({k: copy.deepcopy(v) for k, v in tensors.items()}))
@@ -411,7 +337,8 @@ class LocalOptimizer:
         numbers = {k: float(v) for k, v in hparams.items()}
         foreach = options.get("foreach", current_o[group].get("foreach"))
         read = {k: configuration.tensor_value(self._class, k, v, foreach) for k, v in tensors.items()}
-        error = self._check_values(group, dict(current_h[group], **numbers, **read), dict(current_o[group], **options))
+        error = configuration.check_group(self._class, dict(current_h[group], **numbers, **read),
+                                           dict(current_o[group], **options))
         ops._optimizer_set_group(self._handle, group, numbers, dict(options), tensors, error)
         for name in numbers:
             self._tensors[group].pop(name, None)
@@ -435,18 +362,6 @@ class LocalOptimizer:
     def _values(self) -> Tuple[List[Dict[str, float]], List[Dict[str, Optional[bool]]]]:
         hparams, options = ops._optimizer_hyperparameters(self._handle)
         return [dict(h) for h in hparams], [dict(o) for o in options]
-
-    def _check_values(self, group: int, hparams: Dict[str, float], options: Dict[str, Optional[bool]]) -> Optional[str]:
-        """A group's values as the class's ``set_group`` checks them, and the native guard;
-        returns the group's sparse-gradient rule."""
-        error = configuration.check_group(self._class, hparams, options)
-        if not _runs_fused(options):
-            raise RuntimeError(
-                f"parameter group {group} would no longer run the fused implementation with foreach="
-                f"{options.get('foreach')} and fused={options.get('fused')}; a native local optimizer steps only "
-                f"fused groups"
-            )
-        return error
 
     def __repr__(self) -> str:
         return f"LocalOptimizer({self._class.__name__}, handle={self._handle})"

@@ -205,7 +205,7 @@ class PythonLocalOptimizer:
             lease_ms (int): milliseconds, > 0, that the prepared step waits for its commit.
 
         Returns:
-            int: a token for :meth:`commit_step` or :meth:`drop_step`.
+            int: a token for :meth:`commit_step` (or the op ``_drop_step``).
 
         Raises:
             ValueError: a gradient whose shape, dtype or device differs from its parameter's.
@@ -233,19 +233,6 @@ class PythonLocalOptimizer:
             Exception: what the optimizer's ``step()`` raises; nothing changed then.
         """
         return self._apply_before(ops._take_step(token), deadline_ms)
-
-    def drop_step(self, token: int) -> bool:
-        """Forgets a prepared step without applying it.
-
-        Args:
-            token (int): from :meth:`prepare_step`.
-
-        Returns:
-            bool: whether it was still prepared (False: unknown, taken or expired).
-
-        Raises nothing.
-        """
-        return ops._drop_step(token)
 
     def _apply_before(self, gradients: List[Optional[Tensor]], deadline_ms: int) -> int:
         """Under the locks, :meth:`_run` keeping the step (0), unless the system clock reached

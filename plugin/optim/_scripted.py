@@ -137,7 +137,7 @@ class ScriptLocalOptimizer(torch.nn.Module):
             lease_ms (int): milliseconds, > 0, that the prepared step waits for its commit.
 
         Returns:
-            int: a token for :meth:`commit_step` or :meth:`drop_step`.
+            int: a token for :meth:`commit_step` (or the op ``_drop_step``).
 
         Raises:
             ValueError: a gradient whose shape, dtype or device differs from its parameter's
@@ -166,20 +166,6 @@ class ScriptLocalOptimizer(torch.nn.Module):
                 between).
         """
         return self._apply_before(ops._take_step(token), deadline_ms)
-
-    @torch.jit.export
-    def drop_step(self, token: int) -> bool:
-        """Forgets a step prepared by :meth:`prepare_step` without applying it.
-
-        Args:
-            token (int): from :meth:`prepare_step`.
-
-        Returns:
-            bool: whether it was still prepared (False: unknown, already taken or expired).
-
-        Raises nothing.
-        """
-        return ops._drop_step(token)
 
     @torch.jit.export
     def step_gradients(self, gradients: List[Optional[Tensor]]) -> None:

@@ -313,10 +313,13 @@ Options LocalOptimizer::updatedOptions(int64_t group, const Options& updates) co
         item.key(), "' must be True or False, not None");
     o.insert_or_assign(item.key(), item.value());
   }
+  auto flag = [&o](const char* name) -> std::string {
+    auto it = o.find(name);
+    return it == o.end() || !it->value().has_value() ? "None" : *it->value() ? "True" : "False";
+  };
   TORCH_CHECK(
-      runsFused(o), "RuntimeError: parameter group ", group,
-      " would no longer run the fused implementation with these foreach and fused flags; a native local optimizer "
-      "runs only that one");
+      runsFused(o), "RuntimeError: parameter group ", group, " would no longer run the fused implementation with "
+      "foreach=", flag("foreach"), " and fused=", flag("fused"), "; a native local optimizer steps only fused groups");
   return o;
 }
 
