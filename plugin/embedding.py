@@ -104,9 +104,10 @@ def _check_context(to: str, context_id: int) -> None:
 
 
 def _check_request(to: str, handles: List[int], inputs: List[Tensor], offsets: List[Tensor]) -> None:
-    """The checks of a lookup that need no table (the owner makes them all again, with the
-    rows' range, ``plugin/csrc/embedding/remote_lookup.cpp``): the same texts, after
-    ``"lookup_bags_async to '<owner>': "``, with ``inputs`` for the owner's ``indices``."""
+    """The checks of a lookup that need no table: the arguments' Python types and the handles'
+    range here, then the owner's own checks of the tensors (``plugin/csrc/embedding/remote_lookup.cpp``,
+    without the rows' upper bound), with ``inputs`` for the owner's ``indices``; every message
+    after ``"lookup_bags_async to '<owner>': "``."""
     def fail(error: type, message: str):
         raise error(f"lookup_bags_async to {to!r}: {message}")
 
@@ -120,53 +121,11 @@ def _check_request(to: str, handles: List[int], inputs: List[Tensor], offsets: L
             fail(TypeError, f"handles[{i}] must be an int (a handle of share_embedding_bag), got {type(handle).__name__}")
         if not 0 <= handle < 2**63:
             fail(RuntimeError, f"handles[{i}] = {handle} is not a shared table on {to!r} (handles are from 0 to 2**63 - 1)")
-    for i, (rows, bags) in enumerate(zip(inputs, offsets)):
-        for name, t in (("inputs", rows), ("offsets", bags)):
+    for name, tensors in (("inputs", inputs), ("offsets", offsets)):
+        for i, t in enumerate(tensors):
             if not isinstance(t, Tensor):
                 fail(TypeError, f"{name}[{i}] must be a Tensor, got {type(t).__name__}")
-            if t.layout != torch.strided:
-                fail(RuntimeError, f"{name}[{i}] must be a dense (strided) tensor, got layout {t.layout}")
-            if t.device.type != "cpu":
-                fail(RuntimeError, f"{name}[{i}] must be on the CPU, got {t.device}")
-        if rows.dim() != 1:
-            fail(ValueError, f"inputs[{i}]: input has to be a 1D Tensor (the bags' rows, with offsets), but got "
-                             f"Tensor of dimension {rows.dim()}")
-        if bags.dim() != 1:
-            fail(ValueError, f"offsets[{i}]: offsets has to be a 1D Tensor, but got Tensor of dimension {bags.dim()}")
-        if rows.dtype not in (torch.int64, torch.int32):
-            fail(RuntimeError, f"inputs[{i}]: Expected tensor for argument #1 'indices' to have one of the following "
-                               f"scalar types: Long, Int; but got {rows.type()} instead (while checking arguments for "
-                               f"embedding_bag)")
-        if bags.dtype != torch.int64:
-            fail(RuntimeError, f"offsets[{i}]: Expected tensor for argument #2 'offsets' to have scalar type Long; but "
-                               f"got {bags.type()} instead (while checking arguments for embedding_bag)")
-        if bags.shape[0] != offsets[0].shape[0]:
-            fail(RuntimeError, f"offsets[{i}] has {bags.shape[0]} bags, offsets[0] {offsets[0].shape[0]}")
-        if _offsets_break_a_rule(bags, rows.shape[0]):
-            first, last = bags[0].item(), bags[-1].item()
-            if first != 0:
-                fail(RuntimeError, f"offsets[{i}]: offsets[0] has to be 0, i.e., the first sequence in the mini-batch "
-                                   f"has to start from position 0. However, got {first}")
-            drops = torch.nonzero(bags[1:] < bags[:-1])
-            if drops.numel():
-                k = int(drops[0]) + 1
-                fail(RuntimeError, f"offsets[{i}]: offsets have to be non-decreasing, but offsets[{k}] = "
-                                   f"{int(bags[k])} is less than offsets[{k - 1}] = {int(bags[k - 1])}")
-            fail(RuntimeError, f"offsets[{i}]: offsets[-1] can not be greater than input's length {rows.shape[0]} "
-                               f"but got offsets[-1] of {last}")
-        if rows.shape[0] and rows.min().item() < 0:
-            k = int(torch.nonzero(rows < 0)[0])
-            fail(RuntimeError, f"inputs[{i}]: Index {k} of input takes value {int(rows[k])} which is not in the valid "
-                               f"range [0, num_embeddings)")
-
-
-def _offsets_break_a_rule(bags: Tensor, length: int) -> bool:
-    """Whether 1-D int64 ``bags`` fails to start at 0, decreases somewhere or ends past
-    ``length`` (few ops: this runs for every table of every lookup)."""
-    if bags.shape[0] == 0:
-        return False
-    first, last = bags[0].item(), bags[-1].item()
-    return first != 0 or not first <= last <= length or (bags.shape[0] > 2 and bool((bags[1:] < bags[:-1]).any()))
+    ops._check_lookup(f"lookup_bags_async to {to!r}: ", inputs, offsets)
 
 
 def lookup_bags_async(to: str, context_id: Optional[int], handles: List[int], inputs: List[Tensor],

@@ -393,6 +393,12 @@ def _lookup_bags(context_id: int, handles: List[int], indices: List[Tensor], off
     return torch.ops.dist_engine._lookup_bags(context_id, handles, indices, offsets)
 
 
+def _check_lookup(prefix: str, inputs: List[Tensor], offsets: List[Tensor]) -> None:
+    """The op ``dist_engine::_check_lookup``: on the caller, ``_lookup_bags``' checks that need no
+    table (every message after ``prefix``; the rows named ``inputs``), raised as their type."""
+    _native("_check_lookup", prefix, inputs, offsets)
+
+
 def _record_lookup_answer(context_id: int, autograd_message_id: int, from_worker: int, rows: Tensor) -> Tensor:
     """The op ``dist_engine::_record_lookup_answer``: records the recv function of a lookup's
     answer ``rows`` from worker ``from_worker`` (nothing when the id is -1); returns ``rows``."""

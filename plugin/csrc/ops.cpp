@@ -61,6 +61,9 @@ TORCH_LIBRARY(dist_engine, m) {
   // (context_id >= 0, grad enabled), the autograd_message_id of the send function recorded
   // for them (-1 otherwise).
   def(m, "_lookup_bags(int context_id, int[] handles, Tensor[] indices, Tensor[] offsets) -> (Tensor, int)");
+  // On the caller, before sending: _lookup_bags' checks that need no table, each message
+  // after `prefix`, the rows named `inputs`.
+  def(m, "_check_lookup(str prefix, Tensor[] inputs, Tensor[] offsets) -> ()");
   // On the caller: records the recv function of a lookup's answer from `from_worker`
   // (nothing when autograd_message_id is -1); returns `rows`, now in the context's graph.
   def(m, "_record_lookup_answer(int context_id, int autograd_message_id, int from_worker, Tensor rows) -> Tensor");

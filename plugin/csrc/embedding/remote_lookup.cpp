@@ -10,6 +10,7 @@
 #include <torch/csrc/distributed/rpc/rpc_agent.h>
 
 #include <atomic>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -41,74 +42,108 @@ Table tableOf(int64_t handle, size_t i) {
   return it->second;
 }
 
+// A layout as Python names it: "torch.sparse_coo".
+std::string layoutName(at::Layout layout) {
+  switch (layout) {
+    case at::kStrided: return "torch.strided";
+    case at::kSparse: return "torch.sparse_coo";
+    case at::kSparseCsr: return "torch.sparse_csr";
+    case at::kSparseCsc: return "torch.sparse_csc";
+    case at::kSparseBsr: return "torch.sparse_bsr";
+    case at::kSparseBsc: return "torch.sparse_bsc";
+    case at::kMkldnn: return "torch._mkldnn";
+    case at::kJagged: return "torch.jagged";
+    default: return c10::str(layout);
+  }
+}
+
 // torch's legacy name of a CPU tensor type, as its argument checks print it: "torch.LongTensor".
 std::string tensorTypeName(const at::Tensor& t) {
   return std::string("torch.") + c10::toString(t.scalar_type()) + "Tensor";
 }
 
-// The checks of one table's indices and offsets that need no values: defined, dense, on the
-// CPU, 1-D, of the dtypes the lookup takes. The messages after "lookup_bags: <argument>: " are
-// torch's where nn.EmbeddingBag checks the same (F.embedding_bag's ValueErrors, whose type
-// leads the text so that it survives RPC; ATen's checkScalarTypes for the dtypes).
-void checkTensorKinds(size_t i, const at::Tensor& indices, const at::Tensor& offsets) {
-  for (const auto* arg : {"indices", "offsets"}) {
-    const at::Tensor& t = arg[0] == 'i' ? indices : offsets;
-    TORCH_CHECK(t.defined(), "lookup_bags: ", arg, "[", i, "] is undefined");
+// The checks of table i's rows and offsets, in this order: each tensor defined, dense and on
+// the CPU; 1-D; of the dtypes the lookup takes; as many bags as table 0 (`numBags`); offsets
+// that start at 0, never decrease and end within the rows (bag k is rows[offsets[k] :
+// offsets[k + 1]], the last one up to the end); every row in [0, numEmbeddings) (numEmbeddings
+// -1: not known, only rows < 0 are refused). Reads each value once; names the first offending
+// position. `prefix` leads every message ("lookup_bags: " on the owner), `rowsName` names the
+// rows' argument ("indices" on the owner). After them, torch's text where nn.EmbeddingBag
+// checks the same (F.embedding_bag's ValueErrors, whose type leads the text so that it survives
+// RPC; ATen's checkScalarTypes for the dtypes; embedding_bag's offsets[0], offsets[-1] and
+// index checks); torch does not check that offsets never decrease (it reads outside the
+// rows, or crashes, when they do).
+void checkTable(
+    const std::string& prefix,
+    const char* rowsName,
+    size_t i,
+    const at::Tensor& indices,
+    const at::Tensor& offsets,
+    int64_t numBags,
+    int64_t numEmbeddings) {
+  for (const bool isRows : {true, false}) {
+    const at::Tensor& t = isRows ? indices : offsets;
+    const char* arg = isRows ? rowsName : "offsets";
+    TORCH_CHECK(t.defined(), prefix, arg, "[", i, "] is undefined");
     TORCH_CHECK(
-        t.layout() == at::kStrided, "lookup_bags: ", arg, "[", i, "] must be a dense (strided) tensor, got layout ",
-        t.layout());
-    TORCH_CHECK(t.device().is_cpu(), "lookup_bags: ", arg, "[", i, "] must be on the CPU, got ", t.device());
+        t.layout() == at::kStrided, prefix, arg, "[", i, "] must be a dense (strided) tensor, got layout ", layoutName(t.layout()));
+    TORCH_CHECK(t.device().is_cpu(), prefix, arg, "[", i, "] must be on the CPU, got ", t.device());
   }
   TORCH_CHECK_VALUE(
-      indices.dim() == 1, "ValueError: lookup_bags: indices[", i,
+      indices.dim() == 1, "ValueError: ", prefix, rowsName, "[", i,
       "]: input has to be a 1D Tensor (the bags' rows, with offsets), but got Tensor of dimension ", indices.dim());
   TORCH_CHECK_VALUE(
-      offsets.dim() == 1, "ValueError: lookup_bags: offsets[", i,
+      offsets.dim() == 1, "ValueError: ", prefix, "offsets[", i,
       "]: offsets has to be a 1D Tensor, but got Tensor of dimension ", offsets.dim());
   TORCH_CHECK(
-      indices.scalar_type() == at::kLong || indices.scalar_type() == at::kInt, "lookup_bags: indices[", i,
+      indices.scalar_type() == at::kLong || indices.scalar_type() == at::kInt, prefix, rowsName, "[", i,
       "]: Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; but got ",
       tensorTypeName(indices), " instead (while checking arguments for embedding_bag)");
   TORCH_CHECK(
-      offsets.scalar_type() == at::kLong, "lookup_bags: offsets[", i,
+      offsets.scalar_type() == at::kLong, prefix, "offsets[", i,
       "]: Expected tensor for argument #2 'offsets' to have scalar type Long; but got ", tensorTypeName(offsets),
       " instead (while checking arguments for embedding_bag)");
-}
-
-// The values: offsets start at 0, never decrease and end within the indices (each bag k is
-// indices[offsets[k] : offsets[k + 1]], the last one up to the end); every index names a row
-// of the table. Reads each value once; the first offending position is named. torch's
-// messages where it checks the same (embedding_bag's offsets[0] and offsets[-1] checks, its
-// index check); torch does not check that offsets never decrease (it reads outside the
-// indices, or crashes, when they do).
-void checkValues(size_t i, const at::Tensor& indices, const at::Tensor& offsets, int64_t numEmbeddings) {
+  TORCH_CHECK(offsets.size(0) == numBags, prefix, "offsets[", i, "] has ", offsets.size(0), " bags, offsets[0] ", numBags);
   const int64_t length = indices.size(0);
   const at::Tensor o = offsets.contiguous();
   const int64_t* bag = o.const_data_ptr<int64_t>();
-  const int64_t numBags = o.size(0);
   if (numBags > 0) {
     TORCH_CHECK(
-        bag[0] == 0, "lookup_bags: offsets[", i,
+        bag[0] == 0, prefix, "offsets[", i,
         "]: offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from position 0. "
         "However, got ",
         bag[0]);
+    bool decreases = false;  // one branch-free pass, then the first offender
     for (int64_t k = 1; k < numBags; ++k) {
+      decreases |= bag[k] < bag[k - 1];
+    }
+    for (int64_t k = 1; decreases && k < numBags; ++k) {
       TORCH_CHECK(
-          bag[k] >= bag[k - 1], "lookup_bags: offsets[", i, "]: offsets have to be non-decreasing, but offsets[", k,
+          bag[k] >= bag[k - 1], prefix, "offsets[", i, "]: offsets have to be non-decreasing, but offsets[", k,
           "] = ", bag[k], " is less than offsets[", k - 1, "] = ", bag[k - 1]);
     }
     TORCH_CHECK(
-        bag[numBags - 1] <= length, "lookup_bags: offsets[", i, "]: offsets[-1] can not be greater than input's length ",
+        bag[numBags - 1] <= length, prefix, "offsets[", i, "]: offsets[-1] can not be greater than input's length ",
         length, " but got offsets[-1] of ", bag[numBags - 1]);
   }
+  const std::string range = numEmbeddings < 0 ? "num_embeddings" : std::to_string(numEmbeddings);
   const at::Tensor rows = indices.contiguous();
   AT_DISPATCH_INDEX_TYPES(rows.scalar_type(), "lookup_bags", [&] {
     const index_t* row = rows.const_data_ptr<index_t>();
+    // One pass that vectorizes: r | (last - r) is negative when r < 0 or r > last; then the
+    // exact check finds the first offender.
+    const int64_t last = (numEmbeddings < 0 ? std::numeric_limits<int64_t>::max() : numEmbeddings) - 1;
+    int64_t signs = 0;
     for (int64_t k = 0; k < length; ++k) {
+      const int64_t r = row[k];
+      signs |= r | static_cast<int64_t>(static_cast<uint64_t>(last) - static_cast<uint64_t>(r));  // no overflow
+    }
+    const bool outside = signs < 0;
+    for (int64_t k = 0; outside && k < length; ++k) {
       TORCH_CHECK(
-          row[k] >= 0 && static_cast<int64_t>(row[k]) < numEmbeddings, "lookup_bags: indices[", i, "]: Index ", k,
-          " of input takes value ", static_cast<int64_t>(row[k]), " which is not in the valid range [0, ",
-          numEmbeddings, ")");
+          row[k] >= 0 && (numEmbeddings < 0 || static_cast<int64_t>(row[k]) < numEmbeddings), prefix, rowsName, "[",
+          i, "]: Index ", k, " of input takes value ", static_cast<int64_t>(row[k]),
+          " which is not in the valid range [0, ", range, ")");
     }
   });
 }
@@ -138,7 +173,24 @@ void checkContextId(int64_t contextId) {
       workerIdOf(contextId), ")");
 }
 
+// Table 0's number of bags (0 when its offsets are not 1-D: checkTable refuses them first).
+int64_t numBagsOf(const at::Tensor& offsets0) {
+  return offsets0.defined() && offsets0.dim() == 1 ? offsets0.size(0) : 0;
+}
+
 }  // namespace
+
+void checkLookupRequest(
+    const std::string& prefix,
+    const std::vector<at::Tensor>& inputs,
+    const std::vector<at::Tensor>& offsets) {
+  TORCH_CHECK(
+      inputs.size() == offsets.size() && !inputs.empty(), prefix, "expected as many inputs as offsets, at least one; got ",
+      inputs.size(), " and ", offsets.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    checkTable(prefix, "inputs", i, inputs[i], offsets[i], numBagsOf(offsets[0]), -1);
+  }
+}
 
 int64_t registerTable(const at::Tensor& weight, int64_t mode) {
   TORCH_CHECK(weight.dim() == 2, "share_embedding_bag: the weight must be 2-D, got ", weight.dim(), "-D");
@@ -175,11 +227,7 @@ std::tuple<at::Tensor, int64_t> lookupBags(
   found.reserve(handles.size());
   for (size_t i = 0; i < handles.size(); ++i) {
     found.push_back(tableOf(handles[i], i));
-    checkTensorKinds(i, indices[i], offsets[i]);
-    TORCH_CHECK(
-        offsets[i].size(0) == offsets[0].size(0), "lookup_bags: offsets[", i, "] has ", offsets[i].size(0),
-        " bags, offsets[0] ", offsets[0].size(0));
-    checkValues(i, indices[i], offsets[i], found[i].weight.size(0));
+    checkTable("lookup_bags: ", "indices", i, indices[i], offsets[i], numBagsOf(offsets[0]), found[i].weight.size(0));
   }
   const bool record = contextId >= 0 && at::GradMode::is_enabled();
   std::vector<at::Tensor> parts;
@@ -247,5 +295,6 @@ TORCH_LIBRARY_IMPL(dist_engine, CompositeImplicitAutograd, m) {
   m.impl("_share_table", TORCH_FN(dist_engine::registerTable));
   m.impl("_unshare_table", TORCH_FN(dist_engine::unregisterTable));
   m.impl("_lookup_bags", TORCH_FN(dist_engine::lookupBags));
+  m.impl("_check_lookup", TORCH_FN(dist_engine::checkLookupRequest));
   m.impl("_record_lookup_answer", TORCH_FN(dist_engine::recordLookupAnswer));
 }

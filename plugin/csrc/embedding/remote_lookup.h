@@ -29,6 +29,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -54,6 +55,14 @@ std::tuple<at::Tensor, int64_t> lookupBags(
     int64_t contextId,
     const std::vector<int64_t>& handles,
     const std::vector<at::Tensor>& indices,
+    const std::vector<at::Tensor>& offsets);
+
+// On the caller, before sending: the owner's checks of a request but the handles' and the
+// rows' upper bound (the caller does not know the tables), with the caller's names (`prefix`
+// leads each message, the rows are `inputs`). Raises on the first broken rule.
+void checkLookupRequest(
+    const std::string& prefix,
+    const std::vector<at::Tensor>& inputs,
     const std::vector<at::Tensor>& offsets);
 
 // On the caller: records the recv function of answer `rows` from worker `fromWorker` with
