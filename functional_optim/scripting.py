@@ -18,7 +18,9 @@ Notes:
   2.13) drops an in-place list op such as ``torch._foreach_add_`` when every list it mutates
   is a list built inside the same graph and not used afterwards, even though the list's
   elements are live tensors. Pass lists that are function inputs or attributes (as the
-  optimizer classes do; see ``functional_optim._state.take``), or use the lists afterwards.
+  optimizer classes do: the lists they keep per group, or, for Adafactor's parts by device and
+  dtype, ``functional_optim._state.take``'s, which is its input when it selects everything), or
+  use the lists afterwards.
 """
 import inspect
 from typing import Any, Dict, List, Optional
