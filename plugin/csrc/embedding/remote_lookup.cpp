@@ -86,7 +86,8 @@ void checkTable(
     const char* arg = isRows ? rowsName : "offsets";
     TORCH_CHECK(t.defined(), prefix, arg, "[", i, "] is undefined");
     TORCH_CHECK(
-        t.layout() == at::kStrided, prefix, arg, "[", i, "] must be a dense (strided) tensor, got layout ", layoutName(t.layout()));
+        t.layout() == at::kStrided, prefix, arg, "[", i, "] must be a dense (strided) tensor, got layout ",
+        layoutName(t.layout()));
     TORCH_CHECK(t.device().is_cpu(), prefix, arg, "[", i, "] must be on the CPU, got ", t.device());
   }
   TORCH_CHECK_VALUE(
@@ -103,7 +104,8 @@ void checkTable(
       offsets.scalar_type() == at::kLong, prefix, "offsets[", i,
       "]: Expected tensor for argument #2 'offsets' to have scalar type Long; but got ", tensorTypeName(offsets),
       " instead (while checking arguments for embedding_bag)");
-  TORCH_CHECK(offsets.size(0) == numBags, prefix, "offsets[", i, "] has ", offsets.size(0), " bags, offsets[0] ", numBags);
+  TORCH_CHECK(
+      offsets.size(0) == numBags, prefix, "offsets[", i, "] has ", offsets.size(0), " bags, offsets[0] ", numBags);
   const int64_t length = indices.size(0);
   const at::Tensor o = offsets.contiguous();
   const int64_t* bag = o.const_data_ptr<int64_t>();
@@ -185,8 +187,8 @@ void checkLookupRequest(
     const std::vector<at::Tensor>& inputs,
     const std::vector<at::Tensor>& offsets) {
   TORCH_CHECK(
-      inputs.size() == offsets.size() && !inputs.empty(), prefix, "expected as many inputs as offsets, at least one; got ",
-      inputs.size(), " and ", offsets.size());
+      inputs.size() == offsets.size() && !inputs.empty(), prefix,
+      "expected as many inputs as offsets, at least one; got ", inputs.size(), " and ", offsets.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     checkTable(prefix, "inputs", i, inputs[i], offsets[i], numBagsOf(offsets[0]), -1);
   }
