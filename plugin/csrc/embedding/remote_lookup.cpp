@@ -132,7 +132,7 @@ void checkTable(
   const at::Tensor rows = indices.contiguous();
   AT_DISPATCH_INDEX_TYPES(rows.scalar_type(), "lookup_bags", [&] {
     const index_t* row = rows.const_data_ptr<index_t>();
-    // One pass that vectorizes: r | (last - r) is negative when r < 0 or r > last; then the
+    // One branch-free pass (r | (last - r) is negative when r < 0 or r > last), then the
     // exact check finds the first offender.
     const int64_t last = (numEmbeddings < 0 ? std::numeric_limits<int64_t>::max() : numEmbeddings) - 1;
     int64_t signs = 0;
