@@ -18,6 +18,7 @@ import functional_optim
 from functional_optim.configuration import TUPLE_HYPERPARAMETERS, check_gradients
 
 from .. import ops
+from ._adapter import StepAdapter
 
 __all__ = ["PythonLocalOptimizer", "PythonStepWarning", "uses_python_step", "warn_once"]
 
@@ -87,7 +88,7 @@ def warn_once(optimizer_class: type, reason: str, stacklevel: int) -> None:
     )
 
 
-class PythonLocalOptimizer:
+class PythonLocalOptimizer(StepAdapter):
     """One worker's share of a distributed optimizer that steps in Python: a
     ``torch.optim.Optimizer`` subclass, built and stepped on this worker (torch's
     ``_LocalOptimizer``). :class:`plugin.optim.DistributedOptimizer` builds one on each owner
@@ -143,54 +144,6 @@ class PythonLocalOptimizer:
 
     # --- steps ------------------------------------------------------------------------------
 
-    def step(self, context_id: int) -> None:
-        """Applies the gradients of distributed autograd context ``context_id`` on this worker
-        (see the class): checks them, then steps under the parameters' locks. A parameter
-        without a gradient in the context is skipped; so is every parameter when the context
-        is not known here.
-
-        Args:
-            context_id (int): a distributed autograd context id whose backward pass has ended.
-
-        Raises:
-            ValueError: a gradient whose shape, dtype or device differs from its parameter's.
-            Exception: what the optimizer's ``step()`` raises; nothing changed then.
-        """
-        self.step_gradients(ops.gradients_for(context_id, self._params))
-
-    def step_gradients(self, gradients: List[Optional[Tensor]]) -> None:
-        """Applies ``gradients`` as :meth:`step` does.
-
-        Args:
-            gradients (List[Optional[Tensor]]): one per parameter, in the order given at
-                construction: a tensor of the parameter's shape, dtype and device, or ``None``.
-
-        Raises:
-            ValueError: wrong number of gradients, or one whose shape, dtype or device
-                differs from its parameter's. Nothing changes then.
-            Exception: what the optimizer's ``step()`` raises; nothing changed then.
-        """
-        check_gradients(self._params, gradients)
-        self._apply_before(gradients, -1)
-
-    def step_before(self, context_id: int, deadline_ms: int) -> int:
-        """:meth:`step`, unless the system clock reached ``deadline_ms`` (ms since the Unix
-        epoch; -1: none) when the locks are held: the owner's part of a step in one round trip.
-
-        Args:
-            context_id (int): a distributed autograd context id whose backward pass has ended.
-            deadline_ms (int): ms since the Unix epoch on the system clock, or -1.
-
-        Returns:
-            int: 0 applied, 2 the deadline passed (nothing applied).
-
-        Raises:
-            ValueError, Exception: as :meth:`step`.
-        """
-        gradients = ops.gradients_for(context_id, self._params)
-        check_gradients(self._params, gradients)
-        return self._apply_before(gradients, deadline_ms)
-
     def prepare_step(self, context_id: int, lease_ms: int) -> int:
         """Phase 1 of a step over several owners: reads and checks the context's gradients,
         then, holding the parameters' locks, runs the optimizer's step with copies of them and
@@ -217,22 +170,6 @@ class PythonLocalOptimizer:
         with ops._holding(self._lock):
             self._run(trial, keep=False)
         return ops._park_step(gradients, lease_ms)
-
-    def commit_step(self, token: int, deadline_ms: int = -1) -> int:
-        """Phase 2: applies the gradients kept by :meth:`prepare_step`, as :meth:`step_before`.
-
-        Args:
-            token (int): from :meth:`prepare_step` on this worker.
-            deadline_ms (int): ms since the Unix epoch, or -1 (none).
-
-        Returns:
-            int: 0 applied, 2 the deadline passed (nothing applied).
-
-        Raises:
-            RuntimeError: the token is unknown or its lease expired (nothing is applied).
-            Exception: what the optimizer's ``step()`` raises; nothing changed then.
-        """
-        return self._apply_before(ops._take_step(token), deadline_ms)
 
     def _apply_before(self, gradients: List[Optional[Tensor]], deadline_ms: int) -> int:
         """Under the locks, :meth:`_run` keeping the step (0), unless the system clock reached

@@ -16,11 +16,12 @@ from functional_optim.configuration import check_gradients
 from functional_optim.scripting import OptimizerModule, script, script_class
 
 from .. import ops
+from ._adapter import StepAdapter
 
 __all__ = ["ScriptLocalOptimizer", "scripted_functions", "interface_type"]
 
 
-class ScriptLocalOptimizer(torch.nn.Module):
+class ScriptLocalOptimizer(torch.nn.Module, StepAdapter):
     """One worker's share of a distributed optimizer, as a ScriptModule (TorchScript, optional).
 
     Holds the worker's parameters and a ``functional_optim``-style optimizer over them (in the
@@ -87,45 +88,6 @@ class ScriptLocalOptimizer(torch.nn.Module):
             return script(module)
 
     @torch.jit.export
-    def step(self, context_id: int) -> None:
-        """Applies the gradients of distributed autograd context ``context_id`` on this worker.
-
-        A parameter without a gradient in the context is skipped, as torch skips a ``None``
-        ``.grad``; so is every parameter when the context is not known on this worker. The
-        optimizer validates the gradients first and raises before changing anything. Holds the
-        locks of the parameters while it applies them.
-
-        Args:
-            context_id (int): a distributed autograd context id, whose backward pass (the
-                plugin's or torch's) has ended.
-
-        Raises:
-            RuntimeError: the optimizer rejects a gradient (``torch.jit.Error`` once scripted).
-        """
-        self._apply_before(ops.gradients_for(context_id, self._params), -1)
-
-    @torch.jit.export
-    def step_before(self, context_id: int, deadline_ms: int) -> int:
-        """:meth:`step`, unless the system clock reached ``deadline_ms`` when the locks are held:
-        the owner's part of a step in one round trip.
-
-        Args:
-            context_id (int): a distributed autograd context id.
-            deadline_ms (int): ms since the Unix epoch on the system clock, or -1 (none).
-
-        Returns:
-            int: 0 applied, 2 the deadline passed (nothing applied).
-
-        Raises:
-            ValueError: a gradient whose shape, dtype or device differs from its parameter's
-                (``torch.jit.Error`` once scripted); nothing changed then.
-            RuntimeError: the optimizer rejects a gradient.
-        """
-        gradients = ops.gradients_for(context_id, self._params)
-        check_gradients(self._params, gradients)
-        return self._apply_before(gradients, deadline_ms)
-
-    @torch.jit.export
     def prepare_step(self, context_id: int, lease_ms: int) -> int:
         """Phase 1 of a step over several owners: reads the context's gradients of this
         worker's parameters, validates them as the optimizer's step would, and keeps them
@@ -147,41 +109,6 @@ class ScriptLocalOptimizer(torch.nn.Module):
         gradients = ops.gradients_for(context_id, self._params)
         check_gradients(self._params, gradients)
         return ops._park_step(gradients, lease_ms)
-
-    @torch.jit.export
-    def commit_step(self, token: int, deadline_ms: int) -> int:
-        """Phase 2: applies the gradients kept by :meth:`prepare_step`, under the parameters'
-        locks (as :meth:`step`), unless ``deadline_ms`` (-1: none) has passed by then.
-
-        Args:
-            token (int): from :meth:`prepare_step` on this module.
-            deadline_ms (int): ms since the Unix epoch, or -1.
-
-        Returns:
-            int: 0 applied, 2 the deadline passed (nothing applied).
-
-        Raises:
-            RuntimeError: the token is unknown or its lease expired (nothing is applied), or
-                the optimizer rejects a gradient (a sparse one, or hyperparameters changed in
-                between).
-        """
-        return self._apply_before(ops._take_step(token), deadline_ms)
-
-    @torch.jit.export
-    def step_gradients(self, gradients: List[Optional[Tensor]]) -> None:
-        """Applies ``gradients`` under the same locks as :meth:`step`.
-
-        Args:
-            gradients (List[Optional[Tensor]]): one per parameter, in the order given at
-                construction: a tensor of the parameter's shape, dtype and device, or ``None`` to
-                skip that parameter.
-
-        Raises:
-            ValueError: wrong number of gradients, or one whose shape, dtype or device differs
-                from its parameter's (``torch.jit.Error`` once scripted). Nothing changes then.
-            RuntimeError: a gradient the optimizer does not take (sparse, ...).
-        """
-        self._apply_before(gradients, -1)
 
     def _apply_before(self, gradients: List[Optional[Tensor]], deadline_ms: int) -> int:
         """Under the locks, the optimizer's step (0), unless the system clock reached
