@@ -5,7 +5,7 @@
 # 2. torch 2.15.0, in a virtual environment of its own with the plugin built against it
 #    (scripts/with_torch.sh: made once per machine, about 5 minutes and 3 GB of downloads, then
 #    reused): the engine, the native and distributed optimizers (checked step, step in the
-#    backward pass, faults), the native lookups, security, the docs' examples, the main
+#    backward pass, faults, a registered functional class in Python), the native lookups, security, the docs' examples, the main
 #    job, the build's own checks and the two stacks mixed, with torch.jit's entry points raising
 #    (as torch's removal of TorchScript will make them: tests/support/no_torchscript); and the
 #    plugin's import, a step and a backward pass with every warning an error;
@@ -106,6 +106,7 @@ GILFREE_DEFAULT_ISA_ONLY=1 bash scripts/with_torch.sh 2.15.0 python -m pytest -q
   tests/rpc/test_embedding_lookups.py tests/rpc/test_mixed_stacks.py tests/rpc/test_cuda.py tests/build/test_build.py \
   tests/optim/test_native_local_optimizer.py tests/optim/test_distributed_optimizer.py \
   tests/optim/test_checked_step.py tests/optim/test_backward_and_step.py tests/optim/test_optimizer_faults.py \
+  tests/optim/test_script_local_optimizer.py \
   tests/docs/test_docs_examples.py \
   --deselect tests/build/test_build.py::test_cmake_builds_the_same_library \
   --deselect tests/build/test_build.py::test_setup_py_library_runs_the_engine \

@@ -92,6 +92,7 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         if uses_python_step(optimizer_class):  # KeyError before any RPC
             warn_once(optimizer_class, "it has no functional counterpart", stacklevel=2)
         self._optimizer_class = optimizer_class
+        _local.prepare_caller(optimizer_class)
 
         self._indices = by_owner = owners_of(params_rref)
         futures = OrderedDict(

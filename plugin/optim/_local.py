@@ -20,7 +20,7 @@ from ._native import LocalOptimizer
 from ._python import PythonLocalOptimizer
 from ._scripted import ScriptLocalOptimizer, _commit, _prepare, _step, interface_type, scripted_functions
 
-__all__ = ["Built", "build", "function_for", "native_state_dict", "group_of", "checked_group_update", "checked_group"]
+__all__ = ["Built", "build", "prepare_caller", "function_for", "native_state_dict", "group_of", "checked_group_update", "checked_group"]
 
 
 class Built(NamedTuple):
@@ -80,6 +80,23 @@ def build(optimizer_class: type, params_rref: List[Any], args: tuple, kwargs: di
     return Built("python", rpc.RRef(local), -1, False, reason, "")
 
 
+def prepare_caller(optimizer_class: type) -> None:
+    """Runs on the caller before any owner builds: where an owner may build a TorchScript local
+    optimizer (a functional class the user registered), compiles the TorchScript functions and
+    the interface type here too, so that the RRef typed with that interface which the owner
+    sends back can be read here (torch's DistributedOptimizer compiles its interface at import).
+    Where TorchScript does not compile here, nothing: the owners step the class in Python."""
+    try:
+        functional_class = functional_optim.functional_optimizer_for(optimizer_class)
+    except KeyError:
+        return
+    if functional_optim.torch_optimizer_for(functional_class) is None:
+        try:
+            scripted_functions()
+        except Exception:  # noqa: BLE001 (TorchScript gone here: the owners fall back to Python as well)
+            pass
+
+
 # --- the adapters: the Python and TorchScript kinds' functions, by the native op each stands for
 # (the steps are _scripted's functions, which run as Python here: TorchScript compiles them only
 # for the TorchScript kind)
@@ -105,21 +122,65 @@ def _set_group(rref: Any, hparams: Dict[str, float], options: Dict[str, Optional
     rref.local_value().set_group(hparams, options)
 
 
+# The TorchScript kind's state and values, in Python on its owner under the parameters' locks
+# (rare calls): through its optimizer's state protocol, which the ScriptModule's submodule
+# forwards (functional_optim.state_protocol), in the Python kind's forms.
+def _script_state(rref: Any) -> Dict[str, Any]:
+    module = rref.local_value()
+    with ops._holding(module._lock):
+        state = functional_optim.state_dict(module.optimizer)
+        # copies: the reply is serialized after the lock is released
+        state["state"] = {i: {k: v.clone() for k, v in s.items()} for i, s in state["state"].items()}
+        return state
+
+
+def _script_load_state(rref: Any, state_dict: Dict[str, Any]) -> None:
+    module = rref.local_value()
+    with ops._holding(module._lock):
+        _as_raised(functional_optim.load_state_dict, module.optimizer, state_dict)
+
+
+def _script_hyperparameters(rref: Any) -> Dict[str, Any]:
+    module = rref.local_value()
+    with ops._holding(module._lock):
+        return group_of(module.optimizer.hyperparameters(), module.optimizer.options())
+
+
+def _script_set_group(rref: Any, hparams: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
+    module = rref.local_value()
+    with ops._holding(module._lock):
+        _as_raised(module.optimizer.set_group, 0, hparams, options)
+
+
+def _as_raised(fn: Any, *args: Any) -> Any:
+    """``fn(*args)``; a ``ValueError`` that TorchScript raised as ``torch.jit.Error`` is raised
+    again as the ``ValueError`` (the optimizer validates before it changes anything)."""
+    try:
+        return fn(*args)
+    except torch.jit.Error as e:
+        text, marker = str(e), "builtins.ValueError: "
+        if marker not in text:
+            raise
+        raise ValueError(text[text.rindex(marker) + len(marker):].strip().splitlines()[0]) from None
+
+
 _PYTHON = {
     "_optimizer_step": _step, "_optimizer_prepare": _prepare, "_optimizer_commit": _commit,
     "_optimizer_drop": _drop, "_optimizer_state": _state, "_optimizer_load_state": _load_state,
     "_optimizer_hyperparameters": _hyperparameters, "_optimizer_set_group": _set_group,
 }
+_TORCHSCRIPT = dict(_PYTHON, _optimizer_state=_script_state, _optimizer_load_state=_script_load_state,
+                    _optimizer_hyperparameters=_script_hyperparameters, _optimizer_set_group=_script_set_group)
 
 
 def function_for(kind: str, op: str) -> Any:
     """The function that stands for the native op ``op`` with a local optimizer of ``kind``
     (``"python"`` or ``"torchscript"``: the TorchScript kind's steps are TorchScript functions,
-    its other calls the same Python functions, which the ScriptModule answers); it takes the
-    local optimizer's RRef first, then the op's arguments after the handle."""
+    its state and values Python functions that reach its optimizer's state protocol); it takes
+    the local optimizer's RRef first, then the op's arguments after the handle."""
     if kind == "torchscript" and op in ("_optimizer_step", "_optimizer_prepare", "_optimizer_commit"):
         return scripted_functions()[op]
-    return _PYTHON[op]
+    return (_TORCHSCRIPT if kind == "torchscript" else _PYTHON)[op]
 
 
 # --- a native owner's answers, in the caller's terms ----------------------------------------
