@@ -161,6 +161,33 @@ def test_state_dict_round_trip(cluster):
         assert torch.equal(after_fresh[name], after_original[name]), name
 
 
+def test_loads_the_state_dict_that_torch_optim_saved(cluster):
+    """A state dict saved by torch.optim.Adam (3 steps in this process) loads into a
+    DistributedOptimizer whose parameters hold the same values (other hyperparameters given:
+    the loaded ones win), and the next 2 steps continue as torch.optim's do."""
+    kwargs = {"lr": 0.05, "amsgrad": True}
+    params = local_params()
+    reference = torch.optim.Adam(list(params.values()), **kwargs)
+    for step in range(5):
+        if step == 3:
+            saved, at_save = copy.deepcopy(reference.state_dict()), {n: p.detach().clone() for n, p in params.items()}
+        reference.zero_grad()
+        local_loss(params, step).backward()
+        reference.step()
+    rrefs = make_remote_params()
+    for name, (owner, _, _) in OWNERS.items():
+        rpc.rpc_sync(owner, optim_remote.set_param, args=(name, at_save[name]))
+    opt = DistributedOptimizer(torch.optim.Adam, list(rrefs.values()), lr=1.0)
+    opt.load_state_dict(saved)
+    assert opt.param_groups[0]["lr"] == 0.05 and opt.param_groups[0]["amsgrad"] is True
+    for step in range(3, 5):
+        for ctx in forward_backward(step):
+            opt.step(ctx)
+    got = remote_values()
+    for name, p in params.items():
+        torch.testing.assert_close(got[name], p.detach(), rtol=1e-10, atol=1e-12, msg=name)
+
+
 def test_load_state_dict_rejects_wrong_size_before_sending(cluster):
     rrefs = make_remote_params()
     opt = DistributedOptimizer(torch.optim.SGD, list(rrefs.values()), lr=0.1)

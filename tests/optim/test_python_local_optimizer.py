@@ -277,3 +277,69 @@ def test_lr_scheduler_drives_it(cluster):
     assert (group["momentum"], group["weight_decay"], group["initial_lr"]) == (0.5, 0.25, 0.05)
     with pytest.raises(ValueError, match=r"failed on owner 'worker1': ValueError: HeavyBall has no hyperparameter 'beta1'"):
         opt.set_hyperparameter("beta1", 0.5)
+
+
+def test_loads_the_state_dict_that_torch_optim_saved(cluster):
+    """HeavyBall's own state dict (3 steps in this process, with its int 'count') loads into a
+    DistributedOptimizer whose parameters hold the same values, and the next 2 steps continue
+    as HeavyBall's do in this process."""
+    names = ["py1", "py2", "py3"]
+    at_save, reference = local_run(names, 3)
+    saved = reference.state_dict()
+    expected, _ = local_run(names, 5)
+    params = list(make_params(names, "tsd_").values())
+    for n in names:
+        rpc.rpc_sync(OWNERS[n][0], optim_remote.set_param, args=("tsd_" + n, at_save[n]))
+    opt = DistributedOptimizer(HeavyBall, params, lr=1.0)
+    opt.load_state_dict(saved)
+    assert opt.param_groups[0]["lr"] == KWARGS["lr"]
+    train(opt, names, "tsd_", 2, "plugin", first_step=3)
+    assert [opt.state_dict()["state"][i]["count"] for i in range(3)] == [5, 5, 5]
+    got = values(names, "tsd_")
+    for n in names:
+        torch.testing.assert_close(got[n], expected[n], rtol=1e-12, atol=1e-14, msg=n)
+
+
+def test_a_builtin_optimizer_without_its_fused_configuration_steps_in_python(cluster, monkeypatch):
+    """torch.optim.Adam(foreach=True): each owner builds a Python local optimizer, the caller
+    warns once with the reason, and the steps are torch.optim's."""
+    monkeypatch.setattr(_python, "_WARNED", set())
+    names = ["py1", "py2"]
+    params = list(make_params(names, "fe_").values())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        opt = DistributedOptimizer(torch.optim.Adam, params, lr=0.05, foreach=True)
+    assert set(opt.local_optimizer_kinds.values()) == {"python"}
+    ours = [str(w.message) for w in caught if issubclass(w.category, PythonStepWarning)]
+    assert len(ours) == 1 and ours[0].startswith("torch.optim.adam.Adam steps in Python on its owners because "
+                                                 "foreach=True (on owner 'worker1')"), ours
+    train(opt, names, "fe_", 3, "plugin")
+    local = {}
+    for n in names:
+        _, shape, seed = OWNERS[n]
+        local[n] = torch.rand(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).requires_grad_()
+    reference = torch.optim.Adam(list(local.values()), lr=0.05, foreach=True)
+    for step in range(3):
+        reference.zero_grad()
+        loss = sum(((torch.full((OWNERS[n][1][-1],), 0.5 + 0.1 * step, dtype=torch.float64) * local[n]) ** 2).sum() / 2
+                   for n in names)
+        loss.backward()
+        reference.step()
+    got = values(names, "fe_")
+    for n in names:
+        torch.testing.assert_close(got[n], local[n].detach(), rtol=1e-12, atol=1e-14, msg=n)
+
+
+def test_an_optimizer_that_needs_a_closure_fails_at_step_naming_the_owners(cluster):
+    """torch.optim.LBFGS builds (in Python) but its step needs a closure: step raises the
+    owners' TypeError, naming them, and no owner applied anything."""
+    names = ["py1", "py2"]
+    params = list(make_params(names, "lb_").values())
+    before = values(names, "lb_")
+    opt = DistributedOptimizer(torch.optim.LBFGS, params, lr=0.1)
+    with pytest.raises(TypeError, match=r"^DistributedOptimizer: step\(\d+\) failed on owner 'worker1': TypeError: "
+                                        r".*step\(\) missing 1 required positional argument: 'closure'"):
+        train(opt, names, "lb_", 1, "plugin")
+    after = values(names, "lb_")
+    for n in names:
+        assert torch.equal(after[n], before[n]), n
