@@ -80,6 +80,32 @@ def test_matches_torch_clip_grad_norm(cluster, engine, norm_type, max_norm):
         assert torch.equal(value, params[name].detach()), name
 
 
+@pytest.mark.filterwarnings("ignore::plugin.optim.PythonStepWarning")
+def test_clips_what_a_python_local_optimizer_steps(cluster):
+    """HeavyBall steps in Python on the owners: clip_grad_norm_ clips the context's gradients
+    that those owners read, as for native ones: the total norm is torch's, and the step equals
+    HeavyBall's after torch's clipping."""
+    from tests.support.user_optim import HeavyBall
+
+    order = ["p2", "p1", "p3"]
+    rrefs = make_remote_params()
+    opt = DistributedOptimizer(HeavyBall, [rrefs[n] for n in order], lr=0.1, momentum=0.5)
+    assert set(opt.local_optimizer_kinds.values()) == {"python"}
+    x = xs(0)
+    with dist_autograd.context() as ctx:
+        plugin.autograd.backward(ctx, [dist_loss(order, x)])
+        total = clip_grad_norm_(ctx, opt, 0.5)
+        opt.step(ctx)
+
+    params = local_params()
+    local_loss(params, order, x).backward()
+    expected_total = torch.nn.utils.clip_grad_norm_([params[n] for n in order], 0.5)
+    assert torch.equal(total, expected_total) and total.item() > 0.5
+    HeavyBall([params[n] for n in order], lr=0.1, momentum=0.5).step()
+    for name, value in remote_values().items():
+        torch.testing.assert_close(value, params[name].detach(), rtol=1e-12, atol=1e-14, msg=name)
+
+
 def test_params_rref_list_skips_parameters_without_gradients_and_sum_gradients(cluster):
     """A list of RRefs instead of an optimizer; p3 gets no gradient (skipped, as torch skips a
     None .grad); p2's gradient is the gradient of a sum (a stride-0 view in torch's backward),

@@ -5,6 +5,7 @@ tests/support/user_functional.py): each owner steps it as TorchScript
 scheduler, ``set_hyperparameter``) against torch.optim's ``HeavyBall`` in one process."""
 import pytest
 import torch
+import torch.distributed.autograd as dist_autograd
 import torch.distributed.rpc as rpc
 
 from plugin.optim import DistributedOptimizer
@@ -79,3 +80,25 @@ def test_registered_functional_class_steps_with_its_state_and_values(registered)
         with pytest.raises(ValueError, match=r"failed on owner 'worker1': ValueError: Invalid learning rate: -1"):
             fresh.set_hyperparameter("lr", -1.0)
         assert fresh.state_dict()["param_groups"][0]["lr"] == 0.025
+
+
+def test_registered_functional_class_steps_with_step_async_and_backward_and_step(registered):
+    """The other two ways to step: step_async (waited on after the context's block) for steps
+    0 and 1, backward_and_step (the pass, then step, for a local optimizer that is not native)
+    for step 2: torch.optim's HeavyBall's parameters after 3 steps."""
+    names = ["py1", "py2"]
+    params = list(make_params(names, "tsa_").values())
+    opt = DistributedOptimizer(HeavyBallRegistered, params, **KWARGS)
+    assert set(opt.local_optimizer_kinds.values()) == {expected_kind()}
+    train(opt, names, "tsa_", 2, "plugin", step_async=True)
+    with dist_autograd.context() as ctx:
+        loss = 0
+        for n in names:
+            owner, shape, _ = OWNERS[n]
+            x = torch.full((shape[-1],), 0.5 + 0.1 * 2, dtype=torch.float64)
+            loss = loss + (rpc.rpc_sync(owner, optim_remote.use_param, args=(x, "tsa_" + n)) ** 2).sum() / 2
+        opt.backward_and_step(ctx, [loss])
+    expected, _ = local_run(names, 3)
+    got = values(names, "tsa_")
+    for n in names:
+        torch.testing.assert_close(got[n], expected[n], rtol=1e-12, atol=1e-14, msg=n)
