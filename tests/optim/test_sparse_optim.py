@@ -394,19 +394,28 @@ def test_distributed_sparse_adam_steps_natively_with_the_checked_step(cluster):
     reference = torch.optim.SparseAdam(local, lr=0.05, betas=(0.8, 0.99))
     gen = torch.Generator().manual_seed(5)
     weight = torch.randn(4, dtype=torch.float64, generator=gen)
-    for step in range(3):
-        lookups = [torch.randint(0, 50, (7,), generator=gen) for _ in owners]
-        for lookup in lookups:
-            lookup[-1] = lookup[0]  # a duplicate row
-        with dist_autograd.context() as ctx:
-            rows = [rpc.rpc_sync(o, optim_remote.use_param_sparse, args=(idx, n)) for o, n, idx in zip(owners, names, lookups)]
-            plugin.autograd.backward(ctx, [sum((r * weight).sum() for r in rows)])
-            assert opt._checked_versions(ctx)  # the one-round-trip step covers the sparse gradients
-            opt.step(ctx)
-        reference.zero_grad()
-        sum((torch.nn.functional.embedding(idx, p, sparse=True) * weight).sum() for p, idx in zip(local, lookups)).backward()
-        reference.step()
-    for o, n, p in zip(owners, names, local):
-        torch.testing.assert_close(rpc.rpc_sync(o, optim_remote.param_value, args=(n,)), p.detach(), **PARAM_TOL[torch.float64])
+
+    def train(opt, steps):
+        for step in range(steps):
+            lookups = [torch.randint(0, 50, (7,), generator=gen) for _ in owners]
+            for lookup in lookups:
+                lookup[-1] = lookup[0]  # a duplicate row
+            with dist_autograd.context() as ctx:
+                rows = [rpc.rpc_sync(o, optim_remote.use_param_sparse, args=(idx, n)) for o, n, idx in zip(owners, names, lookups)]
+                plugin.autograd.backward(ctx, [sum((r * weight).sum() for r in rows)])
+                assert opt._checked_versions(ctx)  # the one-round-trip step covers the sparse gradients
+                opt.step(ctx)
+            reference.zero_grad()
+            sum((torch.nn.functional.embedding(idx, p, sparse=True) * weight).sum() for p, idx in zip(local, lookups)).backward()
+            reference.step()
+        for o, n, p in zip(owners, names, local):
+            torch.testing.assert_close(rpc.rpc_sync(o, optim_remote.param_value, args=(n,)), p.detach(), **PARAM_TOL[torch.float64])
+
+    train(opt, 3)
     state = opt.state_dict()
     assert state["state"][0]["step"] == 3 and type(state["state"][0]["step"]) is int
+    # torch's own state dict (its int steps) loads into a fresh one, which continues as torch's
+    fresh = DistributedOptimizer(torch.optim.SparseAdam, rrefs, lr=1.0)
+    fresh.load_state_dict(reference.state_dict())
+    train(fresh, 2)
+    assert fresh.state_dict()["state"][1]["step"] == 5
