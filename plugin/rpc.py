@@ -212,7 +212,8 @@ def init_rpc(
     has started gets the error alone (the group cannot tell it from another job's
     process). Rank 0 hosts the store at ``master_addr:master_port``; under torchrun,
     torchrun's agent does. After the check, torch's own start-up (its process group, the
-    exchange of addresses) waits at most ``rpc_timeout`` per store operation. Algorithm
+    exchange of addresses) waits at most ``rpc_timeout`` per store operation (``init_timeout``
+    when ``rpc_timeout`` is 0). Algorithm
     and limits: the "Start-up and shutdown" section of ``docs/failures.md``.
 
     A group that torchrun restarts (``--max-restarts``) starts afresh: torchrun's store
@@ -339,8 +340,12 @@ def init_rpc(
         # TensorPipe's transport list is an underscore-prefixed option of
         # TensorPipeRpcBackendOptions (torch documents no other way to choose it).
         extra["_transports"] = list(transports)
+    # torch's init_rpc gives its rendezvous store the RPC timeout, and a store timeout of 0
+    # expires every store operation at once (DistStoreError; torch 2.13 and 2.15): with no RPC
+    # timeout, start-up runs under init_timeout, and the agent's default timeout is set to 0
+    # (none) once it runs.
     options = _rpc.TensorPipeRpcBackendOptions(
-        num_worker_threads=num_worker_threads, rpc_timeout=rpc_timeout, init_method="env://", **extra
+        num_worker_threads=num_worker_threads, rpc_timeout=rpc_timeout or init_timeout, init_method="env://", **extra
     )
     devices = set()
     for peer, mapping in maps.items():
@@ -358,6 +363,8 @@ def init_rpc(
         # torch's own rendezvous code warns about its own use of a deprecated API
         warnings.filterwarnings("ignore", message="You are using a Backend .* as a ProcessGroup", category=UserWarning)
         _rpc.init_rpc(name, rank=rank, world_size=world_size, rpc_backend_options=options)
+    if rpc_timeout == 0:
+        _rpc._set_rpc_timeout(0)  # torch.distributed.rpc's own setter (torch 2.13 and 2.15): 0 is none
     return _rpc.get_worker_info()
 
 

@@ -84,7 +84,22 @@ def test_explicit_arguments(transports):
     ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
-    assert outs[0][0].strip().splitlines()[-1] == "OK worker0 worker1 [2.0, 4.0, 6.0]"
+    assert outs[0][0].strip().splitlines()[-2:] == ["OK worker0 worker1 [2.0, 4.0, 6.0]", "timeout 30.0"]
+
+
+def test_no_rpc_timeout():
+    """rpc_timeout=0 (none): the group starts (torch's own start-up would give its store a
+    timeout of 0, which expires at once) and every agent's default timeout is 0."""
+    port = free_port()
+    procs = [
+        run([sys.executable, os.path.join(SUPPORT, "rpc_init_job.py"), "--rank", str(r), "--world-size", "2",
+             "--port", str(port), "--rpc-timeout", "0"])
+        for r in range(2)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert outs[0][0].strip().splitlines()[-2:] == ["OK worker0 worker1 [2.0, 4.0, 6.0]", "timeout 0.0"]
+    assert outs[1][0].strip().splitlines()[-1] == "timeout 0.0"
 
 
 def test_torchrun_environment():

@@ -3,7 +3,8 @@
     torchrun --nproc-per-node=2 tests/support/rpc_init_job.py
     python tests/support/rpc_init_job.py --rank R --world-size 2 --port P   (explicit arguments)
 
-Rank 0 runs one distributed backward pass through worker1 and prints the result.
+Rank 0 runs one distributed backward pass through worker1 and prints the result; every rank
+prints its agent's default RPC timeout.
 """
 import argparse
 import warnings
@@ -24,9 +25,10 @@ def main():
     parser.add_argument("--world-size", type=int)
     parser.add_argument("--port", type=int)
     parser.add_argument("--transports", default=None, help="comma-separated TensorPipe transports")
+    parser.add_argument("--rpc-timeout", type=float, default=30.0)
     args = parser.parse_args()
     info = plugin.rpc.init_rpc(
-        rank=args.rank, world_size=args.world_size, master_port=args.port, num_worker_threads=4, rpc_timeout=30,
+        rank=args.rank, world_size=args.world_size, master_port=args.port, num_worker_threads=4, rpc_timeout=args.rpc_timeout,
         transports=args.transports.split(",") if args.transports else None,
     )
     if info.id == 0:
@@ -36,6 +38,7 @@ def main():
             plugin.autograd.backward(ctx, [y.sum()])
             grad = plugin.autograd.get_gradients(ctx)[x]
         print(f"OK {info.name} {rpc.get_worker_info('worker1').name} {grad.tolist()}", flush=True)
+    print(f"timeout {rpc.get_rpc_timeout()}", flush=True)
     plugin.rpc.shutdown()
 
 
