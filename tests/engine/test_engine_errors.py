@@ -220,3 +220,42 @@ def test_error_during_smart_walk_names_worker(cluster):
         # once worker2 answers again, the same context runs backward
         plugin.autograd.backward(ctx, [c.sum()], mode="smart")
         torch.testing.assert_close(plugin.autograd.get_gradients(ctx)[a], 2 * a.detach() + 1)
+
+
+class _RaisesKeyError(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise KeyError("kaboom")
+
+
+def test_backward_error_pickles_with_its_attributes(cluster):
+    """A BackwardError crosses RPC and processes as a pickle: the copy has the same message and
+    attributes (plugin/autograd.py promises it); the original's cause is the hook's exception."""
+    import pickle
+
+    x = torch.tensor([1.0], requires_grad=True)
+    with dist_autograd.context() as ctx:
+        with pytest.raises(plugin.autograd.BackwardError) as raised:
+            plugin.autograd.backward(ctx, [_RaisesKeyError.apply(x).sum()])
+    error = raised.value
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is plugin.autograd.BackwardError and str(copy) == str(error)
+    for name in ("worker", "worker_id", "context_id", "error_type", "original_message"):
+        assert getattr(copy, name) == getattr(error, name), name
+    assert (error.worker, error.worker_id, error.error_type) == ("worker0", 0, "KeyError")
+    assert type(error.__cause__) is KeyError
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_reduced_precision_roots_and_a_tuple_of_roots(cluster, dtype):
+    """Roots of any floating dtype (the gradients in the root's dtype), and roots given as a
+    tuple, whose gradients add up."""
+    x = torch.tensor([1.0, 2.0, 3.0], dtype=dtype, requires_grad=True)
+    with dist_autograd.context() as ctx:
+        plugin.autograd.backward(ctx, ((x * x).sum(), (x * 3).sum()))
+        grad = plugin.autograd.get_gradients(ctx)[x]
+    assert grad.dtype == dtype and grad.tolist() == [5.0, 7.0, 9.0]
