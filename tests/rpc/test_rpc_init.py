@@ -119,8 +119,11 @@ def test_missing_settings_and_bad_maps_fail_before_rpc_starts():
         """
         import torch.distributed.rpc as rpc
         import plugin.rpc
-        for kwargs in ({}, {"rank": 0, "world_size": 2, "master_port": 1,
-                           "device_maps": {"worker0": {"worker1": {"cuda:0": "cuda:0"}}}}):
+        base = {"rank": 0, "world_size": 2, "master_port": 1}
+        for kwargs in ({}, dict(base, device_maps={"worker0": {"worker1": {"cuda:0": "cuda:0"}}}),
+                       dict(base, rank=2), dict(base, worker_names=["a", "a"]), dict(base, worker_names=["a"]),
+                       dict(base, name="b", worker_names=["a", "b"]), dict(base, num_worker_threads=0),
+                       dict(base, rpc_timeout=-1), dict(base, init_timeout=0)):
             try:
                 plugin.rpc.init_rpc(**kwargs)
             except ValueError as e:
@@ -134,6 +137,13 @@ def test_missing_settings_and_bad_maps_fail_before_rpc_starts():
     assert out.splitlines() == [
         "ValueError init_rpc(): rank was not given and RANK is not set",
         "ValueError device_maps: cuda:0",
+        "ValueError init_rpc(): rank must be in [0, 2), got 2",
+        "ValueError init_rpc(): worker_names must hold 2 distinct names, got ['a', 'a']",
+        "ValueError init_rpc(): worker_names must hold 2 distinct names, got ['a']",
+        "ValueError init_rpc(): name 'b' is not worker_names[0] = 'a'",
+        "ValueError init_rpc(): num_worker_threads must be >= 1, got 0",
+        "ValueError init_rpc(): rpc_timeout must be >= 0 seconds, got -1",
+        "ValueError init_rpc(): init_timeout must be > 0 seconds, got 0",
         "agent started: False",
     ]
 
