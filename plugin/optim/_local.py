@@ -124,7 +124,8 @@ def _set_group(rref: Any, hparams: Dict[str, float], options: Dict[str, Optional
 
 # The TorchScript kind's state and values, in Python on its owner under the parameters' locks
 # (rare calls): through its optimizer's state protocol, which the ScriptModule's submodule
-# forwards (functional_optim.state_protocol), in the Python kind's forms.
+# forwards (functional_optim.state_protocol), in the Python kind's forms. An error raised in
+# TorchScript reaches the caller as its type (plugin/_errors.py reads "builtins.ValueError").
 def _script_state(rref: Any) -> Dict[str, Any]:
     module = rref.local_value()
     with ops._holding(module._lock):
@@ -137,7 +138,7 @@ def _script_state(rref: Any) -> Dict[str, Any]:
 def _script_load_state(rref: Any, state_dict: Dict[str, Any]) -> None:
     module = rref.local_value()
     with ops._holding(module._lock):
-        _as_raised(functional_optim.load_state_dict, module.optimizer, state_dict)
+        functional_optim.load_state_dict(module.optimizer, state_dict)
 
 
 def _script_hyperparameters(rref: Any) -> Dict[str, Any]:
@@ -149,19 +150,7 @@ def _script_hyperparameters(rref: Any) -> Dict[str, Any]:
 def _script_set_group(rref: Any, hparams: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
     module = rref.local_value()
     with ops._holding(module._lock):
-        _as_raised(module.optimizer.set_group, 0, hparams, options)
-
-
-def _as_raised(fn: Any, *args: Any) -> Any:
-    """``fn(*args)``; a ``ValueError`` that TorchScript raised as ``torch.jit.Error`` is raised
-    again as the ``ValueError`` (the optimizer validates before it changes anything)."""
-    try:
-        return fn(*args)
-    except torch.jit.Error as e:
-        text, marker = str(e), "builtins.ValueError: "
-        if marker not in text:
-            raise
-        raise ValueError(text[text.rindex(marker) + len(marker):].strip().splitlines()[0]) from None
+        module.optimizer.set_group(0, hparams, options)
 
 
 _PYTHON = {
