@@ -222,14 +222,13 @@ def test_error_during_smart_walk_names_worker(cluster):
         torch.testing.assert_close(plugin.autograd.get_gradients(ctx)[a], 2 * a.detach() + 1)
 
 
-class _RaisesKeyError(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x.clone()
+def _raise_key_error() -> None:
+    raise KeyError("kaboom")
 
-    @staticmethod
-    def backward(ctx, grad):
-        raise KeyError("kaboom")
+
+_RaisesKeyError = graphs.identity_with_backward_action(
+    "RaisesKeyError", "Identity whose backward raises a KeyError.", _raise_key_error
+)
 
 
 def test_backward_error_pickles_with_its_attributes(cluster):

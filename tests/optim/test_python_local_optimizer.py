@@ -241,18 +241,28 @@ def test_state_dict_round_trip(cluster):
         assert saved["state"][i]["count"] == entry["count"] == 3
         torch.testing.assert_close(saved["state"][i]["buf"], entry["buf"], rtol=1e-12, atol=1e-14)
 
-    snapshot = values(names, "sd_")
-    train(opt, names, "sd_", 2, "plugin", first_step=3)
-    after_original = values(names, "sd_")
-    for n in names:
-        rpc.rpc_sync(OWNERS[n][0], optim_remote.set_param, args=("sd_" + n, snapshot[n]))
-    fresh = DistributedOptimizer(HeavyBall, params, lr=1.0)  # other hyperparameters: loaded from saved
-    fresh.load_state_dict(saved)
+    fresh = assert_loaded_state_continues(
+        opt, saved, lambda: DistributedOptimizer(HeavyBall, params, lr=1.0), names, "sd_"  # other values: loaded
+    )
     assert fresh.state_dict()["param_groups"] == saved["param_groups"]
-    train(fresh, names, "sd_", 2, "plugin", first_step=3)
-    after_fresh = values(names, "sd_")
+
+
+def assert_loaded_state_continues(opt, saved, build_fresh, names, prefix):
+    """``opt`` (3 steps taken) takes steps 3 and 4; then the parameters go back to their values
+    before them, a fresh optimizer from ``build_fresh()`` loads ``saved`` and takes the same two
+    steps: the parameters end identical. Returns the fresh optimizer."""
+    snapshot = values(names, prefix)
+    train(opt, names, prefix, 2, "plugin", first_step=3)
+    after_original = values(names, prefix)
+    for n in names:
+        rpc.rpc_sync(OWNERS[n][0], optim_remote.set_param, args=(prefix + n, snapshot[n]))
+    fresh = build_fresh()
+    fresh.load_state_dict(saved)
+    train(fresh, names, prefix, 2, "plugin", first_step=3)
+    after_fresh = values(names, prefix)
     for n in names:
         assert torch.equal(after_fresh[n], after_original[n]), n
+    return fresh
 
 
 def test_lr_scheduler_drives_it(cluster):
