@@ -17,6 +17,10 @@ Layout (all TorchScript-typed):
   keeps them (empty until the parameter's first step, like torch's lazy initialisation).
 * Per-group caches of the parameter and state tensor lists, so that a step over a whole group
   (the common case) does not rebuild them: ``cache_state[g]`` is valid while ``cache_valid[g]``.
+* ``packed[g]``, ``layout[g]``: a packed group's state (:meth:`GroupedState.pack`): its
+  tensors are views of the buffers ``packed[g]`` (one per dtype), where the int64 tensor
+  ``layout[g]`` says, so that its steps hand the op library a few buffers instead of every
+  state tensor; empty for a group that is not packed.
 * ``full_indices[g]`` (group ``g``'s flat indices): made once, handed out on every whole-group
   step instead of a new list; never modified.
 * ``impl[g]`` (``"single"``, ``"foreach"`` or ``"fused"``) and ``sparse_errors[g]`` (the
@@ -187,6 +191,10 @@ def _no_tensors() -> List[Tensor]:
     return empty
 
 
+def _no_layout() -> Tensor:
+    return torch.empty(0, dtype=torch.int64)
+
+
 class GroupedState:
     """Parameters in groups, their hyperparameters and options, and their per-parameter state.
 
@@ -233,6 +241,8 @@ class GroupedState:
         self.cache_flat: List[List[Tensor]] = []
         self.tensor_hparams: List[Dict[str, Tensor]] = []
         self.any_tensor_hparams = False
+        self.packed: List[List[Tensor]] = []
+        self.layout: List[Tensor] = []
         for g in range(len(groups)):
             self.add_group(groups[g], hparams[g], options[g])
         if len(self.params) == 0:
@@ -277,6 +287,8 @@ class GroupedState:
         self.op_values.append(_no_values())
         self.cache_flat.append(_no_tensors())
         self.tensor_hparams.append(_no_state())
+        self.packed.append(_no_tensors())
+        self.layout.append(_no_layout())
 
     def pop_group(self) -> None:
         """Remove the last group, added by :meth:`add_group` (before it ever stepped)."""
@@ -302,6 +314,8 @@ class GroupedState:
         self.op_values.pop()
         self.cache_flat.pop()
         self.tensor_hparams.pop()
+        self.packed.pop()
+        self.layout.pop()
         self.unbind_tensors(0, [])  # recounts any_tensor_hparams
 
     # ----------------------------------------------------------------- structure
@@ -445,27 +459,103 @@ class GroupedState:
         already has are kept). What the plugin's native local optimizers run too."""
         names = self.op_names[g]
         values = self.op_values[g]
+        tensor_names: List[str] = []
+        tensor_values: List[Tensor] = []
+        for name, value in self.tensor_hparams[g].items():
+            tensor_names.append(name)
+            tensor_values.append(value)
         full = self.is_full(g, indices)
-        if full and self.cache_valid[g] and len(self.cache_flat[g]) > 0:
+        packed = full and len(self.packed[g]) > 0
+        if packed or (full and self.cache_valid[g] and len(self.cache_flat[g]) > 0):
             fresh = no_fresh(len(indices))
-            state = self.cache_flat[g]
         else:
             fresh = self.create_missing(indices, grads, names, values)
-            state: List[Tensor] = []
+            made_together = full
+            for made in fresh:
+                made_together = made_together and made
+            if made_together:  # the whole group's state, made at this step: packed from the start
+                packed = self.pack(g)
+        if packed:
+            ops.group_step_packed(
+                self.name, self.cache_params[g], grads, self.packed[g], self.layout[g], fresh, names, values,
+                tensor_names, tensor_values,
+            )
+            return
+        state = self.cache_flat[g]
+        if not (full and self.cache_valid[g] and len(state) > 0):
+            state = _no_tensors()
             for i in indices:
                 for key in self.keys[i]:
                     state.append(self.state[i][key])
             if full:
                 self.cache_flat[g] = state
                 self.cache_valid[g] = True
-        tensor_names: List[str] = []
-        tensor_values: List[Tensor] = []
-        for name, value in self.tensor_hparams[g].items():
-            tensor_names.append(name)
-            tensor_values.append(value)
         ops.group_step(
             self.name, self.params_of(g, indices), grads, state, fresh, names, values, tensor_names, tensor_values
         )
+
+    def pack(self, g: int) -> bool:
+        """Make group ``g``'s state tensors views of one new buffer per dtype (their values
+        copied), so that its whole-group steps pass the op library those buffers and
+        ``layout[g]`` (``gilfree_optim::group_step_packed``) instead of every state tensor. Done
+        only where nothing holds the tensors it replaces: right after the whole group's state
+        was made at its first step, or loaded (:meth:`set_state`); the views are the state from
+        then on (the same tensors at every step, as ``torch.optim`` keeps them). Returns whether
+        the group is packed: not when a parameter lacks a key, or a state tensor is not a
+        contiguous tensor on the CPU."""
+        state = _no_tensors()
+        for i in range(self.offsets[g], self.offsets[g + 1]):
+            for key in self.keys[i]:
+                if key not in self.state[i]:
+                    return False
+                state.append(self.state[i][key])
+        firsts = _no_tensors()  # the first state tensor of each dtype
+        sizes: List[int] = []
+        where: List[int] = []
+        for t in state:
+            if t.device.type != "cpu" or t.is_sparse or not t.is_contiguous():
+                return False
+            d = len(firsts)
+            for k in range(len(firsts)):
+                if firsts[k].dtype == t.dtype:
+                    d = k
+            if d == len(firsts):
+                firsts.append(t)
+                sizes.append(0)
+            where.append(d)
+            sizes[d] += t.numel()
+        if len(state) == 0:
+            return False
+        buffers = _no_tensors()
+        for d in range(len(firsts)):
+            buffers.append(torch.empty(sizes[d], dtype=firsts[d].dtype))
+            sizes[d] = 0
+        layout: List[int] = []
+        views = _no_tensors()
+        for j in range(len(state)):
+            t = state[j]
+            d = where[j]
+            view = buffers[d].narrow(0, sizes[d], t.numel()).view(t.shape)
+            view.copy_(t)
+            views.append(view)
+            layout.extend([d, sizes[d], t.dim()])
+            layout.extend(t.shape)
+            sizes[d] += t.numel()
+        j = 0
+        for i in range(self.offsets[g], self.offsets[g + 1]):
+            for key in self.keys[i]:
+                self.state[i][key] = views[j]
+                j += 1
+        self.packed[g] = buffers
+        self.layout[g] = torch.tensor(layout, dtype=torch.int64)
+        self.invalidate(g)
+        return True
+
+    def unpack(self, g: int) -> None:
+        """Group ``g``'s steps pass its state tensors one by one again (they stay views of its
+        buffers: nothing is copied)."""
+        self.packed[g] = _no_tensors()
+        self.layout[g] = _no_layout()
 
     def create_missing(self, indices: List[int], grads: List[Tensor], names: List[str], values: List[float]) -> List[bool]:
         """Makes the state keys the parameters ``indices`` lack (``new_state``); returns, per
@@ -584,6 +674,9 @@ class GroupedState:
         self.state = new_state
         for g in range(self.num_groups()):
             self.invalidate(g)
+            self.unpack(g)
+            if self.impl[g] == "fused":
+                self.pack(g)
 
     # ----------------------------------------------------------------- Tensor hyperparameters
     def bind_tensor(self, group: int, name: str, value: Tensor) -> None:
@@ -716,7 +809,13 @@ class GroupedState:
         self.invalidate(group)
         self.set_op_values(group)
         if impl == "fused":
+            keys_before = self.keys[self.offsets[group]:self.offsets[group + 1]]
             self.set_keys(group)
+            for k in range(len(keys_before)):
+                if keys_before[k] != self.keys[self.offsets[group] + k]:  # a key more or less: not packed
+                    self.unpack(group)
+        else:
+            self.unpack(group)
         if not torch.jit.is_scripting():
             self.refresh_param_group(group)
 

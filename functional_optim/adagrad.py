@@ -168,6 +168,7 @@ class Adagrad:
         self._init_groups()
         for g in range(self._s.num_groups()):  # torch creates Adagrad's state at construction
             self._s.prepare(g, self._s.full_indices[g], self._fills)
+            self._s.pack(g)
 
     def _check(self, h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
         _validation.check_values(h, ["lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps"])

@@ -16,7 +16,7 @@ from typing import List
 import torch
 from torch import Tensor
 
-__all__ = ["group_step", "new_state", "state_keys", "group_step_devices"]
+__all__ = ["group_step", "group_step_packed", "new_state", "state_keys", "group_step_devices"]
 
 
 def group_step(
@@ -45,6 +45,35 @@ def group_step(
         RuntimeError: what a kernel raises.
     """
     torch.ops.gilfree_optim.group_step(optimizer, params, grads, state, fresh, names, values, tensor_names, tensor_values)
+
+
+def group_step_packed(
+    optimizer: str, params: List[Tensor], grads: List[Tensor], buffers: List[Tensor], layout: Tensor,
+    fresh: List[bool], names: List[str], values: List[float], tensor_names: List[str], tensor_values: List[Tensor],
+) -> None:
+    """The op ``gilfree_optim::group_step_packed``: :func:`group_step` of a group whose state
+    tensors are views of ``buffers`` (``GroupedState.pack``), in place.
+
+    The op makes the state tensors from ``buffers`` and ``layout`` at its first call with them
+    and keeps them while those tensors are alive and unchanged (it keeps no buffer alive), so
+    that a step passes a few tensors instead of every state tensor.
+
+    Args:
+        optimizer, params, grads, fresh, names, values, tensor_names, tensor_values: as for
+            :func:`group_step`.
+        buffers (List[Tensor]): contiguous 1-D dense tensors (one per dtype of the state, on
+            the CPU) holding the state, written in place.
+        layout (Tensor): contiguous 1-D int64 on the CPU: per state tensor, in
+            :func:`group_step`'s order, the index of its buffer, its offset there (elements),
+            its number of dimensions and its sizes (the tensor is contiguous there).
+
+    Raises:
+        ValueError: a layout that does not fit the buffers, and what :func:`group_step` raises.
+        RuntimeError: what a kernel raises.
+    """
+    torch.ops.gilfree_optim.group_step_packed(
+        optimizer, params, grads, buffers, layout, fresh, names, values, tensor_names, tensor_values
+    )
 
 
 def new_state(optimizer: str, params: List[Tensor], grads: List[Tensor], names: List[str],

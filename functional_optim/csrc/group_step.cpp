@@ -9,6 +9,7 @@
 #include <torch/library.h>
 
 #include <map>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 
@@ -127,6 +128,121 @@ void groupStepKernel(
   at::AutoDispatchBelowAutograd belowAutograd;
   def.step(group, v);
 }
+
+// The state of a packed group (functional_optim/_state.py, GroupedState.pack): its tensors
+// are views of a few buffers, and `layout` (int64, 1-D, on the CPU) says where: per state
+// tensor, in group_step's order, its buffer's index, its offset in the buffer (elements), its
+// number of dimensions and its sizes (contiguous). The views group_step takes are made once per
+// layout and kept, so that a step passes a few tensors instead of every state tensor (under
+// torch.compile each tensor of a step's lists is a guard, a size assert and a conversion).
+// They are made on storages that do not own the buffers' memory, and used only while the
+// entry's weak references show the same layout and buffers (same storages, same memory) alive:
+// an entry keeps no buffer alive, and a dead one is dropped at the next miss.
+struct PackedViews {
+  explicit PackedViews(c10::weak_intrusive_ptr<c10::StorageImpl> layoutStorage) : layout(std::move(layoutStorage)) {}
+  c10::weak_intrusive_ptr<c10::StorageImpl> layout;
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> storages;
+  std::vector<const void*> data;
+  std::vector<at::Tensor> views;
+};
+
+std::mutex packedMutex;
+std::unordered_map<const c10::StorageImpl*, std::shared_ptr<const PackedViews>>& packedCache() {
+  static auto* cache = new std::unordered_map<const c10::StorageImpl*, std::shared_ptr<const PackedViews>>();
+  return *cache;
+}
+
+bool packedCurrent(const PackedViews& entry, at::TensorList buffers, const at::Tensor& layout) {
+  if (entry.layout.lock().get() != layout.storage().unsafeGetStorageImpl() || entry.storages.size() != buffers.size()) {
+    return false;
+  }
+  for (size_t b = 0; b < buffers.size(); ++b) {
+    const auto storage = entry.storages[b].lock();
+    if (storage.get() != buffers[b].storage().unsafeGetStorageImpl() || entry.data[b] != buffers[b].data_ptr()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::shared_ptr<const PackedViews> makePackedViews(at::TensorList buffers, const at::Tensor& layout) {
+  constexpr const char* kOp = "gilfree_optim::group_step_packed: ";
+  TORCH_CHECK_VALUE(
+      layout.dim() == 1 && layout.scalar_type() == at::kLong && layout.device().is_cpu() && layout.is_contiguous(),
+      kOp, "layout must be a contiguous 1-D int64 tensor on the CPU");
+  auto entry = std::make_shared<PackedViews>(layout.storage().getWeakStorageImpl());
+  std::vector<c10::Storage> unowned;
+  for (const auto& buffer : buffers) {
+    TORCH_CHECK_VALUE(buffer.dim() == 1 && buffer.is_contiguous() && !buffer.is_sparse(), kOp,
+                      "every buffer must be a contiguous 1-D dense tensor");
+    entry->storages.push_back(buffer.storage().getWeakStorageImpl());
+    entry->data.push_back(buffer.data_ptr());
+    unowned.emplace_back(c10::Storage::use_byte_size_t(), buffer.numel() * buffer.element_size(),
+                         c10::DataPtr(buffer.data_ptr(), buffer.device()), nullptr, false);
+  }
+  const int64_t* spec = layout.const_data_ptr<int64_t>();
+  const int64_t n = layout.numel();
+  at::AutoDispatchBelowADInplaceOrView belowViews;
+  for (int64_t at = 0; at < n;) {
+    TORCH_CHECK_VALUE(at + 3 <= n && spec[at + 2] >= 0 && at + 3 + spec[at + 2] <= n, kOp, "layout is cut short");
+    const int64_t b = spec[at], offset = spec[at + 1], dim = spec[at + 2];
+    TORCH_CHECK_VALUE(b >= 0 && b < static_cast<int64_t>(buffers.size()), kOp, "layout names buffer ", b, " of ",
+                      buffers.size());
+    std::vector<int64_t> sizes(spec + at + 3, spec + at + 3 + dim);
+    int64_t numel = 1;
+    for (int64_t d : sizes) {
+      TORCH_CHECK_VALUE(d >= 0, kOp, "layout has a negative size");
+      numel *= d;
+    }
+    TORCH_CHECK_VALUE(offset >= 0 && offset + numel <= buffers[b].numel(), kOp, "layout reaches past buffer ", b);
+    entry->views.push_back(at::empty({0}, buffers[b].options()).set_(unowned[b], offset, sizes));
+    at += 3 + dim;
+  }
+  return entry;
+}
+
+std::shared_ptr<const PackedViews> packedViews(at::TensorList buffers, const at::Tensor& layout) {
+  const auto* key = layout.storage().unsafeGetStorageImpl();
+  std::lock_guard<std::mutex> lock(packedMutex);
+  auto& cache = packedCache();
+  auto it = cache.find(key);
+  if (it != cache.end() && packedCurrent(*it->second, buffers, layout)) {
+    return it->second;
+  }
+  for (auto dead = cache.begin(); dead != cache.end();) {
+    dead = dead->second->layout.expired() ? cache.erase(dead) : std::next(dead);
+  }
+  auto entry = makePackedViews(buffers, layout);
+  cache[key] = entry;
+  return entry;
+}
+
+void groupStepPackedKernel(
+    const std::string& optimizer,
+    at::TensorList params,
+    at::TensorList grads,
+    at::TensorList buffers,
+    const at::Tensor& layout,
+    c10::List<bool> fresh,
+    const std::vector<std::string>& names,
+    const std::vector<double>& values,
+    const std::vector<std::string>& tensorNames,
+    at::TensorList tensorValues) {
+  const auto entry = packedViews(buffers, layout);
+  groupStepKernel(optimizer, params, grads, entry->views, std::move(fresh), names, values, tensorNames, tensorValues);
+}
+
+void groupStepPackedMeta(
+    const std::string&,
+    at::TensorList,
+    at::TensorList,
+    at::TensorList,
+    const at::Tensor&,
+    c10::List<bool>,
+    const std::vector<std::string>&,
+    const std::vector<double>&,
+    const std::vector<std::string>&,
+    at::TensorList) {}
 
 // On meta tensors (torch.compile's fake tensors run this): the state as new_state makes it,
 // every tensor on the meta device (a state tensor kept on the CPU whatever the parameter's
@@ -322,11 +438,13 @@ TORCH_LIBRARY_IMPL(gilfree_optim, CompositeImplicitAutograd, m) {
 TORCH_LIBRARY_IMPL(gilfree_optim, CompositeExplicitAutograd, m) {
   m.impl("new_state", TORCH_FN(newStateKernel));
   m.impl("group_step", TORCH_FN(groupStepKernel));
+  m.impl("group_step_packed", TORCH_FN(groupStepPackedKernel));
 }
 
 TORCH_LIBRARY_IMPL(gilfree_optim, Meta, m) {
   m.impl("new_state", TORCH_FN(newStateMeta));
   m.impl("group_step", TORCH_FN(groupStepMeta));
+  m.impl("group_step_packed", TORCH_FN(groupStepPackedMeta));
 }
 
 }  // namespace gilfree_optim

@@ -88,4 +88,9 @@ TORCH_LIBRARY(gilfree_optim, m) {
   m.def(
       "group_step(str optimizer, Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] state, bool[] fresh, "
       "str[] names, float[] values, str[] tensor_names, Tensor[] tensor_values) -> ()");
+  // group_step on a packed group: its state tensors are views of `buffers` where `layout` says
+  // (group_step.cpp); the rest as group_step.
+  m.def(
+      "group_step_packed(str optimizer, Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] buffers, Tensor layout, "
+      "bool[] fresh, str[] names, float[] values, str[] tensor_names, Tensor[] tensor_values) -> ()");
 }

@@ -61,13 +61,15 @@ def run_parity(
     torch_overrides: Optional[Dict[str, Any]] = None,
     scripted_too: bool = True,
     tol: Optional[Dict[str, float]] = None,
+    late_start: Optional[bool] = None,
 ) -> None:
     """Step torch.optim, our eager optimizer and our scripted one on the same gradients and
     compare parameters and full state at the end (and parameters half-way).
 
     ``our_overrides`` / ``torch_overrides`` are extra constructor arguments of one side only;
     ``scripted_too=False`` leaves out the scripted optimizer; ``tol`` replaces the dtype's
-    tolerances."""
+    tolerances; ``late_start`` (default: the info's choice for the implementation) whether one
+    parameter's first gradient comes late (:func:`C.gradient_schedule`)."""
     base = C.make_params(dtype, info=info)
     torch_params = [torch.nn.Parameter(p.clone()) for p in base]
     eager_params = [p.clone() for p in base]
@@ -85,7 +87,8 @@ def run_parity(
     else:  # the eager optimizer again, on its own copy
         scripted = info.ours(C.build_params_arg(config, script_params), **ours_kwargs)
     order = C.flat_order(config)
-    late_start = info.fused_late_start or impl != "fused"
+    if late_start is None:
+        late_start = info.fused_late_start or impl != "fused"
     generator = torch.Generator().manual_seed(1)
     for step in range(steps):
         grads = C.make_gradients(step, dtype, generator, sparse, late_start, info=info)
