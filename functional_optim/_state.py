@@ -192,7 +192,7 @@ def _no_tensors() -> List[Tensor]:
 
 
 def _no_layout() -> Tensor:
-    return torch.empty(0, dtype=torch.int64)
+    return torch.empty(0, dtype=torch.int64, device=torch.device("cpu"))
 
 
 class GroupedState:
@@ -456,7 +456,9 @@ class GroupedState:
         (fused) implementation: the op library's group step of this optimizer
         (``torch.ops.gilfree_optim.group_step``, ``csrc/group_step.h``), after ``new_state``
         made the state these parameters lack (as torch, at a parameter's first step; keys it
-        already has are kept). What the plugin's native local optimizers run too."""
+        already has are kept). What the plugin's native local optimizers run too. A whole-group
+        step of a packed group (:meth:`pack`) passes its buffers instead of its state tensors
+        (``torch.ops.gilfree_optim.group_step_packed``: the same group step)."""
         names = self.op_names[g]
         values = self.op_values[g]
         tensor_names: List[str] = []
@@ -500,9 +502,12 @@ class GroupedState:
         ``layout[g]`` (``gilfree_optim::group_step_packed``) instead of every state tensor. Done
         only where nothing holds the tensors it replaces: right after the whole group's state
         was made at its first step, or loaded (:meth:`set_state`); the views are the state from
-        then on (the same tensors at every step, as ``torch.optim`` keeps them). Returns whether
-        the group is packed: not when a parameter lacks a key, or a state tensor is not a
-        contiguous tensor on the CPU."""
+        then on (the same tensors at every step, as ``torch.optim`` keeps them). The copies are
+        made a tensor at a time, each one replaced freed as it is copied (the buffers' pages are
+        touched as they are filled). A state tensor whose storage is swapped in place afterwards
+        (``set_``, ``.data =``, ``torch.utils.swap_tensors``) is not followed: load a state dict
+        instead. Returns whether the group is packed: not when a parameter lacks a key, or a
+        state tensor is not a contiguous tensor on the CPU."""
         state = _no_tensors()
         for i in range(self.offsets[g], self.offsets[g + 1]):
             for key in self.keys[i]:
@@ -526,29 +531,28 @@ class GroupedState:
             sizes[d] += t.numel()
         if len(state) == 0:
             return False
+        self.invalidate(g)  # (drops the cached lists of the tensors replaced below)
         buffers = _no_tensors()
         for d in range(len(firsts)):
-            buffers.append(torch.empty(sizes[d], dtype=firsts[d].dtype))
+            buffers.append(torch.empty(sizes[d], dtype=firsts[d].dtype, device=firsts[d].device))
             sizes[d] = 0
+        firsts = _no_tensors()
         layout: List[int] = []
-        views = _no_tensors()
-        for j in range(len(state)):
-            t = state[j]
-            d = where[j]
-            view = buffers[d].narrow(0, sizes[d], t.numel()).view(t.shape)
-            view.copy_(t)
-            views.append(view)
-            layout.extend([d, sizes[d], t.dim()])
-            layout.extend(t.shape)
-            sizes[d] += t.numel()
         j = 0
         for i in range(self.offsets[g], self.offsets[g + 1]):
             for key in self.keys[i]:
-                self.state[i][key] = views[j]
+                t = state[j]
+                d = where[j]
+                view = buffers[d].narrow(0, sizes[d], t.numel()).view(t.shape)
+                view.copy_(t)
+                self.state[i][key] = view
+                state[j] = view  # the tensor copied is freed now, not after the whole group
+                layout.extend([d, sizes[d], t.dim()])
+                layout.extend(t.shape)
+                sizes[d] += t.numel()
                 j += 1
         self.packed[g] = buffers
-        self.layout[g] = torch.tensor(layout, dtype=torch.int64)
-        self.invalidate(g)
+        self.layout[g] = torch.tensor(layout, dtype=torch.int64, device=torch.device("cpu"))
         return True
 
     def unpack(self, g: int) -> None:

@@ -8,6 +8,7 @@
 #include <ATen/ThreadLocalState.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -132,77 +133,124 @@ void groupStepKernel(
 // The state of a packed group (functional_optim/_state.py, GroupedState.pack): its tensors
 // are views of a few buffers, and `layout` (int64, 1-D, on the CPU) says where: per state
 // tensor, in group_step's order, its buffer's index, its offset in the buffer (elements), its
-// number of dimensions and its sizes (contiguous). The views group_step takes are made once per
-// layout and kept, so that a step passes a few tensors instead of every state tensor (under
-// torch.compile each tensor of a step's lists is a guard, a size assert and a conversion).
-// They are made on storages that do not own the buffers' memory, and used only while the
-// entry's weak references show the same layout and buffers (same storages, same memory) alive:
-// an entry keeps no buffer alive, and a dead one is dropped at the next miss.
+// number of dimensions and its sizes (contiguous; no two overlap). The views group_step takes
+// are made once per layout and kept, so that a step passes a few tensors instead of every state
+// tensor (under torch.compile each tensor of a step's lists is a guard, a size assert and a
+// conversion). They are made on storages that do not own the buffers' memory, and used only
+// while the entry's weak references show the same layout (same values) and buffers (same
+// storages, same memory) alive: an entry keeps no buffer alive, and a dead one is dropped at
+// the next miss. (The schema marks the buffers written: torch bumps their version counter, the
+// Python views', at every call.)
 struct PackedViews {
   explicit PackedViews(c10::weak_intrusive_ptr<c10::StorageImpl> layoutStorage) : layout(std::move(layoutStorage)) {}
   c10::weak_intrusive_ptr<c10::StorageImpl> layout;
+  std::vector<int64_t> spec;
   std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> storages;
   std::vector<const void*> data;
+  std::vector<int64_t> numels;
   std::vector<at::Tensor> views;
 };
 
 std::mutex packedMutex;
-std::unordered_map<const c10::StorageImpl*, std::shared_ptr<const PackedViews>>& packedCache() {
-  static auto* cache = new std::unordered_map<const c10::StorageImpl*, std::shared_ptr<const PackedViews>>();
+std::unordered_map<const void*, std::shared_ptr<const PackedViews>>& packedCache() {
+  static auto* cache = new std::unordered_map<const void*, std::shared_ptr<const PackedViews>>();
   return *cache;
 }
 
 bool packedCurrent(const PackedViews& entry, at::TensorList buffers, const at::Tensor& layout) {
-  if (entry.layout.lock().get() != layout.storage().unsafeGetStorageImpl() || entry.storages.size() != buffers.size()) {
+  if (entry.layout.lock().get() != layout.storage().unsafeGetStorageImpl() || entry.storages.size() != buffers.size() ||
+      static_cast<int64_t>(entry.spec.size()) != layout.numel() ||
+      !std::equal(entry.spec.begin(), entry.spec.end(), layout.const_data_ptr<int64_t>())) {
     return false;
   }
   for (size_t b = 0; b < buffers.size(); ++b) {
     const auto storage = entry.storages[b].lock();
-    if (storage.get() != buffers[b].storage().unsafeGetStorageImpl() || entry.data[b] != buffers[b].data_ptr()) {
+    if (storage.get() != buffers[b].storage().unsafeGetStorageImpl() || entry.data[b] != buffers[b].data_ptr() ||
+        entry.numels[b] != buffers[b].numel()) {
       return false;
     }
   }
   return true;
 }
 
-std::shared_ptr<const PackedViews> makePackedViews(at::TensorList buffers, const at::Tensor& layout) {
-  constexpr const char* kOp = "gilfree_optim::group_step_packed: ";
+void checkLayoutTensor(const at::Tensor& layout, at::TensorList buffers) {
   TORCH_CHECK_VALUE(
       layout.dim() == 1 && layout.scalar_type() == at::kLong && layout.device().is_cpu() && layout.is_contiguous(),
-      kOp, "layout must be a contiguous 1-D int64 tensor on the CPU");
+      "gilfree_optim::group_step_packed: layout must be a contiguous 1-D int64 tensor on the CPU");
+  for (const auto& buffer : buffers) {
+    TORCH_CHECK_VALUE(buffer.dim() == 1 && buffer.is_contiguous() && buffer.layout() == at::kStrided,
+                      "gilfree_optim::group_step_packed: every buffer must be a contiguous 1-D dense tensor");
+  }
+}
+
+std::shared_ptr<const PackedViews> makePackedViews(at::TensorList buffers, const at::Tensor& layout) {
+  constexpr const char* kOp = "gilfree_optim::group_step_packed: ";
   auto entry = std::make_shared<PackedViews>(layout.storage().getWeakStorageImpl());
+  const int64_t* spec = layout.const_data_ptr<int64_t>();
+  const int64_t n = layout.numel();
+  entry->spec.assign(spec, spec + n);
   std::vector<c10::Storage> unowned;
   for (const auto& buffer : buffers) {
-    TORCH_CHECK_VALUE(buffer.dim() == 1 && buffer.is_contiguous() && !buffer.is_sparse(), kOp,
-                      "every buffer must be a contiguous 1-D dense tensor");
     entry->storages.push_back(buffer.storage().getWeakStorageImpl());
     entry->data.push_back(buffer.data_ptr());
+    entry->numels.push_back(buffer.numel());
     unowned.emplace_back(c10::Storage::use_byte_size_t(), buffer.numel() * buffer.element_size(),
                          c10::DataPtr(buffer.data_ptr(), buffer.device()), nullptr, false);
   }
-  const int64_t* spec = layout.const_data_ptr<int64_t>();
-  const int64_t n = layout.numel();
-  at::AutoDispatchBelowADInplaceOrView belowViews;
+  // Checked before any view is made: every entry inside its buffer, none overlapping another.
+  struct Span {
+    int64_t buffer, offset, numel;
+    std::vector<int64_t> sizes;
+  };
+  std::vector<Span> spans;
   for (int64_t at = 0; at < n;) {
-    TORCH_CHECK_VALUE(at + 3 <= n && spec[at + 2] >= 0 && at + 3 + spec[at + 2] <= n, kOp, "layout is cut short");
+    TORCH_CHECK_VALUE(n - at >= 3 && spec[at + 2] >= 0 && spec[at + 2] <= n - at - 3, kOp, "layout is cut short");
     const int64_t b = spec[at], offset = spec[at + 1], dim = spec[at + 2];
     TORCH_CHECK_VALUE(b >= 0 && b < static_cast<int64_t>(buffers.size()), kOp, "layout names buffer ", b, " of ",
                       buffers.size());
-    std::vector<int64_t> sizes(spec + at + 3, spec + at + 3 + dim);
-    int64_t numel = 1;
-    for (int64_t d : sizes) {
-      TORCH_CHECK_VALUE(d >= 0, kOp, "layout has a negative size");
-      numel *= d;
+    const int64_t limit = buffers[b].numel();
+    Span span{b, offset, 1, std::vector<int64_t>(spec + at + 3, spec + at + 3 + dim)};
+    bool empty = false;
+    for (int64_t d : span.sizes) {
+      TORCH_CHECK_VALUE(d >= 0 && d <= limit, kOp, "layout has a size outside [0, ", limit, "]");
+      if (d == 0) {
+        empty = true;
+      } else {
+        TORCH_CHECK_VALUE(span.numel <= limit / d, kOp, "layout reaches past buffer ", b);
+        span.numel *= d;
+      }
     }
-    TORCH_CHECK_VALUE(offset >= 0 && offset + numel <= buffers[b].numel(), kOp, "layout reaches past buffer ", b);
-    entry->views.push_back(at::empty({0}, buffers[b].options()).set_(unowned[b], offset, sizes));
+    if (empty) {
+      span.numel = 0;
+    }
+    TORCH_CHECK_VALUE(offset >= 0 && offset <= limit - span.numel, kOp, "layout reaches past buffer ", b);
+    spans.push_back(std::move(span));
     at += 3 + dim;
+  }
+  std::vector<const Span*> order;
+  for (const auto& span : spans) {
+    order.push_back(&span);
+  }
+  std::sort(order.begin(), order.end(), [](const Span* x, const Span* y) {
+    return x->buffer != y->buffer ? x->buffer < y->buffer : x->offset < y->offset;
+  });
+  for (size_t k = 1; k < order.size(); ++k) {
+    const Span& before = *order[k - 1];
+    TORCH_CHECK_VALUE(before.buffer != order[k]->buffer || before.numel == 0 ||
+                          before.offset + before.numel <= order[k]->offset,
+                      kOp, "layout overlaps two state tensors in buffer ", before.buffer);
+  }
+  at::AutoDispatchBelowADInplaceOrView belowViews;
+  for (const auto& span : spans) {
+    entry->views.push_back(
+        at::empty({0}, buffers[span.buffer].options()).set_(unowned[span.buffer], span.offset, span.sizes));
   }
   return entry;
 }
 
 std::shared_ptr<const PackedViews> packedViews(at::TensorList buffers, const at::Tensor& layout) {
-  const auto* key = layout.storage().unsafeGetStorageImpl();
+  checkLayoutTensor(layout, buffers);
+  const void* key = layout.const_data_ptr();
   std::lock_guard<std::mutex> lock(packedMutex);
   auto& cache = packedCache();
   auto it = cache.find(key);

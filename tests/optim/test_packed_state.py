@@ -176,11 +176,18 @@ def test_the_op_checks_the_layout_before_stepping():
     good = s.layout[0].clone()
     past_end = good.clone()
     past_end[1] = buffers[int(good[0])].numel()  # the first tensor's offset at the buffer's end
+    overlapping = good.clone()
+    overlapping[1] = 0  # the first tensor's offset onto the second's (both at 0)
+    overlapping[int(good[2]) + 4] = 0
+    huge = good.clone()
+    huge[2:3] = 2**62  # a dimension count past the layout's end
     for layout, match in [
         (good[:-1], "cut short|keeps"),
         (good.to(torch.int32), "int64"),
         (past_end, "reaches past"),
         (torch.cat([good[:1] + 5, good[1:]]), "names buffer"),
+        (overlapping, "overlaps"),
+        (huge, "cut short"),
     ]:
         with pytest.raises(ValueError, match=match):
             call(layout)
@@ -190,3 +197,33 @@ def test_the_op_checks_the_layout_before_stepping():
         call(good, [b.view(1, -1) for b in buffers])
     call(good)  # the good layout steps
     assert not torch.equal(params[0], saved[0])
+    good[1] = buffers[int(good[0])].numel()  # the same layout tensor changed in place: checked again
+    with pytest.raises(ValueError, match="reaches past"):
+        call(good)
+
+
+def test_a_packed_step_bumps_the_state_versions():
+    """As torch's in-place updates do (the list path's too): a saved state tensor is seen to
+    have changed."""
+    opt, _, gen = _stepped(C.INFO_BY_NAME["Adafactor"])
+    assert len(opt._s.packed[0]) > 0
+    state = opt.state_dict()["state"][0]
+    versions = {key: t._version for key, t in state.items()}
+    opt.step(C.make_gradients(1, torch.float32, gen, late_start=False, info=C.INFO_BY_NAME["Adafactor"]))
+    assert all(t._version > versions[key] for key, t in state.items())
+
+
+def test_packing_takes_the_state_device_not_the_default_one():
+    """A default device set by the user (here meta) does not move the buffers off the CPU."""
+    info = C.INFO_BY_NAME["Adam"]
+    gen = torch.Generator().manual_seed(7)
+    grads = [C.make_gradients(k, torch.float32, gen, late_start=False, info=info) for k in range(3)]
+    params, params2 = C.make_params(torch.float32, info=info), C.make_params(torch.float32, info=info)
+    eager, other = functional_optim.Adam(params, lr=0.01), functional_optim.Adam(params2, lr=0.01)
+    for g in grads:
+        eager.step(g)
+        with torch.device("meta"):
+            other.step(g)
+    assert len(other._s.packed[0]) > 0 and other._s.packed[0][0].device.type == "cpu"
+    for x, y in zip(params, params2):
+        assert torch.equal(x, y)
