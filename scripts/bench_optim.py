@@ -636,16 +636,19 @@ def main_group_steps(args: argparse.Namespace) -> Dict[str, Any]:
 def paired_report(
     args: argparse.Namespace, title: str, key: str, workloads: Dict[str, Dict[str, List[Tuple[int, ...]]]],
     kwargs: Dict[str, Dict[str, Any]], measure: Callable[[], Dict[str, Any]],
+    extra: Optional[Callable[[], Dict[str, Any]]] = None,
 ) -> Dict[str, Any]:
     """Runs ``measure`` (:func:`paired_rows`' rows) between two readings of the load average,
     prints the ``ours/torch`` ratios against the target (<= 1.0) and writes the report (its rows
-    under ``key``, with ``workloads`` and ``kwargs`` per optimizer) to ``args.out``."""
+    under ``key``, with ``workloads`` and ``kwargs`` per optimizer, and what ``extra`` returns,
+    measured after them) to ``args.out``."""
     from bench_results import run_meta, write_results  # scripts/ is on sys.path when this script runs
 
     load_start = os.getloadavg()
     print(f"torch {torch.__version__}; load average {load_start[0]:.2f}")
     print(f"\n== {title} ==")
     rows = measure()
+    more = extra() if extra is not None else {}
     load_end = os.getloadavg()
     print("\n== target: ours/torch <= 1.0 (median of per-round ratios) ==")
     for name, per_name in rows.items():
@@ -659,6 +662,7 @@ def paired_report(
                       for name, per_name in workloads.items()},
         "kwargs": kwargs,
         key: rows,
+        **more,
     }
     write_results(args.out, report)
     return report
@@ -694,6 +698,20 @@ def compiled_variants(name: str, shapes: List[Tuple[int, ...]]) -> Dict[str, Cal
     return {"torch": torch_step, "ours": lambda: ours_step(grads_opt)}
 
 
+def compiled_noise_variants(name: str, shapes: List[Tuple[int, ...]]) -> Dict[str, Callable[[], None]]:
+    """torch.optim's compiled step against itself: ``torch`` and ``ours`` are two copies of
+    :func:`compiled_variants`' ``torch`` (built in the same order), so their ratio is what this
+    harness shows for two equal steps (its spread on this machine)."""
+    first, _, _ = paired_optimizers(name, shapes, COMPILED[name])
+    second, _, _ = paired_optimizers(name, shapes, COMPILED[name])
+    first_step, second_step = torch.compile(first.step), torch.compile(second.step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first_step()
+        second_step()
+    return {"torch": first_step, "ours": second_step}
+
+
 def main_compiled(args: argparse.Namespace) -> Dict[str, Any]:
     """``--compiled``: every optimizer's compiled step against torch.optim's compiled step (one
     process), written to ``--out`` (default results/bench_optim_compiled.json), with the load
@@ -707,7 +725,12 @@ def main_compiled(args: argparse.Namespace) -> Dict[str, Any]:
         args, "compiled: torch.compile(ours.step, fullgraph=True) vs torch.compile(torch.optim step)", "compiled",
         workloads, {name: COMPILED[name][2] for name in names},
         lambda: paired_rows(args.quick, workloads, compiled_variants, {"C": 10, "M": 30}, args.thread_clock,
-                            thread_counts=(2,)))
+                            thread_counts=(2,)),
+        # The spread: workload C of the element-wise optimizers (one tensor, memory-bound: both
+        # steps run at the machine's bandwidth), torch's compiled step against itself.
+        lambda: {"compiled_noise": paired_rows(
+            args.quick, {n: {"C": COMPILED_WORKLOADS["C"]} for n in names if n not in GROUP_STEPS},
+            compiled_noise_variants, {"C": 10}, args.thread_clock, thread_counts=(2,))})
 
 
 def summarize(times: Dict[str, List[float]]) -> Dict[str, Dict[str, float]]:

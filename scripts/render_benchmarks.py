@@ -231,10 +231,23 @@ def render_bench_optim_group_steps(data: Dict[str, Any]) -> str:
 
 
 def render_bench_optim_compiled(data: Dict[str, Any]) -> str:
-    """Issue 31: our step under torch.compile against torch.optim's step under torch.compile."""
-    return _render_paired(data, "compiled", "`torch.compile(ours.step, fullgraph=True)` against "
+    """Issue 31: our step under torch.compile against torch.optim's step under torch.compile, and
+    the harness's spread (torch's compiled step against itself), where measured."""
+    text = _render_paired(data, "compiled", "`torch.compile(ours.step, fullgraph=True)` against "
                           "`torch.compile(torch.optim.<name>(...).step)`, both compiled before the timing, on copies "
                           "of the same tensors.")
+    noise = data.get("compiled_noise")
+    if not noise:
+        return text
+    rows = [[name, f"{workload} ({row['tensors']} x, {row['numel']:,} elements)", f"{row['ours/torch']:.2f}x"]
+            for name, per_threads in noise.items() for per_workload in per_threads.values()
+            for workload, row in per_workload.items()]
+    return "\n".join([
+        text, "",
+        "The same harness, the same run, torch's compiled step against a second copy of itself (2 threads): "
+        "the ratio it shows for two equal steps.", "",
+        _table(["optimizer", "workload", "torch / torch"], rows),
+    ])
 
 
 # --- results/bench_backward.json (scripts/bench_backward.py) -----------------------------------
