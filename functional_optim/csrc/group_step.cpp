@@ -139,8 +139,8 @@ void groupStepKernel(
 // conversion). They are made on storages that do not own the buffers' memory, and used only
 // while the entry's weak references show the same layout (same values) and buffers (same
 // storages, same memory) alive: an entry keeps no buffer alive, and a dead one is dropped at
-// the next miss. (The schema marks the buffers written: torch bumps their version counter, the
-// Python views', at every call.)
+// the next miss. Each shares its buffer's version counter, as a view has it: the kernels'
+// in-place updates bump it, and so the Python views' (torch bumps no argument of this op).
 struct PackedViews {
   explicit PackedViews(c10::weak_intrusive_ptr<c10::StorageImpl> layoutStorage) : layout(std::move(layoutStorage)) {}
   c10::weak_intrusive_ptr<c10::StorageImpl> layout;
@@ -242,8 +242,12 @@ std::shared_ptr<const PackedViews> makePackedViews(at::TensorList buffers, const
   }
   at::AutoDispatchBelowADInplaceOrView belowViews;
   for (const auto& span : spans) {
-    entry->views.push_back(
-        at::empty({0}, buffers[span.buffer].options()).set_(unowned[span.buffer], span.offset, span.sizes));
+    auto view = at::empty({0}, buffers[span.buffer].options()).set_(unowned[span.buffer], span.offset, span.sizes);
+    const auto& version = buffers[span.buffer].unsafeGetTensorImpl()->version_counter();
+    if (version.enabled() && !view.is_inference()) {
+      view.unsafeGetTensorImpl()->set_version_counter(version);  // as a view of the buffer has it
+    }
+    entry->views.push_back(std::move(view));
   }
   return entry;
 }
