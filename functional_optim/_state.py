@@ -468,7 +468,8 @@ class GroupedState:
             tensor_values.append(value)
         full = self.is_full(g, indices)
         packed = full and len(self.packed[g]) > 0
-        if packed or (full and self.cache_valid[g] and len(self.cache_flat[g]) > 0):
+        cached = full and self.cache_valid[g] and len(self.cache_flat[g]) > 0
+        if packed or cached:
             fresh = no_fresh(len(indices))
         else:
             fresh = self.create_missing(indices, grads, names, values)
@@ -484,7 +485,7 @@ class GroupedState:
             )
             return
         state = self.cache_flat[g]
-        if not (full and self.cache_valid[g] and len(state) > 0):
+        if not cached:
             state = _no_tensors()
             for i in indices:
                 for key in self.keys[i]:
@@ -503,7 +504,7 @@ class GroupedState:
         only where nothing holds the tensors it replaces: right after the whole group's state
         was made at its first step, or loaded (:meth:`set_state`); the views are the state from
         then on (the same tensors at every step, as ``torch.optim`` keeps them). The copies are
-        made a tensor at a time, each one replaced freed as it is copied (the buffers' pages are
+        made a tensor at a time, each tensor replaced freed once copied (the buffers' pages are
         touched as they are filled). A state tensor whose storage is swapped in place afterwards
         (``set_``, ``.data =``, ``torch.utils.swap_tensors``) is not followed: load a state dict
         instead. Returns whether the group is packed: not when a parameter lacks a key, or a
@@ -818,6 +819,7 @@ class GroupedState:
             for k in range(len(keys_before)):
                 if keys_before[k] != self.keys[self.offsets[group] + k]:  # a key more or less: not packed
                     self.unpack(group)
+                    break
         else:
             self.unpack(group)
         if not torch.jit.is_scripting():

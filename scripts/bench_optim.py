@@ -682,6 +682,16 @@ def compiled_workloads(name: str) -> Dict[str, List[Tuple[int, ...]]]:
     return COMPILED_MATRIX_WORKLOADS if name in GROUP_STEPS else COMPILED_WORKLOADS
 
 
+def compiled_once(step: Callable[..., Any], *args: Any, fullgraph: bool = False) -> Callable[..., Any]:
+    """``torch.compile(step)``, compiled by running it once with ``args`` (so that a timing sees
+    compiled steps only)."""
+    compiled = torch.compile(step, fullgraph=fullgraph)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.compile's notes about the profiler hooks of torch.optim
+        compiled(*args)
+    return compiled
+
+
 def compiled_variants(name: str, shapes: List[Tuple[int, ...]]) -> Dict[str, Callable[[], None]]:
     """``torch``: ``torch.compile(torch.optim.<name>(...).step)`` (torch's recipe for compiling an
     optimizer: torch.optim's default implementation, traced; gradients set on ``.grad`` once);
@@ -689,12 +699,8 @@ def compiled_variants(name: str, shapes: List[Tuple[int, ...]]) -> Dict[str, Cal
     step, the op library's group step, kept as one op). Both compiled and run once here, so
     the timing sees compiled steps only; each on its own copy of the same tensors."""
     reference, ours, grads_opt = paired_optimizers(name, shapes, COMPILED[name])
-    torch_step = torch.compile(reference.step)
-    ours_step = torch.compile(ours.step, fullgraph=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.compile's notes about the profiler hooks of torch.optim
-        torch_step()
-        ours_step(grads_opt)
+    torch_step = compiled_once(reference.step)
+    ours_step = compiled_once(ours.step, grads_opt, fullgraph=True)
     return {"torch": torch_step, "ours": lambda: ours_step(grads_opt)}
 
 
@@ -704,12 +710,7 @@ def compiled_noise_variants(name: str, shapes: List[Tuple[int, ...]]) -> Dict[st
     harness shows for two equal steps (its spread on this machine)."""
     first, _, _ = paired_optimizers(name, shapes, COMPILED[name])
     second, _, _ = paired_optimizers(name, shapes, COMPILED[name])
-    first_step, second_step = torch.compile(first.step), torch.compile(second.step)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        first_step()
-        second_step()
-    return {"torch": first_step, "ours": second_step}
+    return {"torch": compiled_once(first.step), "ours": compiled_once(second.step)}
 
 
 def main_compiled(args: argparse.Namespace) -> Dict[str, Any]:

@@ -210,18 +210,14 @@ std::shared_ptr<const PackedViews> makePackedViews(at::TensorList buffers, const
                       buffers.size());
     const int64_t limit = buffers[b].numel();
     Span span{b, offset, 1, std::vector<int64_t>(spec + at + 3, spec + at + 3 + dim)};
-    bool empty = false;
     for (int64_t d : span.sizes) {
       TORCH_CHECK_VALUE(d >= 0 && d <= limit, kOp, "layout has a size outside [0, ", limit, "]");
-      if (d == 0) {
-        empty = true;
+      if (d == 0 || span.numel == 0) {
+        span.numel = 0;
       } else {
         TORCH_CHECK_VALUE(span.numel <= limit / d, kOp, "layout reaches past buffer ", b);
         span.numel *= d;
       }
-    }
-    if (empty) {
-      span.numel = 0;
     }
     TORCH_CHECK_VALUE(offset >= 0 && offset <= limit - span.numel, kOp, "layout reaches past buffer ", b);
     spans.push_back(std::move(span));

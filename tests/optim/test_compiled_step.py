@@ -8,13 +8,12 @@ the config table (``tests/support/optim_configs.py``) with a fused implementatio
 first config and its default config, three steps from the same start, one parameter skipped
 on the second step (``None`` gradient, as in torch when ``.grad`` is None).
 """
-import copy
-
 import pytest
 import torch
 import torch._dynamo
 
 from tests.support import optim_configs as C
+from tests.support.optim_helpers import run_compiled_against_eager
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -25,32 +24,9 @@ CASES = [pytest.param(info, config, id=f"{info.name}-{config.name}") for info in
          for config in info.configs[:2] + [c for c in info.configs if c.groups]]
 
 
-def _build(info, config, params):
-    return info.ours(C.build_params_arg(config, params), **copy.deepcopy(config.kwargs))
-
-
 @pytest.mark.parametrize("info, config", CASES)
 def test_compiled_step_equals_eager(info, config):
-    torch._dynamo.reset()
-    eager_params = [p.requires_grad_() for p in C.make_params(torch.float32, info=info)]
-    compiled_params = [p.detach().clone().requires_grad_() for p in eager_params]
-    eager, compiled = _build(info, config, eager_params), _build(info, config, compiled_params)
-    assert all(impl == "fused" for impl in compiled._s.impl), compiled._s.impl  # the default path
-    step = torch.compile(compiled.step, fullgraph=True)
-    gen = torch.Generator().manual_seed(7)
-    for k in range(4):  # parameter 2 starts late, parameter 1 skips a step: C.gradient_schedule
-        grads = C.make_gradients(k, torch.float32, gen, info=info)
-        grads = [grads[i] for i in C.flat_order(config)]
-        eager.step(grads)
-        step(grads)
-    for got, want in zip(compiled_params, eager_params):
-        assert torch.equal(got, want)
-    theirs, mine = eager.state_dict()["state"], compiled.state_dict()["state"]
-    assert theirs.keys() == mine.keys()
-    for i in theirs:
-        assert list(theirs[i]) == list(mine[i])
-        for key in theirs[i]:
-            assert torch.equal(torch.as_tensor(mine[i][key]), torch.as_tensor(theirs[i][key])), (i, key)
+    run_compiled_against_eager(info, config)  # parameter 2 starts late, parameter 1 skips a step
 
 
 def test_compiled_step_comparison_can_fail():

@@ -108,3 +108,36 @@ def run_parity(
     ignore = ("foreach", "fused") if torch_overrides or our_overrides else ()
     assert_same_state(expected, state_protocol.state_dict(eager), dtype, ignore_group_keys=ignore, tol=tol)
     assert_same_state(expected, state_protocol.state_dict(scripted), dtype, ignore_group_keys=ignore, tol=tol)
+
+
+def run_compiled_against_eager(info: C.OptimInfo, config: C.Config, late_start: bool = True) -> Any:
+    """Four steps of our optimizer (``config``) eagerly and under ``torch.compile(fullgraph=True)``
+    from the same start, on the same gradients (``late_start``: as :func:`C.gradient_schedule`;
+    parameter 1 skips a step either way); asserts the default (fused) implementation, and
+    parameters and state equal bitwise. Returns the compiled side's optimizer."""
+    import copy
+
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    eager_params = [p.requires_grad_() for p in C.make_params(torch.float32, info=info)]
+    compiled_params = [p.detach().clone().requires_grad_() for p in eager_params]
+    eager = info.ours(C.build_params_arg(config, eager_params), **copy.deepcopy(config.kwargs))
+    compiled = info.ours(C.build_params_arg(config, compiled_params), **copy.deepcopy(config.kwargs))
+    assert all(impl == "fused" for impl in compiled._s.impl), compiled._s.impl  # the default path
+    step = torch.compile(compiled.step, fullgraph=True)
+    gen = torch.Generator().manual_seed(7)
+    for k in range(4):
+        grads = C.make_gradients(k, torch.float32, gen, late_start=late_start, info=info)
+        grads = [grads[i] for i in C.flat_order(config)]
+        eager.step(grads)
+        step(grads)
+    for got, want in zip(compiled_params, eager_params):
+        assert torch.equal(got, want)
+    theirs, mine = eager.state_dict()["state"], compiled.state_dict()["state"]
+    assert theirs.keys() == mine.keys()
+    for i in theirs:
+        assert list(theirs[i]) == list(mine[i])
+        for key in theirs[i]:
+            assert torch.equal(torch.as_tensor(mine[i][key]), torch.as_tensor(theirs[i][key])), (i, key)
+    return compiled
