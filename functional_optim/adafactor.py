@@ -83,7 +83,9 @@ def adafactor(
             empty_names(), empty_tensors(),
         )
         return
-    if foreach is not None and foreach and len(params) > 0:
+    # torch.compile traces the multi-tensor form for both (the single-tensor one moves its
+    # moments by a Python float read from the step, a weight whose sign Inductor's lerp tests)
+    if ((foreach is not None and foreach) or torch.compiler.is_compiling()) and len(params) > 0:
         _multi_tensor(params, grads, row_vars, col_vars, variances, state_steps, d, lr, beta2_decay, weight_decay,
                       eps1, eps2, maximize)
         return

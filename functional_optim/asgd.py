@@ -54,13 +54,13 @@ def asgd(
             eta_value = float(eta.item())
             param.mul_(1 - lambd * eta_value)  # decay term
             param.add_(grad, alpha=-eta_value)
-            if float(mu.item()) != 1:  # averaging
-                ax.add_(param.sub(ax).mul_(mu))
-            else:
-                ax.copy_(param)
-            step = float(state_steps[i].item())
-            eta.copy_(torch.as_tensor(lr / ((1 + lambd * lr * step) ** alpha)))
-            mu.copy_(torch.as_tensor(1 / max(1.0, step - t0)))
+            # averaging (ax follows param while mu is 1), chosen without a branch on mu's value,
+            # which torch.compile cannot take
+            ax.copy_(torch.where(mu != 1, ax + param.sub(ax).mul_(mu), param))
+            # torch's Python-float formula, in float64 on the step's device: no host read
+            step = state_steps[i].to(torch.float64)
+            eta.copy_(torch.reciprocal(torch.pow(1 + lambd * lr * step, alpha)) * lr)
+            mu.copy_(_next_mu(state_steps[i], t0))
     elif len(params) > 0 and impl == "foreach":
         torch._foreach_add_(state_steps, 1.0)
         grads = foreach_gradients(params, grads, weight_decay, maximize)
@@ -73,7 +73,7 @@ def asgd(
         new_mus: List[Tensor] = []
         for step_t in state_steps:
             new_etas.append(torch.reciprocal(torch.pow(1 + lambd * lr * step_t, alpha)) * lr)
-            new_mus.append(torch.as_tensor(1 / max(1.0, float(step_t.item()) - t0), device=step_t.device))
+            new_mus.append(_next_mu(step_t, t0))
         torch._foreach_copy_(etas, new_etas)
         torch._foreach_copy_(mus, new_mus)
     elif len(params) > 0:
@@ -82,6 +82,14 @@ def asgd(
             ["lr", "lambd", "alpha", "t0", "weight_decay", "maximize"],
             [lr, lambd, alpha, t0, weight_decay, 1.0 if maximize else 0.0],
         )
+
+
+def _next_mu(step_t: Tensor, t0: float) -> Tensor:
+    """The averaging weight after step ``step_t`` (a 0-dim tensor), ``1 / max(1, t - t0)``,
+    computed in float64 on ``step_t``'s device, as torch computes it in Python floats (so equal
+    to its after the cast to the state's dtype) but without reading the step on the host, which
+    torch.compile cannot trace."""
+    return torch.reciprocal(torch.clamp(step_t.to(torch.float64) - t0, min=1.0))
 
 
 @_docs.fill

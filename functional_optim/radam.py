@@ -41,7 +41,8 @@ def radam(
     # maximum length of the approximated simple moving average
     rho_inf = 2 / (1 - beta2) - 1
     impl = choose_impl(params, foreach, fused)
-    if impl == "single":
+    compiling = torch.compiler.is_compiling()
+    if impl == "single" or (impl == "foreach" and compiling):
         for i in range(len(params)):
             param = params[i]
             exp_avg_sq = exp_avg_sqs[i]
@@ -49,6 +50,9 @@ def radam(
                 i, params, grads, exp_avgs, exp_avg_sqs, state_steps, beta1, beta2, lr, weight_decay,
                 decoupled_weight_decay, maximize,
             )
+            if compiling:  # both implementations, traced (Inductor fuses the loop)
+                _traced_update(param, exp_avgs[i], exp_avg_sq, state_steps[i], beta1, beta2, lr, eps)
+                continue
             bias_correction1 = 1 - beta1**step
             bias_correction2 = 1 - beta2**step
             bias_corrected_exp_avg = exp_avgs[i] / bias_correction1
@@ -92,6 +96,24 @@ def radam(
             ["lr", "beta1", "beta2", "weight_decay", "eps", "decoupled_weight_decay", "maximize"],
             [lr, beta1, beta2, weight_decay, eps, 1.0 if decoupled_weight_decay else 0.0, 1.0 if maximize else 0.0],
         )
+
+
+def _traced_update(
+    param: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, step_t: Tensor, beta1: float, beta2: float, lr: float,
+    eps: float,
+) -> None:
+    """The single-tensor update of one parameter after its moments, in the form torch.compile
+    traces (torch.optim's capturable one): the step's factors are float64 tensors, not Python
+    floats read from the step, and the rectification is chosen by ``torch.where``, as Dynamo
+    cannot branch on a value read from a tensor."""
+    rho_inf = 2 / (1 - beta2) - 1
+    step = step_t.to(torch.float64)
+    bias_correction2 = 1 - beta2**step
+    rho_t = rho_inf - 2 * step * (beta2**step) / bias_correction2
+    rect = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)).clamp(min=0.0).sqrt()
+    adaptive_lr = exp_avg_sq.sqrt().add_(eps).reciprocal() * bias_correction2.sqrt()
+    factor = torch.where(rho_t > 5.0, adaptive_lr * rect, 1.0)
+    param.add_(exp_avg / (1 - beta1**step) * lr * factor, alpha=-1.0)
 
 
 @_docs.fill

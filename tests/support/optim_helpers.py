@@ -15,10 +15,11 @@ def torch_state(opt: torch.optim.Optimizer) -> Dict[str, Any]:
 
 def assert_same_state(
     expected: Dict[str, Any], actual: Dict[str, Any], dtype: torch.dtype, ignore_group_keys=(),
-    tol: Optional[Dict[str, float]] = None,
+    tol: Optional[Dict[str, float]] = None, step_device: bool = True,
 ) -> None:
-    """Compare two torch-format state dicts: same indices, keys, dtypes, shapes; values within
-    the dtype's tolerance (or ``tol``; 'step' exactly); same param groups (every key torch has)."""
+    """Compare two torch-format state dicts: same indices, keys, dtypes, shapes, devices (not
+    'step''s without ``step_device``); values within the dtype's tolerance (or ``tol``; 'step'
+    exactly); same param groups (every key torch has)."""
     tol = tol or C.tolerances(dtype)
     assert sorted(expected["state"]) == sorted(actual["state"]), "state indices differ"
     for index, entry in expected["state"].items():
@@ -28,7 +29,8 @@ def assert_same_state(
             got = ours[key]
             assert got.dtype == value.dtype, f"state[{index}][{key!r}] dtype {got.dtype} != {value.dtype}"
             assert got.shape == value.shape, f"state[{index}][{key!r}] shape {got.shape} != {value.shape}"
-            assert got.device == value.device
+            if key != "step" or step_device:
+                assert got.device == value.device, f"state[{index}][{key!r}] on {got.device}, torch's on {value.device}"
             if key == "step":
                 assert torch.equal(got, value), f"state[{index}]['step'] {got} != {value}"
             else:
@@ -62,6 +64,8 @@ def run_parity(
     scripted_too: bool = True,
     tol: Optional[Dict[str, float]] = None,
     late_start: Optional[bool] = None,
+    device: str = "cpu",
+    step_device: bool = True,
 ) -> None:
     """Step torch.optim, our eager optimizer and our scripted one on the same gradients and
     compare parameters and full state at the end (and parameters half-way).
@@ -69,8 +73,10 @@ def run_parity(
     ``our_overrides`` / ``torch_overrides`` are extra constructor arguments of one side only;
     ``scripted_too=False`` leaves out the scripted optimizer; ``tol`` replaces the dtype's
     tolerances; ``late_start`` (default: the info's choice for the implementation) whether one
-    parameter's first gradient comes late (:func:`C.gradient_schedule`)."""
-    base = C.make_params(dtype, info=info)
+    parameter's first gradient comes late (:func:`C.gradient_schedule`); ``device``: where
+    the parameters and gradients live; ``step_device`` False: the 'step' counters may live on
+    another device than torch's."""
+    base = [p.to(device) for p in C.make_params(dtype, info=info)]
     torch_params = [torch.nn.Parameter(p.clone()) for p in base]
     eager_params = [p.clone() for p in base]
     script_params = [p.clone() for p in base]
@@ -92,6 +98,7 @@ def run_parity(
     generator = torch.Generator().manual_seed(1)
     for step in range(steps):
         grads = C.make_gradients(step, dtype, generator, sparse, late_start, info=info)
+        grads = [None if g is None else g.to(device) for g in grads]
         for p, g in zip(torch_params, grads):
             p.grad = None if g is None else g.clone()  # torch may write into .grad
         reference.step()
@@ -106,38 +113,56 @@ def run_parity(
     expected = reference.state_dict()
     # the implementation flags differ on purpose when one side is given its own
     ignore = ("foreach", "fused") if torch_overrides or our_overrides else ()
-    assert_same_state(expected, state_protocol.state_dict(eager), dtype, ignore_group_keys=ignore, tol=tol)
-    assert_same_state(expected, state_protocol.state_dict(scripted), dtype, ignore_group_keys=ignore, tol=tol)
+    for ours in (eager, scripted):
+        assert_same_state(
+            expected, state_protocol.state_dict(ours), dtype, ignore_group_keys=ignore, tol=tol, step_device=step_device
+        )
 
 
-def run_compiled_against_eager(info: C.OptimInfo, config: C.Config, late_start: bool = True) -> Any:
+def run_compiled_against_eager(
+    info: C.OptimInfo, config: C.Config, late_start: bool = True, impl: Optional[str] = None, device: str = "cpu",
+    tol: Optional[Dict[str, float]] = None,
+) -> Any:
     """Four steps of our optimizer (``config``) eagerly and under ``torch.compile(fullgraph=True)``
     from the same start, on the same gradients (``late_start``: as :func:`C.gradient_schedule`;
-    parameter 1 skips a step either way); asserts the default (fused) implementation, and
-    parameters and state equal bitwise. Returns the compiled side's optimizer."""
+    parameter 1 skips a step either way), on ``device``. ``impl`` None: the default
+    implementation, the op library's group step where it takes the device (asserted on the
+    CPU), whose parameters and state must be equal bitwise; ``impl`` "single" or "foreach"
+    (and the default where it is one of them): traced by Dynamo and fused by Inductor, equal to
+    float32's tolerance (or ``tol``). Returns the compiled side's optimizer."""
     import copy
 
     import torch._dynamo
 
     torch._dynamo.reset()
-    eager_params = [p.requires_grad_() for p in C.make_params(torch.float32, info=info)]
+    flags = C.impl_flags(info, impl) if impl is not None else {}
+    eager_params = [p.to(device).requires_grad_() for p in C.make_params(torch.float32, info=info)]
     compiled_params = [p.detach().clone().requires_grad_() for p in eager_params]
-    eager = info.ours(C.build_params_arg(config, eager_params), **copy.deepcopy(config.kwargs))
-    compiled = info.ours(C.build_params_arg(config, compiled_params), **copy.deepcopy(config.kwargs))
-    assert all(impl == "fused" for impl in compiled._s.impl), compiled._s.impl  # the default path
+    eager = info.ours(C.build_params_arg(config, eager_params), **copy.deepcopy(config.kwargs), **flags)
+    compiled = info.ours(C.build_params_arg(config, compiled_params), **copy.deepcopy(config.kwargs), **flags)
+    if impl is None and device == "cpu":
+        assert all(i == "fused" for i in compiled._s.impl), compiled._s.impl  # the default path
+    exact = all(i == "fused" for i in compiled._s.impl)
+
+    def same(got: torch.Tensor, want: torch.Tensor, what: Any) -> None:
+        if exact:
+            assert torch.equal(got, want), what
+        else:
+            torch.testing.assert_close(got, want, **(tol or C.tolerances(torch.float32)), msg=lambda m: f"{what}: {m}")
+
     step = torch.compile(compiled.step, fullgraph=True)
     gen = torch.Generator().manual_seed(7)
     for k in range(4):
         grads = C.make_gradients(k, torch.float32, gen, late_start=late_start, info=info)
-        grads = [grads[i] for i in C.flat_order(config)]
+        grads = [None if grads[i] is None else grads[i].to(device) for i in C.flat_order(config)]
         eager.step(grads)
         step(grads)
-    for got, want in zip(compiled_params, eager_params):
-        assert torch.equal(got, want)
+    for k, (got, want) in enumerate(zip(compiled_params, eager_params)):
+        same(got.detach(), want.detach(), f"parameter {k}")
     theirs, mine = eager.state_dict()["state"], compiled.state_dict()["state"]
     assert theirs.keys() == mine.keys()
     for i in theirs:
         assert list(theirs[i]) == list(mine[i])
         for key in theirs[i]:
-            assert torch.equal(torch.as_tensor(mine[i][key]), torch.as_tensor(theirs[i][key])), (i, key)
+            same(torch.as_tensor(mine[i][key]), torch.as_tensor(theirs[i][key]), (i, key))
     return compiled

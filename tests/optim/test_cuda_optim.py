@@ -1,0 +1,45 @@
+"""functional_optim on CUDA parameters (marked ``cuda``; skipped without a CUDA device).
+
+On CUDA the default implementation is the op library's group step where it takes CUDA (SGD,
+Adam, AdamW, Adagrad, Adafactor, Muon: torch's fused kernels or ATen ops) and otherwise, as in
+torch.optim, the multi-tensor one. For every optimizer of the config table
+(``tests/support/optim_configs.py``), its first config and its param-group config:
+
+- 50 steps, eagerly and as TorchScript, against torch.optim's step on the same CUDA tensors
+  (its fused one where ours calls its fused kernel, else its default): parameters and state
+  within the dtype's tolerance, the state on the devices torch keeps it on;
+- four steps under ``torch.compile(fullgraph=True)`` against the eager step (bitwise for the
+  group step, to float32's tolerance where Inductor fuses the multi-tensor one).
+"""
+import pytest
+import torch
+
+from tests.support import optim_configs as C
+from tests.support.optim_helpers import run_compiled_against_eager, run_parity
+
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+              pytest.mark.timeout(600)]
+
+CASES = [pytest.param(info, config, id=f"{info.name}-{config.name}") for info in C.INFOS
+         for config in info.configs[:1] + [c for c in info.configs if c.groups]]
+
+
+# torch.optim's implementation that matches our default on CUDA: its fused kernel where ours
+# calls it (SGD, Adam, AdamW); else its default, the multi-tensor step.
+TORCH_IMPL = {"SGD": {"fused": True}, "Adam": {"fused": True}, "AdamW": {"fused": True}}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("info, config", CASES)
+def test_default_step_on_cuda_matches_torch(info, config, dtype):
+    # Adagrad: ours runs torch's fused kernel (torch._fused_adagrad_, which torch.optim refuses
+    # on CUDA), whose step counter lives on the device, torch's multi-tensor one's on the CPU
+    # (torch's fused SGD refuses a momentum buffer that starts late: no late start for it)
+    run_parity(info, config, None, dtype, device="cuda", torch_overrides=TORCH_IMPL.get(info.name),
+               step_device=info.name != "Adagrad", late_start=info.fused_late_start)
+
+
+@pytest.mark.parametrize("info, config", CASES)
+def test_compiled_step_on_cuda_equals_eager(info, config):
+    tol = {"rtol": 1.6e-2, "atol": 1e-5} if info.name == "Muon" else None
+    run_compiled_against_eager(info, config, device="cuda", tol=tol)
