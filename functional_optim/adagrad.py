@@ -166,9 +166,15 @@ class Adagrad:
         # As torch, every sum starts from the constructor's value (not the group's).
         self._fills: Dict[str, float] = {"sum": float(initial_accumulator_value)}
         self._init_groups()
-        for g in range(self._s.num_groups()):  # torch creates Adagrad's state at construction
-            self._s.prepare(g, self._s.full_indices[g], self._fills)
-            self._s.pack(g)
+        s = self._s
+        for g in range(s.num_groups()):  # torch creates Adagrad's state at construction
+            indices = s.full_indices[g]
+            if s.impl[g] == "fused":  # as the group step makes it: 'step' on the parameter's device
+                with torch.no_grad():  # (the parameters may require grad; the state must not)
+                    s.create_missing(indices, s.params_of(g, indices), s.op_names[g], s.op_values[g])
+            else:
+                s.prepare(g, indices, self._fills)
+            s.pack(g)
 
     def _check(self, h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
         _validation.check_values(h, ["lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps"])
