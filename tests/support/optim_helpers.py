@@ -32,7 +32,7 @@ def assert_same_state(
             if key != "step" or step_device:
                 assert got.device == value.device, f"state[{index}][{key!r}] on {got.device}, torch's on {value.device}"
             if key == "step":
-                assert torch.equal(got, value), f"state[{index}]['step'] {got} != {value}"
+                assert torch.equal(got.cpu(), value.cpu()), f"state[{index}]['step'] {got} != {value}"
             else:
                 torch.testing.assert_close(got, value, **tol, msg=lambda m: f"state[{index}][{key!r}]: {m}")
     assert len(expected["param_groups"]) == len(actual["param_groups"])
