@@ -57,10 +57,12 @@ def asgd(
             # averaging (ax follows param while mu is 1), chosen without a branch on mu's value,
             # which torch.compile cannot take
             ax.copy_(torch.where(mu != 1, ax + param.sub(ax).mul_(mu), param))
-            # torch's Python-float formula, in float64 on the step's device: no host read
-            step = state_steps[i].to(torch.float64)
-            eta.copy_(torch.reciprocal(torch.pow(1 + lambd * lr * step, alpha)) * lr)
-            mu.copy_(_next_mu(state_steps[i], t0))
+            # torch's Python-float formula, in float64 on the step's device (no host read),
+            # then rounded as its torch.as_tensor rounds (see _next_mu)
+            step_t = state_steps[i]
+            step = step_t.to(torch.float64)
+            eta.copy_((torch.reciprocal(torch.pow(1 + lambd * lr * step, alpha)) * lr).to(step_t.dtype))
+            mu.copy_(_next_mu(step_t, t0))
     elif len(params) > 0 and impl == "foreach":
         torch._foreach_add_(state_steps, 1.0)
         grads = foreach_gradients(params, grads, weight_decay, maximize)
@@ -86,10 +88,11 @@ def asgd(
 
 def _next_mu(step_t: Tensor, t0: float) -> Tensor:
     """The averaging weight after step ``step_t`` (a 0-dim tensor), ``1 / max(1, t - t0)``,
-    computed in float64 on ``step_t``'s device, as torch computes it in Python floats (so equal
-    to its after the cast to the state's dtype) but without reading the step on the host, which
-    torch.compile cannot trace."""
-    return torch.reciprocal(torch.clamp(step_t.to(torch.float64) - t0, min=1.0))
+    computed in float64 on ``step_t``'s device as torch computes it in Python floats, then
+    rounded to the step's dtype, the default dtype, as torch's ``torch.as_tensor`` of that
+    float rounds it: the same value, without reading the step on the host (which
+    torch.compile cannot trace)."""
+    return torch.reciprocal(torch.clamp(step_t.to(torch.float64) - t0, min=1.0)).to(step_t.dtype)
 
 
 @_docs.fill

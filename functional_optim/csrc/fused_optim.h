@@ -105,4 +105,18 @@ struct IsaDispatch<Op, R(A...)> {
   }
 };
 
+// ---------------------------------------------------------------------------------------
+// Kernels without an op of their own, which a group step (steps/) calls through
+// IsaDispatch<Tag, Fn>::call: each build of their file puts them in kernelTable.
+// Muon's element-wise passes around its Newton-Schulz iteration (cpu/fused_muon.cpp, called
+// by steps/muon.cpp), each one pass over float32 CPU tensors of one shape, contiguous,
+// computed as torch.optim's ATen ops compute them, so to the same bits:
+//   MuonMomentum(grad, buf, out, momentum, nesterov): buf = lerp(buf, grad, 1 - momentum);
+//     out (bfloat16) = bfloat16(nesterov ? lerp(grad, buf, momentum) : buf)
+//   MuonUpdate(param, update, decay, alpha): param = param * decay + alpha * update
+//     (update: bfloat16)
+struct MuonMomentumKernel;
+using MuonMomentumFn = void(const at::Tensor&, const at::Tensor&, const at::Tensor&, double, bool);
+struct MuonUpdateKernel;
+using MuonUpdateFn = void(const at::Tensor&, const at::Tensor&, double, double);
 }  // namespace gilfree_optim

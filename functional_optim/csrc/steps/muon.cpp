@@ -7,10 +7,12 @@
 // https://kellerjordan.github.io/posts/muon/ (the quintic Newton-Schulz iteration, in bfloat16,
 // and its coefficients); the "match_rms_adamw" learning-rate adjustment from J. Liu et al.,
 // "Muon is Scalable for LLM Training" (2025), https://arxiv.org/abs/2502.16982.
+#include "fused_optim.h"
 #include "group_step.h"
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace gilfree_optim {
 namespace {
@@ -23,18 +25,31 @@ std::vector<at::Tensor> create(const at::Tensor&, const at::Tensor& grad, const 
   return {at::zeros_like(grad, at::MemoryFormat::Preserve)};
 }
 
-// torch's _zeropower_via_newtonschulz: about U V^T of grad's SVD U S V^T, in bfloat16.
-at::Tensor orthogonalized(const at::Tensor& grad, double a, double b, double c, int64_t steps, double eps) {
-  const bool tall = grad.size(0) > grad.size(1);
-  auto x = grad.to(at::kBFloat16);
+// torch's _zeropower_via_newtonschulz: about U V^T of the SVD U S V^T of the update `x`,
+// given in bfloat16 (its first line, the cast, is the caller's).
+at::Tensor orthogonalized(at::Tensor x, double a, double b, double c, int64_t steps, double eps) {
+  const bool tall = x.size(0) > x.size(1);
   if (tall) {
     x = x.t();
   }
   x.div_(at::linalg_vector_norm(x, 2).clamp(eps));  // spectral norm at most 1
+  // The products written into three buffers made once, not fresh tensors at every
+  // iteration (the same kernels and results as matmul/addmm; on a 1024 x 1024 update the
+  // first touch of fifteen fresh 2 MB tensors cost more than all the element-wise ops)
+  at::Tensor gram, gramUpdate, next;
+  if (steps > 0) {
+    gram = at::empty({x.size(0), x.size(0)}, x.options());
+    gramUpdate = at::empty_like(gram);
+    next = at::empty(x.sizes(), x.options());
+  }
   for (int64_t i = 0; i < steps; ++i) {
-    auto gram = at::matmul(x, x.t());
-    auto gramUpdate = at::addmm(gram, gram, gram, b, c);
-    x = at::addmm(x, gramUpdate, x, a);
+    at::mm_out(gram, x, x.t());
+    at::addmm_out(gramUpdate, gram, gram, gram, b, c);
+    at::addmm_out(next, x, gramUpdate, x, a, 1);
+    if (i == 0) {
+      x = at::empty(x.sizes(), x.options());  // (x may be the caller's, or a transposed view)
+    }
+    std::swap(x, next);
   }
   return tall ? x.t() : x;
 }
@@ -50,6 +65,19 @@ double adjustedLr(double lr, int64_t fn, const at::Tensor& param) {
     ratio = 0.2 * std::sqrt(std::max(rows, cols));
   }
   return lr * ratio;
+}
+
+// Whether the element-wise passes around the iteration run fused (cpu/fused_muon.cpp: two
+// passes, the same bits as ATen's six ops): a float32 parameter, gradient and momentum buffer,
+// contiguous, on the CPU.
+bool passesFused(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& buf) {
+  for (const at::Tensor* t : {&param, &grad, &buf}) {
+    if (!t->device().is_cpu() || t->scalar_type() != at::kFloat || t->layout() != at::kStrided ||
+        !t->is_contiguous()) {
+      return false;
+    }
+  }
+  return grad.sizes() == param.sizes();
 }
 
 void step(Group& g, const GroupValues& v) {
@@ -78,12 +106,23 @@ void step(Group& g, const GroupValues& v) {
     auto& param = g.params[k];
     const auto& grad = g.grads[k];
     auto& buf = g.state[k][0];
-    buf.lerp_(grad, 1 - momentum);
-    const auto update = orthogonalized(
-        nesterov ? grad.lerp(buf, momentum) : buf, a, b, c, static_cast<int64_t>(nsSteps), eps);
+    const bool fused = passesFused(param, grad, buf);
+    at::Tensor x;
+    if (fused) {
+      x = at::empty(buf.sizes(), buf.options().dtype(at::kBFloat16));
+      IsaDispatch<MuonMomentumKernel, MuonMomentumFn>::call(grad, buf, x, momentum, nesterov);
+    } else {
+      buf.lerp_(grad, 1 - momentum);
+      x = (nesterov ? grad.lerp(buf, momentum) : buf).to(at::kBFloat16);
+    }
+    const auto update = orthogonalized(x, a, b, c, static_cast<int64_t>(nsSteps), eps);
     const double adjusted = adjustedLr(lr, static_cast<int64_t>(fn), param);
-    param.mul_(number(1 - lr * weightDecay));
-    param.add_(update, -adjusted);
+    if (fused) {
+      IsaDispatch<MuonUpdateKernel, MuonUpdateFn>::call(param, update.contiguous(), 1 - lr * weightDecay, -adjusted);
+    } else {
+      param.mul_(number(1 - lr * weightDecay));
+      param.add_(update, -adjusted);
+    }
   }
 }
 
