@@ -727,10 +727,11 @@ def main_compiled(args: argparse.Namespace) -> Dict[str, Any]:
         workloads, {name: COMPILED[name][2] for name in names},
         lambda: paired_rows(args.quick, workloads, compiled_variants, {"C": 10, "M": 30}, args.thread_clock,
                             thread_counts=(2,)),
-        # The spread: workload C of the element-wise optimizers (one tensor, memory-bound: both
-        # steps run at the machine's bandwidth), torch's compiled step against itself.
+        # The spread: workload C (one tensor: memory-bound for the element-wise optimizers, both
+        # steps at the machine's bandwidth; Muon's, bfloat16 products), torch's compiled step
+        # against itself.
         lambda: {"compiled_noise": paired_rows(
-            args.quick, {n: {"C": COMPILED_WORKLOADS["C"]} for n in names if n not in GROUP_STEPS},
+            args.quick, {n: {"C": workloads[n]["C"]} for n in names if n != "Adafactor"},
             compiled_noise_variants, {"C": 10}, args.thread_clock, thread_counts=(2,))})
 
 
