@@ -6,7 +6,8 @@
 #    (scripts/with_torch.sh: made once per machine, about 5 minutes and 3 GB of downloads, then
 #    reused): the engine, the native and distributed optimizers (checked step, step in the
 #    backward pass, faults, a registered functional class in Python), the native lookups, security, the docs' examples, the main
-#    job, the build's own checks and the two stacks mixed, with torch.jit's entry points raising
+#    job, the build's own checks, the two stacks mixed and functional_optim under torch.compile
+#    (every optimizer and implementation against its eager step), with torch.jit's entry points raising
 #    (as torch's removal of TorchScript will make them: tests/support/no_torchscript); and the
 #    plugin's import, a step and a backward pass with every warning an error;
 # then builds the docs with warnings treated as errors. Extra arguments go to both pytest runs.
@@ -17,7 +18,7 @@
 # distributed clipping and the sparse optimizers (their native paths are the 2.15 pass's
 # distributed-optimizer tests; cut for CI's time); the RPC lifecycle tests, shutdown after dead workers, and the
 # movielens job's tests, whose start-up runs again in test_rpc_init and the main-job tests; the
-# functional optimizers' own tests, which need no RPC; the docs' pages; the main job's profile,
+# functional optimizers' own tests, which need no RPC (but for the compiled step's); the docs' pages; the main job's profile,
 # signal, launcher-death and output-folder tests, which test the scripts' own process handling;
 # the CMake build; and the two build tests that read the in-place libraries, built against
 # 2.13.0 (the smoke check below covers theirs). CI must stay under 50 minutes on 2 cores.)
@@ -106,7 +107,7 @@ GILFREE_DEFAULT_ISA_ONLY=1 bash scripts/with_torch.sh 2.15.0 python -m pytest -q
   tests/rpc/test_embedding_lookups.py tests/rpc/test_mixed_stacks.py tests/rpc/test_cuda.py tests/build/test_build.py \
   tests/optim/test_native_local_optimizer.py tests/optim/test_distributed_optimizer.py \
   tests/optim/test_checked_step.py tests/optim/test_backward_and_step.py tests/optim/test_optimizer_faults.py \
-  tests/optim/test_script_local_optimizer.py \
+  tests/optim/test_script_local_optimizer.py tests/optim/test_compiled_step.py \
   tests/docs/test_docs_examples.py \
   --deselect tests/build/test_build.py::test_cmake_builds_the_same_library \
   --deselect tests/build/test_build.py::test_setup_py_library_runs_the_engine \
