@@ -631,7 +631,8 @@ class GroupedState:
         """Replace all per-parameter state with copies of ``state`` (torch's casting rules).
 
         ``"step"`` keeps its dtype and stays where it is, except in a group with ``fused=True``
-        where it becomes float32 on the parameter's device; every other tensor takes the
+        (or the default fused implementation, for a parameter off the CPU) where it becomes
+        float32 on the parameter's device; every other tensor takes the
         parameter's device, and its dtype if the parameter is floating point. Parameters missing
         from ``state`` start afresh at their next step. Nothing changes if a check fails.
 
@@ -667,7 +668,9 @@ class GroupedState:
                         + " for its parameter of shape " + str(list(param.shape))
                     )
                 if key == "step":
-                    if fused is not None and fused:
+                    # (the default implementation is the group step's too: off the CPU its fused
+                    # kernels take the counter on the parameter's device)
+                    if (fused is not None and fused) or (self.impl[g] == "fused" and param.device.type != "cpu"):
                         copied[key] = value.to(device=param.device, dtype=torch.float32, copy=True)
                     else:
                         copied[key] = value.clone()

@@ -172,6 +172,8 @@ class Adagrad:
             if s.impl[g] == "fused":  # as the group step makes it: 'step' on the parameter's device
                 with torch.no_grad():  # (the parameters may require grad; the state must not)
                     s.create_missing(indices, s.params_of(g, indices), s.op_names[g], s.op_values[g])
+                    for i in indices:  # from the constructor's value, not the group's (as torch)
+                        s.state[i]["sum"].fill_(self._fills["sum"])
             else:
                 s.prepare(g, indices, self._fills)
             s.pack(g)

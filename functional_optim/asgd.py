@@ -57,11 +57,12 @@ def asgd(
             # averaging (ax follows param while mu is 1), chosen without a branch on mu's value,
             # which torch.compile cannot take
             ax.copy_(torch.where(mu != 1, ax + param.sub(ax).mul_(mu), param))
-            # torch's Python-float formula, in float64 on the step's device (no host read),
-            # then rounded as its torch.as_tensor rounds (see _next_mu)
             step_t = state_steps[i]
-            step = step_t.to(torch.float64)
-            eta.copy_((torch.reciprocal(torch.pow(1 + lambd * lr * step, alpha)) * lr).to(step_t.dtype))
+            if torch.compiler.is_compiling():  # no host read: the formula on a float64 tensor
+                step = step_t.to(torch.float64)
+                eta.copy_((torch.reciprocal(torch.pow(1 + lambd * lr * step, alpha)) * lr).to(step_t.dtype))
+            else:  # torch's, in Python floats
+                eta.copy_(torch.as_tensor(lr / ((1 + lambd * lr * float(step_t.item())) ** alpha)))
             mu.copy_(_next_mu(step_t, t0))
     elif len(params) > 0 and impl == "foreach":
         torch._foreach_add_(state_steps, 1.0)

@@ -51,7 +51,7 @@ def radam(
                 decoupled_weight_decay, maximize,
             )
             if compiling:  # both implementations, traced (Inductor fuses the loop)
-                _traced_update(param, exp_avgs[i], exp_avg_sq, state_steps[i], beta1, beta2, lr, eps)
+                _traced_update(param, exp_avgs[i], exp_avg_sq, state_steps[i], beta1, beta2, rho_inf, lr, eps)
                 continue
             bias_correction1 = 1 - beta1**step
             bias_correction2 = 1 - beta2**step
@@ -99,14 +99,13 @@ def radam(
 
 
 def _traced_update(
-    param: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, step_t: Tensor, beta1: float, beta2: float, lr: float,
-    eps: float,
+    param: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, step_t: Tensor, beta1: float, beta2: float,
+    rho_inf: float, lr: float, eps: float,
 ) -> None:
     """The single-tensor update of one parameter after its moments, in the form torch.compile
     traces (torch.optim's capturable one): the step's factors are float64 tensors, not Python
     floats read from the step, and the rectification is chosen by ``torch.where``, as Dynamo
     cannot branch on a value read from a tensor."""
-    rho_inf = 2 / (1 - beta2) - 1
     step = step_t.to(torch.float64)
     bias_correction2 = 1 - beta2**step
     rho_t = rho_inf - 2 * step * (beta2**step) / bias_correction2

@@ -40,10 +40,7 @@ IMPL_CASES = [pytest.param(info, info.configs[0], impl, id=f"{info.name}-{impl}"
 
 @pytest.mark.parametrize("info, config, impl", IMPL_CASES)
 def test_compiled_single_and_foreach_steps_equal_eager(info, config, impl):
-    # Muon's update is a bfloat16 iteration, which Inductor fuses in its own order: bfloat16's
-    # tolerance (torch.testing's default for it)
-    tol = {"rtol": 1.6e-2, "atol": 1e-5} if info.name == "Muon" else None
-    run_compiled_against_eager(info, config, impl=impl, tol=tol)
+    run_compiled_against_eager(info, config, impl=impl, tol=C.compiled_tolerances(info))
 
 
 def test_compiled_step_comparison_can_fail():

@@ -9,7 +9,8 @@ torch.optim, the multi-tensor one. For every optimizer of the config table
   (its fused one where ours calls its fused kernel, else its default): parameters and state
   within the dtype's tolerance, the state on the devices torch keeps it on;
 - four steps under ``torch.compile(fullgraph=True)`` against the eager step (bitwise for the
-  group step, to float32's tolerance where Inductor fuses the multi-tensor one).
+  group step, to float32's tolerance where Inductor fuses the multi-tensor one);
+- and torch's default state (its 'step' on the CPU) loaded into ours, then stepped.
 """
 import pytest
 import torch
@@ -41,5 +42,34 @@ def test_default_step_on_cuda_matches_torch(info, config, dtype):
 
 @pytest.mark.parametrize("info, config", CASES)
 def test_compiled_step_on_cuda_equals_eager(info, config):
-    tol = {"rtol": 1.6e-2, "atol": 1e-5} if info.name == "Muon" else None
-    run_compiled_against_eager(info, config, device="cuda", tol=tol)
+    run_compiled_against_eager(info, config, device="cuda", tol=C.compiled_tolerances(info))
+
+
+@pytest.mark.parametrize("name", ["Adagrad", "Adam"])
+def test_torchs_default_state_loads_and_steps_on_cuda(name):
+    """torch.optim's default step on CUDA (multi-tensor) keeps 'step' on the CPU; loaded into
+    ours, whose default there is the group step (torch's fused kernels), each counter moves to
+    its parameter's device as float32, as torch moves it for ``fused=True``, and the next steps
+    agree with torch's."""
+    import functional_optim
+
+    gen = torch.Generator().manual_seed(5)
+    start = [torch.randn(4, 3, generator=gen).cuda(), torch.randn(5, generator=gen).cuda()]
+    torch_params = [p.clone().requires_grad_() for p in start]
+    reference = getattr(torch.optim, name)(torch_params)
+    for p in torch_params:
+        p.grad = torch.randn(p.shape, generator=gen).cuda()
+    reference.step()
+    ours_params = [p.detach().clone() for p in torch_params]
+    ours = getattr(functional_optim, name)(ours_params)
+    ours.load_state_dict(reference.state_dict())
+    for state in ours.state_dict()["state"].values():
+        assert (state["step"].device.type, state["step"].dtype) == ("cuda", torch.float32)
+    for _ in range(2):
+        grads = [torch.randn(p.shape, generator=gen).cuda() for p in torch_params]
+        for p, g in zip(torch_params, grads):
+            p.grad = g.clone()
+        reference.step()
+        ours.step(grads)
+    for a, b in zip(ours_params, torch_params):
+        torch.testing.assert_close(a, b.detach(), **C.tolerances(torch.float32))

@@ -165,15 +165,21 @@ def test_adagrads_constructor_makes_the_state_its_group_step_takes():
     """torch makes Adagrad's state in its constructor; ours does, for the default (fused)
     implementation, as the op library's group step makes state (``new_state``): its 'step' as
     torch.optim's ``fused=True`` one, float32 on the parameter's device, also with float64 as
-    the default dtype (torch's single-tensor step then makes a float64 one, on the CPU). On
-    CUDA a CPU step made the fused kernel refuse the step (tests/optim/test_cuda_optim.py)."""
+    the default dtype (torch's single-tensor step then makes a float64 one, on the CPU); every
+    'sum' from the constructor's initial_accumulator_value, also in a group given its own (as
+    torch). On CUDA a CPU step made the fused kernel refuse the step
+    (tests/optim/test_cuda_optim.py)."""
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
         params = [torch.randn(3), torch.randn(2, 2)]
-        ours = functional_optim.Adagrad([p.clone() for p in params], initial_accumulator_value=0.5)
-        theirs = torch.optim.Adagrad([p.clone() for p in params], initial_accumulator_value=0.5, fused=True)
-        assert ours._s.impl == ["fused"]
+
+        def groups(ps):
+            return [{"params": [ps[0]]}, {"params": [ps[1]], "initial_accumulator_value": 0.7}]
+
+        ours = functional_optim.Adagrad(groups([p.clone() for p in params]), initial_accumulator_value=0.5)
+        theirs = torch.optim.Adagrad(groups([p.clone() for p in params]), initial_accumulator_value=0.5, fused=True)
+        assert ours._s.impl == ["fused", "fused"]
         for i in range(2):
             for key in ("step", "sum"):
                 got, want = ours.state_dict()["state"][i][key], theirs.state_dict()["state"][i][key]

@@ -391,6 +391,13 @@ def flat_order(config: Config) -> List[int]:
     return [i for indices, _ in config.groups for i in indices]
 
 
+def compiled_tolerances(info: OptimInfo) -> Optional[Dict[str, float]]:
+    """How close a compiled step that Inductor fuses must come to the eager one: None (float32's
+    tolerances) but for Muon, whose update is a bfloat16 iteration Inductor fuses in its own
+    order (bfloat16's, torch.testing's default for it)."""
+    return {"rtol": 1.6e-2, "atol": 1e-5} if info.name == "Muon" else None
+
+
 def tolerances(dtype: torch.dtype) -> Dict[str, float]:
     if dtype == torch.float64:
         return {"rtol": 1e-10, "atol": 1e-12}
