@@ -1,7 +1,7 @@
 // Muon's group step: torch.optim's single-tensor step (torch/optim/_muon.py, torch 2.13), its
 // ATen ops in its order, so results are torch's to the bit; on float32 CPU tensors the
 // element-wise ops around the iteration run as two passes (cpu/fused_muon.cpp) that round as
-// those ops do. The Newton-Schulz iteration runs here, in C++, without the interpreter (and,
+// those ops do (where the library runs its build for ATen's instruction set: passesFused). The Newton-Schulz iteration runs here, in C++, without the interpreter (and,
 // called from the plugin's native optimizers or through the dispatcher, without the GIL).
 //
 // Algorithm: K. Jordan, "Muon: An optimizer for hidden layers in neural networks" (2024),
