@@ -18,11 +18,11 @@ import textwrap
 import pytest
 import torch
 
+from tests.optim.test_fused_isa import ORDER, active_isa
 from tests.support import REPO
 
 pytestmark = pytest.mark.timeout(600)
 
-ORDER = ["DEFAULT", "AVX2", "AVX512"]
 # (256 x 200: over ATen's grain, so the passes' parallel loop splits it between the threads)
 SHAPES = [(4, 4), (5, 2), (3, 6), (67, 129), (300, 77), (128, 128), (256, 200)]
 
@@ -64,13 +64,11 @@ def _builds_this_cpu_runs():
 def test_muon_steps_are_torchs_bit_for_bit(capability):
     code = textwrap.dedent(
         """
-        import ctypes, sys
         from functional_optim import _kernels
+        from tests.optim.test_fused_isa import active_isa
         from tests.optim.test_muon_passes import compare_with_torch
         compare_with_torch()
-        fn = ctypes.CDLL(_kernels.load()).gilfree_optim_active_isa
-        fn.restype = ctypes.c_char_p
-        print(fn().decode())
+        print(active_isa(_kernels.load()))
         """
     )
     env = dict(os.environ, ATEN_CPU_CAPABILITY=capability.lower(),
@@ -85,16 +83,12 @@ def test_the_passes_replace_atens_ops():
     """The float32 step runs the fused passes (no lerp_, mul_ or add_ of ATen's) where the
     library runs the build for ATen's instruction set (x86-64, every build made); a float64
     one ATen's ops (the passes take float32 only)."""
-    import ctypes
-
     from torch.profiler import profile
 
     from functional_optim import _kernels
     from tests.support import optim_configs as C
 
-    active = ctypes.CDLL(_kernels.load()).gilfree_optim_active_isa
-    active.restype = ctypes.c_char_p
-    same_isa = active().decode() == torch.backends.cpu.get_cpu_capability()
+    same_isa = active_isa(_kernels.load()) == torch.backends.cpu.get_cpu_capability()
     if platform.machine().lower() not in ("x86_64", "amd64"):
         same_isa = False
     for dtype, fused in ((torch.float32, same_isa), (torch.float64, False)):

@@ -142,6 +142,23 @@ inline V sign(const V& x) {
   return select(x > zero, V(T(1)), select(x < zero, V(T(-1)), x * zero));
 }
 
+// Loads (stores) a number or a vector at `p`.
+template <class V, class T>
+inline V loadAt(const T* p) {
+  if constexpr (kIsScalar<V>) {
+    return *p;
+  } else {
+    return V::loadu(p);
+  }
+}
+template <class V, class T>
+inline void storeAt(const V& v, T* p) {
+  if constexpr (kIsScalar<V>) {
+    *p = v;
+  } else {
+    v.store(p);
+  }
+}
 // The per-tensor scalars of the steps that have none.
 struct NoScalars {};
 
@@ -198,21 +215,12 @@ template <class V, int K, class P, class S, class Body>
 inline void stepAt(P* ptrs, int64_t j, const S& s, const Body& body) {
   std::array<V, K> x;
   for (int k = 0; k < K; ++k) {
-    if constexpr (kIsScalar<V>) {
-      x[k] = ptrs[k][j];
-    } else {
-      x[k] = V::loadu(ptrs[k] + j);
-    }
+    x[k] = loadAt<V>(ptrs[k] + j);
   }
   body(s, x);
   for (int k = 0; k < K; ++k) {
-    if (k == 1) {
-      continue;
-    }
-    if constexpr (kIsScalar<V>) {
-      ptrs[k][j] = x[k];
-    } else {
-      x[k].store(ptrs[k] + j);
+    if (k != 1) {
+      storeAt(x[k], ptrs[k] + j);
     }
   }
 }

@@ -44,24 +44,6 @@ inline V atenLerp(const V& self, const V& end, double weight) {
   return atenFmadd(V(w - 1.0f), end - self, end);
 }
 
-template <class V>
-inline V loadAt(const float* p) {
-  if constexpr (kIsScalar<V>) {
-    return *p;
-  } else {
-    return V::loadu(p);
-  }
-}
-
-template <class V>
-inline void storeAt(const V& v, float* p) {
-  if constexpr (kIsScalar<V>) {
-    *p = v;
-  } else {
-    v.store(p);
-  }
-}
-
 // fn<V>(j) for j in [0, n): vectors of Vectorized<float> then a scalar tail (in the DEFAULT
 // build, a plain loop the compiler vectorizes with its baseline instructions).
 template <class Fn>

@@ -1,8 +1,9 @@
 // Muon's group step: torch.optim's single-tensor step (torch/optim/_muon.py, torch 2.13), its
 // ATen ops in its order, so results are torch's to the bit; on float32 CPU tensors the
 // element-wise ops around the iteration run as two passes (cpu/fused_muon.cpp) that round as
-// those ops do (where the library runs its build for ATen's instruction set: passesFused). The Newton-Schulz iteration runs here, in C++, without the interpreter (and,
-// called from the plugin's native optimizers or through the dispatcher, without the GIL).
+// those ops do (where the library runs its build for ATen's instruction set: passesFused).
+// The Newton-Schulz iteration runs here, in C++, without the interpreter (and, called from the
+// plugin's native optimizers or through the dispatcher, without the GIL).
 //
 // Algorithm: K. Jordan, "Muon: An optimizer for hidden layers in neural networks" (2024),
 // https://kellerjordan.github.io/posts/muon/ (the quintic Newton-Schulz iteration, in bfloat16,
@@ -13,7 +14,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <utility>
 
 namespace gilfree_optim {
 namespace {
@@ -34,23 +34,10 @@ at::Tensor orthogonalized(at::Tensor x, double a, double b, double c, int64_t st
     x = x.t();
   }
   x.div_(at::linalg_vector_norm(x, 2).clamp(eps));  // spectral norm at most 1
-  // The products written into three buffers made once, not fresh tensors at every
-  // iteration (the same kernels and results as matmul/addmm; on a 1024 x 1024 update the
-  // first touch of fifteen fresh 2 MB tensors cost more than all the element-wise ops)
-  at::Tensor gram, gramUpdate, next;
-  if (steps > 0) {
-    gram = at::empty({x.size(0), x.size(0)}, x.options());
-    gramUpdate = at::empty_like(gram);
-    next = at::empty(x.sizes(), x.options());
-  }
   for (int64_t i = 0; i < steps; ++i) {
-    at::mm_out(gram, x, x.t());
-    at::addmm_out(gramUpdate, gram, gram, gram, b, c);
-    at::addmm_out(next, x, gramUpdate, x, a, 1);
-    if (i == 0) {
-      x = at::empty(x.sizes(), x.options());  // (x may be the caller's, or a transposed view)
-    }
-    std::swap(x, next);
+    auto gram = at::matmul(x, x.t());
+    auto gramUpdate = at::addmm(gram, gram, gram, b, c);
+    x = at::addmm(x, gramUpdate, x, a);
   }
   return tall ? x.t() : x;
 }
