@@ -6,7 +6,7 @@
   (the compiler's baseline) everywhere, AVX2 and AVX512 on x86-64 when the compiler takes their
   flags; the library picks the best one the CPU runs at load (functional_optim/csrc/fused_optim.h).
 * ``plugin._C`` (plugin/csrc): the engine, the native local optimizers and the RPC functions,
-  ``torch.ops.dist_engine``; it calls functional_optim's kernels through the dispatcher.
+  ``torch.ops.gilfree_rpc``; it calls functional_optim's kernels through the dispatcher.
 
 Install with ``pip install --no-build-isolation -e .`` so that both are compiled against the
 torch that is already installed. CMakeLists.txt builds the same two libraries.

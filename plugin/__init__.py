@@ -1,6 +1,6 @@
 """gilfree-rpc: GIL-free distributed autograd and optimizers over ``torch.distributed.rpc``.
 
-Importing this package loads the op library that registers ``torch.ops.dist_engine`` and
+Importing this package loads the op library that registers ``torch.ops.gilfree_rpc`` and
 the functions other workers call by RPC (the engine's messages, the distributed
 optimizer's steps, gradient clipping; ``plugin/csrc/rpc/rpc_functions.h``), which run natively,
 without the GIL and without TorchScript. Every worker taking part in a backward pass or an

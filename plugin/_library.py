@@ -1,4 +1,4 @@
-"""Finds and loads the op library that registers ``torch.ops.dist_engine`` (with
+"""Finds and loads the op library that registers ``torch.ops.gilfree_rpc`` (with
 ``functional_optim.library``, the one loader of both packages' libraries).
 
 The library is a plain shared object with no Python bindings: loading it with

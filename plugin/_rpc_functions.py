@@ -1,7 +1,7 @@
 """Calls of the library's native RPC functions from Python.
 
 The op library defines, when it loads, one function per op that other workers call by RPC
-(``gilfree_rpc.<op>``, a graph of one call of ``dist_engine::<op>``, in torch's process-wide
+(``gilfree_rpc.<op>``, a graph of one call of ``gilfree_rpc::<op>``, in torch's process-wide
 compilation unit; ``plugin/csrc/rpc/rpc_functions.h``). torch's RPC runs such a function on the
 callee's RPC thread, natively, without the GIL. :func:`call` sends one with torch's own
 ``rpc.rpc_async``, which converts the arguments by the function's schema (so ``{}`` is a
@@ -26,7 +26,7 @@ __all__ = ["call", "function"]
 
 @functools.lru_cache(maxsize=None)
 def function(op: str) -> Any:
-    """The RPC function of the op ``dist_engine::<op>`` (a ``torch.jit.ScriptFunction``).
+    """The RPC function of the op ``gilfree_rpc::<op>`` (a ``torch.jit.ScriptFunction``).
 
     Raises:
         KeyError: ``op`` has no RPC function (``plugin/csrc/rpc/rpc_functions.cpp`` lists them).
@@ -35,12 +35,12 @@ def function(op: str) -> Any:
 
     found = torch.jit._state._python_cu.find_function("gilfree_rpc." + op)
     if found is None:
-        raise KeyError(f"the op dist_engine::{op} has no RPC function (plugin/csrc/rpc/rpc_functions.cpp)")
+        raise KeyError(f"the op gilfree_rpc::{op} has no RPC function (plugin/csrc/rpc/rpc_functions.cpp)")
     return found
 
 
 def call(worker: str, op: str, args: tuple, timeout: float = rpc.constants.UNSET_RPC_TIMEOUT) -> torch.futures.Future:
-    """Calls the op ``dist_engine::<op>`` on ``worker`` with ``args`` by its RPC function,
+    """Calls the op ``gilfree_rpc::<op>`` on ``worker`` with ``args`` by its RPC function,
     from this thread outside any distributed autograd context (torch would attach autograd
     metadata to a call sent from inside one, and the callee would create the context).
 

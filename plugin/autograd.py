@@ -1,4 +1,4 @@
-"""Distributed backward passes run by the plugin's own engine (``torch.ops.dist_engine``).
+"""Distributed backward passes run by the plugin's own engine (``torch.ops.gilfree_rpc``).
 
 The forward pass is recorded by torch's RPC layer as usual: inside
 ``torch.distributed.autograd.context()`` (or :class:`context`), every RPC that carries

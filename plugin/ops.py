@@ -1,15 +1,15 @@
 """The op library's ops and class, one typed Python function each: the library's Python face.
 
-Every op the library declares (``plugin/csrc/ops.cpp``, as ``torch.ops.dist_engine.<name>``)
-and its custom classes (``torch.classes.dist_engine.StepLock``, ``RejectOnExit``) are named here and nowhere
+Every op the library declares (``plugin/csrc/ops.cpp``, as ``torch.ops.gilfree_rpc.<name>``)
+and its custom classes (``torch.classes.gilfree_rpc.StepLock``, ``RejectOnExit``) are named here and nowhere
 else in the package: the other modules call these functions. Each function calls its op
 directly and does nothing more, so it behaves exactly as the op does (same errors, no extra
 checks); the friendlier entry points are :mod:`plugin.autograd` and :mod:`plugin.optim`.
 
 The functions are TorchScript-compatible (TorchScript is optional: nothing here needs it):
 a scripted function that calls one compiles it too, and the compiled graph calls the op
-itself (``dist_engine::<name>``), without Python and without the GIL. The names
-``torch.ops.dist_engine.*`` keep working; calling them or these functions is the same.
+itself (``gilfree_rpc::<name>``), without Python and without the GIL. The names
+``torch.ops.gilfree_rpc.*`` keep working; calling them or these functions is the same.
 
 The library also declares the fused CPU optimizer ops, ``torch.ops.gilfree_optim.<name>_``
 (schemas in the same file, kernels in ``plugin/csrc/cpu/fused_*.cpp``); their Python face is
@@ -32,7 +32,7 @@ __all__ = ["backward", "get_gradients", "gradients_for", "new_step_lock", "new_l
 
 
 def backward(context_id: int, roots: List[Tensor], retain_graph: bool = False, mode: str = "smart") -> None:
-    """The op ``dist_engine::backward``: a distributed backward pass from ``roots``.
+    """The op ``gilfree_rpc::backward``: a distributed backward pass from ``roots``.
 
     What :func:`plugin.autograd.backward` calls after checking its arguments; see there for the
     algorithm. Returns when the pass has ended on every worker.
@@ -48,29 +48,29 @@ def backward(context_id: int, roots: List[Tensor], retain_graph: bool = False, m
         RuntimeError: as :func:`plugin.autograd.backward`, and also for a ``mode`` that is
             neither ``"smart"`` nor ``"fast"`` (not ``ValueError``: the op checks it).
     """
-    torch.ops.dist_engine.backward(context_id, roots, retain_graph, mode)
+    torch.ops.gilfree_rpc.backward(context_id, roots, retain_graph, mode)
 
 
 def _backward_and_step(context_id: int, roots: List[Tensor], retain_graph: bool, mode: str, steps: List[int]) -> None:
-    """The op ``dist_engine::backward`` with ``steps`` as its part-end hook arguments: a pass in
+    """The op ``gilfree_rpc::backward`` with ``steps`` as its part-end hook arguments: a pass in
     which each owner named there applies its native local optimizer's step to the context's
     gradients as its part of the pass ends (``plugin/csrc/optim/pass_end.h``). ``steps``:
     ``[deadline_ms, worker_id, handle, worker_id, handle, ...]`` (deadline in ms since the Unix
     epoch, ``-1`` for none; each owner's RPC worker id and local optimizer handle). Read the
     outcomes with :func:`_step_outcomes`."""
-    torch.ops.dist_engine.backward(context_id, roots, retain_graph, mode, steps)
+    torch.ops.gilfree_rpc.backward(context_id, roots, retain_graph, mode, steps)
 
 
 def _step_outcomes(context_id: int, workers: List[int]) -> List[int]:
-    """The op ``dist_engine::_step_outcomes``, on the worker that called
+    """The op ``gilfree_rpc::_step_outcomes``, on the worker that called
     :func:`_backward_and_step`, after the pass: each worker's outcome of its step, in the order of
     ``workers`` (RPC worker ids): 0 applied, 2 the deadline had passed, 3 its optimizer refused
     the gradients, 4 no part of the pass ran there (nothing applied for 2, 3 and 4)."""
-    return torch.ops.dist_engine._step_outcomes(context_id, workers)
+    return torch.ops.gilfree_rpc._step_outcomes(context_id, workers)
 
 
 def get_gradients(context_id: int) -> Dict[Tensor, Tensor]:
-    """The op ``dist_engine::get_gradients``: this worker's gradients in a context.
+    """The op ``gilfree_rpc::get_gradients``: this worker's gradients in a context.
 
     Args:
         context_id (int): a distributed autograd context known on this worker.
@@ -83,11 +83,11 @@ def get_gradients(context_id: int) -> Dict[Tensor, Tensor]:
     Raises:
         RuntimeError: the context id is unknown on this worker.
     """
-    return torch.ops.dist_engine.get_gradients(context_id)
+    return torch.ops.gilfree_rpc.get_gradients(context_id)
 
 
 def gradients_for(context_id: int, params: List[Tensor]) -> List[Optional[Tensor]]:
-    """The op ``dist_engine::gradients_for``: the gradient of each of ``params`` in a context.
+    """The op ``gilfree_rpc::gradients_for``: the gradient of each of ``params`` in a context.
 
     The plugin engine's gradients when one of its passes reached this worker in the
     context, otherwise those of torch's distributed autograd (a backward run by
@@ -107,11 +107,11 @@ def gradients_for(context_id: int, params: List[Tensor]) -> List[Optional[Tensor
 
     Raises nothing.
     """
-    return torch.ops.dist_engine.gradients_for(context_id, params)
+    return torch.ops.gilfree_rpc.gradients_for(context_id, params)
 
 
 def new_step_lock(params: List[Tensor]) -> torch.ScriptObject:
-    """A new ``torch.classes.dist_engine.StepLock(params)``: the locks of a set of parameters,
+    """A new ``torch.classes.gilfree_rpc.StepLock(params)``: the locks of a set of parameters,
     which TorchScript holds with ``with``.
 
     Every parameter (tensor object) has one lock in this process, shared by every StepLock
@@ -133,7 +133,7 @@ def new_step_lock(params: List[Tensor]) -> torch.ScriptObject:
     Raises:
         RuntimeError: an undefined tensor among ``params``.
     """
-    return torch.classes.dist_engine.StepLock(params)
+    return torch.classes.gilfree_rpc.StepLock(params)
 
 
 @contextlib.contextmanager
@@ -153,7 +153,7 @@ def _holding(lock: torch.ScriptObject):
 
 
 def _checked_versions(context_id: int, workers: List[int], accept_sparse: bool) -> List[int]:
-    """The op ``dist_engine::_checked_versions``, on the worker that called backward: if the
+    """The op ``gilfree_rpc::_checked_versions``, on the worker that called backward: if the
     latest backward pass of the plugin's engine in context ``context_id``, started here, ended
     everywhere, none is running now, and it reached every worker of ``workers`` (RPC worker
     ids) and found on each that every gradient a step reads there fits its parameter (dense or
@@ -161,59 +161,59 @@ def _checked_versions(context_id: int, workers: List[int], accept_sparse: bool) 
     each worker's version of the context's gradients then, in the order of ``workers``; else
     ``[]``. A step over those owners then needs no validation round
     (``plugin/csrc/optim/pass_end.h``)."""
-    return torch.ops.dist_engine._checked_versions(context_id, workers, accept_sparse)
+    return torch.ops.gilfree_rpc._checked_versions(context_id, workers, accept_sparse)
 
 
 def _park_step(gradients: List[Optional[Tensor]], lease_ms: int) -> int:
-    """The op ``dist_engine::_park_step``: keeps validated gradients (references) between the
+    """The op ``gilfree_rpc::_park_step``: keeps validated gradients (references) between the
     two phases of an optimizer step, for at most ``lease_ms`` milliseconds; returns a token."""
-    return torch.ops.dist_engine._park_step(gradients, lease_ms)
+    return torch.ops.gilfree_rpc._park_step(gradients, lease_ms)
 
 
 def _take_step(token: int) -> List[Optional[Tensor]]:
-    """The op ``dist_engine::_take_step``: the gradients parked under ``token``, to apply them;
+    """The op ``gilfree_rpc::_take_step``: the gradients parked under ``token``, to apply them;
     raises (naming this worker) when the token is unknown or its lease expired."""
-    return torch.ops.dist_engine._take_step(token)
+    return torch.ops.gilfree_rpc._take_step(token)
 
 
 def _drop_step(token: int) -> bool:
-    """The op ``dist_engine::_drop_step``: forgets a parked step; whether it was still parked."""
-    return torch.ops.dist_engine._drop_step(token)
+    """The op ``gilfree_rpc::_drop_step``: forgets a parked step; whether it was still parked."""
+    return torch.ops.gilfree_rpc._drop_step(token)
 
 
 def _failure_kind(future: torch.futures.Future[Any]) -> str:
-    """The op ``dist_engine::_failure_kind``: why an RPC's future failed, read from the future
+    """The op ``gilfree_rpc::_failure_kind``: why an RPC's future failed, read from the future
     (not its message): ``""`` (it succeeded), ``"timeout"`` (no answer within the RPC timeout),
     ``"unreachable"`` (the connection to the peer was refused, closed or broke), ``"error"``
     (the peer raised), or ``"pending"`` (not completed yet)."""
-    return torch.ops.dist_engine._failure_kind(future)
+    return torch.ops.gilfree_rpc._failure_kind(future)
 
 
 def _wall_clock_ms() -> int:
-    """The op ``dist_engine::_wall_clock_ms``: milliseconds since the Unix epoch (system clock)."""
-    return torch.ops.dist_engine._wall_clock_ms()
+    """The op ``gilfree_rpc::_wall_clock_ms``: milliseconds since the Unix epoch (system clock)."""
+    return torch.ops.gilfree_rpc._wall_clock_ms()
 
 
 def _optimizer_debug_info() -> Dict[str, int]:
-    """The op ``dist_engine::_optimizer_debug_info``: ``num_param_locks`` (live per-parameter
+    """The op ``gilfree_rpc::_optimizer_debug_info``: ``num_param_locks`` (live per-parameter
     locks in this process) and ``num_prepared_steps`` (steps parked between their phases)."""
-    return torch.ops.dist_engine._optimizer_debug_info()
+    return torch.ops.gilfree_rpc._optimizer_debug_info()
 
 
 def _gradient_norms(context_id: int, params: List[Any], norm_type: float):
-    """The op ``dist_engine::_gradient_norms`` (RPC handler, on the owner of ``params``, RRefs
+    """The op ``gilfree_rpc::_gradient_norms`` (RPC handler, on the owner of ``params``, RRefs
     to Tensors): the norm of each gradient of ``params`` in the context (a 1-D tensor of
     0-dim norms in the gradients' dtype, on the CPU; ``torch._foreach_norm`` per device and
     dtype, as torch's ``clip_grad_norm_``) and the positions in ``params`` of the parameters
     that have one. Raises ``RuntimeError`` for an RRef this worker does not own."""
-    return torch.ops.dist_engine._gradient_norms(context_id, params, norm_type)
+    return torch.ops.gilfree_rpc._gradient_norms(context_id, params, norm_type)
 
 
 def _scale_gradients(context_id: int, params: List[Any], coefficient: Tensor) -> None:
-    """The op ``dist_engine::_scale_gradients`` (RPC handler, on the owner of ``params``):
+    """The op ``gilfree_rpc::_scale_gradients`` (RPC handler, on the owner of ``params``):
     multiplies every gradient of ``params`` in the context by ``coefficient`` (a 0-dim
     tensor), in place."""
-    torch.ops.dist_engine._scale_gradients(context_id, params, coefficient)
+    torch.ops.gilfree_rpc._scale_gradients(context_id, params, coefficient)
 
 
 # --- the native local optimizers (plugin/csrc/optim/local_optimizer.h; plugin.optim.LocalOptimizer)
@@ -227,7 +227,7 @@ def new_local_optimizer(
     tensor_hparams: List[Dict[str, Tensor]], sparse_errors: List[Optional[str]], dense_error: Optional[str],
     state: Dict[int, Dict[str, Tensor]],
 ) -> torch.ScriptObject:
-    """A new ``torch.classes.dist_engine.LocalOptimizer``.
+    """A new ``torch.classes.gilfree_rpc.LocalOptimizer``.
 
     Args:
         name, groups, hparams, options, tensor_hparams, sparse_errors, dense_error, state: the
@@ -242,16 +242,16 @@ def new_local_optimizer(
         ValueError, RuntimeError: lists that do not fit the groups, an empty parameter list,
             a group that does not run the fused implementation (the text starts with the type).
     """
-    return torch.classes.dist_engine.LocalOptimizer(
+    return torch.classes.gilfree_rpc.LocalOptimizer(
         name, groups, hparams, options, tensor_hparams, sparse_errors, dense_error, state
     )
 
 
 def _native(op: str, *args: Any) -> Any:
-    """``torch.ops.dist_engine.<op>(*args)``, its error raised as the type its text begins with
+    """``torch.ops.gilfree_rpc.<op>(*args)``, its error raised as the type its text begins with
     (the C++ writes ``"ValueError: ..."`` for a caller over RPC), without that prefix."""
     try:
-        return getattr(torch.ops.dist_engine, op)(*args)
+        return getattr(torch.ops.gilfree_rpc, op)(*args)
     except (ValueError, RuntimeError) as e:
         text = str(e)
         prefix = type(e).__name__ + ": "
@@ -261,68 +261,68 @@ def _native(op: str, *args: Any) -> Any:
 
 
 def _optimizer_step(handle: int, context_id: int, version: int, deadline_ms: int) -> int:
-    """The op ``dist_engine::_optimizer_step``: the context's gradients (version -1) or those the
+    """The op ``gilfree_rpc::_optimizer_step``: the context's gradients (version -1) or those the
     backward pass checked (``version``), applied before ``deadline_ms`` (-1: none)."""
     return _native("_optimizer_step", handle, context_id, version, deadline_ms)
 
 
 def _optimizer_prepare(handle: int, context_id: int, lease_ms: int) -> int:
-    """The op ``dist_engine::_optimizer_prepare``: phase 1 (check and park); the token."""
+    """The op ``gilfree_rpc::_optimizer_prepare``: phase 1 (check and park); the token."""
     return _native("_optimizer_prepare", handle, context_id, lease_ms)
 
 
 def _optimizer_commit(handle: int, token: int, deadline_ms: int) -> int:
-    """The op ``dist_engine::_optimizer_commit``: phase 2, before ``deadline_ms``."""
+    """The op ``gilfree_rpc::_optimizer_commit``: phase 2, before ``deadline_ms``."""
     return _native("_optimizer_commit", handle, token, deadline_ms)
 
 
 def _optimizer_drop(handle: int, token: int) -> bool:
-    """The op ``dist_engine::_optimizer_drop``: forgets a prepared step."""
+    """The op ``gilfree_rpc::_optimizer_drop``: forgets a prepared step."""
     return _native("_optimizer_drop", handle, token)
 
 
 def _optimizer_step_gradients(handle: int, gradients: List[Optional[Tensor]]) -> None:
-    """The op ``dist_engine::_optimizer_step_gradients``: a step with these gradients."""
+    """The op ``gilfree_rpc::_optimizer_step_gradients``: a step with these gradients."""
     _native("_optimizer_step_gradients", handle, gradients)
 
 
 def _optimizer_state(handle: int) -> Tuple[Dict[int, Dict[str, Tensor]], List[Dict[str, float]], List[Dict[str, Optional[bool]]]]:
-    """The op ``dist_engine::_optimizer_state``: copies of the state, each group's values."""
+    """The op ``gilfree_rpc::_optimizer_state``: copies of the state, each group's values."""
     return _native("_optimizer_state", handle)
 
 
 def _optimizer_load_state(handle: int, state: Dict[int, Dict[str, Tensor]], hparams: List[Dict[str, float]],
                           options: List[Dict[str, Optional[bool]]], sparse_errors: List[Optional[str]]) -> bool:
-    """The op ``dist_engine::_optimizer_load_state``; whether it now takes sparse gradients."""
+    """The op ``gilfree_rpc::_optimizer_load_state``; whether it now takes sparse gradients."""
     return _native("_optimizer_load_state", handle, state, hparams, options, sparse_errors)
 
 
 def _optimizer_hyperparameters(handle: int) -> Tuple[List[Dict[str, float]], List[Dict[str, Optional[bool]]]]:
-    """The op ``dist_engine::_optimizer_hyperparameters``: each group's values."""
+    """The op ``gilfree_rpc::_optimizer_hyperparameters``: each group's values."""
     return _native("_optimizer_hyperparameters", handle)
 
 
 def _optimizer_set_group(handle: int, group: int, hparams: Dict[str, float], options: Dict[str, Optional[bool]],
                          tensor_hparams: Dict[str, Tensor], sparse_error: Optional[str]) -> bool:
-    """The op ``dist_engine::_optimizer_set_group``; whether it now takes sparse gradients."""
+    """The op ``gilfree_rpc::_optimizer_set_group``; whether it now takes sparse gradients."""
     return _native("_optimizer_set_group", handle, group, hparams, options, tensor_hparams, sparse_error)
 
 
 def _optimizer_accepts_sparse(handle: int) -> bool:
-    """The op ``dist_engine::_optimizer_accepts_sparse``."""
+    """The op ``gilfree_rpc::_optimizer_accepts_sparse``."""
     return _native("_optimizer_accepts_sparse", handle)
 
 
 def _configure_auth_transport(key: str, crypto_library: str, listen_host: str) -> None:
-    """The op ``dist_engine::_configure_auth_transport`` (plugin.rpc): the authenticating
+    """The op ``gilfree_rpc::_configure_auth_transport`` (plugin.rpc): the authenticating
     transport's key, libcrypto and listen address; registers the transport the first time."""
-    torch.ops.dist_engine._configure_auth_transport(key, crypto_library, listen_host)
+    torch.ops.gilfree_rpc._configure_auth_transport(key, crypto_library, listen_host)
 
 
 def _swap_current_context(context_id: int) -> int:
-    """The op ``dist_engine::_swap_current_context``: sets this thread's current distributed
+    """The op ``gilfree_rpc::_swap_current_context``: sets this thread's current distributed
     autograd context (``-1``: none) and returns the previous one."""
-    return torch.ops.dist_engine._swap_current_context(context_id)
+    return torch.ops.gilfree_rpc._swap_current_context(context_id)
 
 
 # --- the engine's RPC handlers (native RPC functions, plugin/csrc/rpc/rpc_functions.h) and bookkeeping --
@@ -338,68 +338,68 @@ def _receive_gradients(
     reached: List[int],
     hook_args: List[int],
 ) -> torch.futures.Future[List[int]]:
-    """The op ``dist_engine::_receive_gradients`` (RPC handler): gradients for this worker's
+    """The op ``gilfree_rpc::_receive_gradients`` (RPC handler): gradients for this worker's
     send function ``autograd_message_id`` in pass ``pass_id``. The future completes when this
     worker may answer (see ``docs/engine.md``, "first contact"), with the part-end answers of
     the workers this one reached first (``[worker_id, word0, word1, ...]``,
     ``plugin/csrc/engine/part_end.h``) for the pass's first message here, else with an empty
     list. ``hook_args``: the arguments of their part-end hook (see :func:`_backward_and_step`)."""
-    return torch.ops.dist_engine._receive_gradients(
+    return torch.ops.gilfree_rpc._receive_gradients(
         context_id, pass_id, autograd_message_id, grads, retain_graph, smart, reached, hook_args
     )
 
 
 def _reachability(context_id: int) -> List[int]:
-    """The op ``dist_engine::_reachability`` (RPC handler, smart mode): this worker's
+    """The op ``gilfree_rpc::_reachability`` (RPC handler, smart mode): this worker's
     reachability table, flattened as ``[send_id, n, recv_id_1 .. recv_id_n, ...]``."""
-    return torch.ops.dist_engine._reachability(context_id)
+    return torch.ops.gilfree_rpc._reachability(context_id)
 
 
 def _abort_pass(context_id: int, pass_id: int) -> str:
-    """The op ``dist_engine::_abort_pass`` (RPC handler): drops a failed pass on this worker;
+    """The op ``gilfree_rpc::_abort_pass`` (RPC handler): drops a failed pass on this worker;
     returns what this worker's part of it was still waiting for ("" if it was not running
     here). With ids -1 it is the failed-worker watch's ping (docs/failures.md)."""
-    return torch.ops.dist_engine._abort_pass(context_id, pass_id)
+    return torch.ops.gilfree_rpc._abort_pass(context_id, pass_id)
 
 
 def _release_context(context_id: int) -> None:
-    """The op ``dist_engine::_release_context``: forgets this worker's engine state for a context."""
-    torch.ops.dist_engine._release_context(context_id)
+    """The op ``gilfree_rpc::_release_context``: forgets this worker's engine state for a context."""
+    torch.ops.gilfree_rpc._release_context(context_id)
 
 
 def _debug_info() -> Dict[str, int]:
-    """The op ``dist_engine::_debug_info``: counters of this worker's engine."""
-    return torch.ops.dist_engine._debug_info()
+    """The op ``gilfree_rpc::_debug_info``: counters of this worker's engine."""
+    return torch.ops.gilfree_rpc._debug_info()
 
 
 # --- embedding-bag lookups served by RPC (plugin/csrc/embedding/remote_lookup.h; plugin/embedding.py) --
 
 
 def _share_table(weight: Tensor, mode: int) -> int:
-    """The op ``dist_engine::_share_table``: shares a 2-D table for lookups with the bag mode
+    """The op ``gilfree_rpc::_share_table``: shares a 2-D table for lookups with the bag mode
     ``mode`` (0 sum, 1 mean); returns its handle."""
-    return torch.ops.dist_engine._share_table(weight, mode)
+    return torch.ops.gilfree_rpc._share_table(weight, mode)
 
 
 def _unshare_table(handle: int) -> bool:
-    """The op ``dist_engine::_unshare_table``: forgets a table's handle; whether it was shared."""
-    return torch.ops.dist_engine._unshare_table(handle)
+    """The op ``gilfree_rpc::_unshare_table``: forgets a table's handle; whether it was shared."""
+    return torch.ops.gilfree_rpc._unshare_table(handle)
 
 
 def _lookup_bags(context_id: int, handles: List[int], indices: List[Tensor], offsets: List[Tensor]) -> Tuple[Tensor, int]:
-    """The op ``dist_engine::_lookup_bags`` (RPC handler): the bags of tables ``handles`` side by
+    """The op ``gilfree_rpc::_lookup_bags`` (RPC handler): the bags of tables ``handles`` side by
     side and, when recorded in context ``context_id``, the send function's autograd_message_id
     (-1 otherwise)."""
-    return torch.ops.dist_engine._lookup_bags(context_id, handles, indices, offsets)
+    return torch.ops.gilfree_rpc._lookup_bags(context_id, handles, indices, offsets)
 
 
 def _check_lookup(prefix: str, inputs: List[Tensor], offsets: List[Tensor]) -> None:
-    """The op ``dist_engine::_check_lookup``: on the caller, ``_lookup_bags``' checks that need no
+    """The op ``gilfree_rpc::_check_lookup``: on the caller, ``_lookup_bags``' checks that need no
     table (every message after ``prefix``; the rows named ``inputs``), raised as their type."""
     _native("_check_lookup", prefix, inputs, offsets)
 
 
 def _record_lookup_answer(context_id: int, autograd_message_id: int, from_worker: int, rows: Tensor) -> Tensor:
-    """The op ``dist_engine::_record_lookup_answer``: records the recv function of a lookup's
+    """The op ``gilfree_rpc::_record_lookup_answer``: records the recv function of a lookup's
     answer ``rows`` from worker ``from_worker`` (nothing when the id is -1); returns ``rows``."""
-    return torch.ops.dist_engine._record_lookup_answer(context_id, autograd_message_id, from_worker, rows)
+    return torch.ops.gilfree_rpc._record_lookup_answer(context_id, autograd_message_id, from_worker, rows)

@@ -14,7 +14,7 @@ Part 2, one process: a native local optimizer's step(context_id) (plugin.optim.L
 for 400 parameters of 4,096 elements (Adam), with and without a spinning thread, against torch's
 scripted local optimizer (torch.distributed.optim's _ScriptLocalOptimizer); each called from
 Python once per step, and, where torch still compiles TorchScript, from a TorchScript loop (50
-steps per call; ours through its op, torch.ops.dist_engine._optimizer_step). A call from Python
+steps per call; ours through its op, torch.ops.gilfree_rpc._optimizer_step). A call from Python
 gives the GIL up for the step and must get it back from the spinning thread afterwards, which
 CPython grants after its switch interval (5 ms by default): that wait is part of the "python"
 rows.
@@ -473,7 +473,7 @@ LOOP_STEPS = 50
 def _native_step_loop(handle: int, context_id: int, n: int) -> None:
     """Steps a native local optimizer n times from TorchScript, through its op."""
     for _ in range(n):
-        torch.ops.dist_engine._optimizer_step(handle, context_id)
+        torch.ops.gilfree_rpc._optimizer_step(handle, context_id)
 
 
 class _StepLoop(torch.nn.Module):

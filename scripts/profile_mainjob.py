@@ -45,7 +45,7 @@ WORK_RULES = [
         r"fused_adam|_fused_adam|prepared_steps|ParkedStep|parkStep|takeStep|gradientsFor|gradients_for|StepLock|"
         r"step_lock|optimizer", re.I)),
     ("backward pass", re.compile(
-        r"dist_engine::|autograd::Engine|DistEngine|Backward|distributed::autograd|AccumulateGrad|"
+        r"gilfree_rpc::|autograd::Engine|DistEngine|Backward|distributed::autograd|AccumulateGrad|"
         r"evaluate_function|autograd::Node|call_function")),
     ("optimizer step", re.compile(r"torch::jit::")),  # the scripted local steps of both stacks
     ("Python code (servers: the forward function; trainers: the loop, RPC calls)",

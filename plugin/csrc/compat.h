@@ -159,7 +159,7 @@
 #include <utility>
 #include <vector>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 // --- autograd nodes -----------------------------------------------------------------
 
@@ -609,7 +609,7 @@ inline int64_t workerScopedId(int64_t workerId, int64_t sequence) {
   return (workerId << kWorkerIdShift) | sequence;
 }
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc
 
 // --- TensorPipe transports (auth_transport.cpp only) ----------------------------------
 #ifdef GILFREE_TENSORPIPE_TRANSPORT
@@ -621,7 +621,7 @@ inline int64_t workerScopedId(int64_t workerId, int64_t sequence) {
 #endif
 #include <torch/csrc/distributed/rpc/tensorpipe_agent.h>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 // Registers `create` under `name` in torch's registry of TensorPipe transports: an agent
 // started with TensorPipeRpcBackendOptions(_transports=[name]) calls it once, at start-up,
@@ -633,5 +633,5 @@ inline void registerTensorPipeTransport(
   torch::distributed::rpc::TensorPipeTransportRegistry()->Register(name, create);
 }
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc
 #endif  // GILFREE_TENSORPIPE_TRANSPORT

@@ -25,7 +25,7 @@ void def(torch::Library& m, const char* schema) {
 
 }  // namespace
 
-TORCH_LIBRARY(dist_engine, m) {
+TORCH_LIBRARY(gilfree_rpc, m) {
   // Distributed backward pass from `roots` (scalars on this worker) in the given
   // distributed autograd context. `mode` is "smart" or "fast". `hook_args`: the arguments
   // of the part-end hook every reached worker runs as its part of the pass ends
@@ -167,34 +167,34 @@ TORCH_LIBRARY(dist_engine, m) {
       "Dict(str, Tensor) tensor_hparams, str? sparse_error) -> bool");
   // Whether every group takes sparse gradients.
   def(m, "_optimizer_accepts_sparse(int handle) -> bool");
-  // torch.classes.dist_engine.LocalOptimizer(name, groups, hparams, options, tensor_hparams,
+  // torch.classes.gilfree_rpc.LocalOptimizer(name, groups, hparams, options, tensor_hparams,
   // sparse_errors, dense_error, state): see local_optimizer.h.
-  m.class_<dist_engine::LocalOptimizer>("LocalOptimizer")
+  m.class_<gilfree_rpc::LocalOptimizer>("LocalOptimizer")
       .def(torch::init([](const std::string& name,
                           const std::vector<std::vector<at::Tensor>>& groups,
-                          const c10::List<dist_engine::Hyperparameters>& hparams,
-                          const c10::List<dist_engine::Options>& options,
-                          const c10::List<dist_engine::TensorHyperparameters>& tensorHparams,
+                          const c10::List<gilfree_rpc::Hyperparameters>& hparams,
+                          const c10::List<gilfree_rpc::Options>& options,
+                          const c10::List<gilfree_rpc::TensorHyperparameters>& tensorHparams,
                           const std::vector<std::optional<std::string>>& sparseErrors,
                           const std::optional<std::string>& denseError,
-                          const dist_engine::OptimizerState& state) {
-        return dist_engine::LocalOptimizer::registered(c10::make_intrusive<dist_engine::LocalOptimizer>(
+                          const gilfree_rpc::OptimizerState& state) {
+        return gilfree_rpc::LocalOptimizer::registered(c10::make_intrusive<gilfree_rpc::LocalOptimizer>(
             name, groups, hparams, options, tensorHparams, sparseErrors, denseError, state));
       }))
-      .def("handle", &dist_engine::LocalOptimizer::handle);
+      .def("handle", &gilfree_rpc::LocalOptimizer::handle);
 
-  // torch.classes.dist_engine.StepLock(params): the per-parameter locks of a set of
+  // torch.classes.gilfree_rpc.StepLock(params): the per-parameter locks of a set of
   // parameters, taken in one global order, for TorchScript `with` statements.
-  m.class_<dist_engine::StepLock>("StepLock")
+  m.class_<gilfree_rpc::StepLock>("StepLock")
       .def(torch::init<std::vector<at::Tensor>>())
-      .def("size", &dist_engine::StepLock::size)
-      .def("__enter__", &dist_engine::StepLock::enter)
-      .def("__exit__", &dist_engine::StepLock::exit);
+      .def("size", &gilfree_rpc::StepLock::size)
+      .def("__enter__", &gilfree_rpc::StepLock::enter)
+      .def("__exit__", &gilfree_rpc::StepLock::exit);
 }
 
 // The RPC functions call the ops declared above: define them once those exist (static
 // objects of one file are constructed in order; this runs when the library loads). From
 // then on this worker answers pings (the abort function): the engine watches the others.
 namespace {
-const bool rpcFunctionsDefined = (dist_engine::defineRpcFunctions(), dist_engine::startPeerWatch(), true);
+const bool rpcFunctionsDefined = (gilfree_rpc::defineRpcFunctions(), gilfree_rpc::startPeerWatch(), true);
 }  // namespace

@@ -1,5 +1,5 @@
 """The native local optimizer: an owner's share of a :class:`~plugin.optim.DistributedOptimizer`,
-stepped in C++ (``torch.classes.dist_engine.LocalOptimizer``, ``plugin/csrc/optim/local_optimizer.h``)
+stepped in C++ (``torch.classes.gilfree_rpc.LocalOptimizer``, ``plugin/csrc/optim/local_optimizer.h``)
 through ``functional_optim``'s group steps, without the GIL and without TorchScript.
 
 :class:`LocalOptimizer` takes the configuration as ``functional_optim.configuration.configure``
@@ -42,7 +42,7 @@ def _given_flags(functional_class: type, params: Any, args: tuple, kwargs: dict)
 class LocalOptimizer:
     """One worker's share of a distributed optimizer, stepped natively (C++).
 
-    Holds a C++ ``torch.classes.dist_engine.LocalOptimizer`` over ``params``, reached by its
+    Holds a C++ ``torch.classes.gilfree_rpc.LocalOptimizer`` over ``params``, reached by its
     :attr:`handle` (unique in the process); it lives as long as this object. Every call that
     reads or writes the parameters, their state or the hyperparameters holds the parameters'
     locks (per parameter, shared with every local optimizer of this process, waited for without

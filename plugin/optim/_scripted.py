@@ -32,7 +32,7 @@ class ScriptLocalOptimizer(torch.nn.Module, StepAdapter):
     (:class:`plugin.optim.LocalOptimizer`), with the same results and locks and no TorchScript.
 
     Concurrency: every parameter has one lock in its process, held in C++
-    (``torch.classes.dist_engine.StepLock``), shared with the native and Python local
+    (``torch.classes.gilfree_rpc.StepLock``), shared with the native and Python local
     optimizers: steps of local optimizers that share a parameter never interleave on it and
     never deadlock; waiting does not hold the GIL; an error in a step releases the locks.
 
@@ -49,7 +49,7 @@ class ScriptLocalOptimizer(torch.nn.Module, StepAdapter):
         ValueError: empty ``params`` or invalid hyperparameters (the optimizer's messages).
 
     Algorithm: torch's ``_ScriptLocalOptimizer`` (``torch/distributed/optim/optimizer.py``),
-    with the gradients read on the C++ side (``torch.ops.dist_engine.gradients_for``), steps
+    with the gradients read on the C++ side (``torch.ops.gilfree_rpc.gradients_for``), steps
     serialized by per-parameter locks, and a two-phase step (:meth:`prepare_step`,
     :meth:`commit_step`) for steps over several owners.
     """

@@ -58,9 +58,9 @@ def render_snapshot() -> str:
     return (
         "# Public Python API: tests/support/public_api.py lists it; signatures from inspect.signature\n\n"
         + render_python_api()
-        + "\n# torch.ops.dist_engine op schemas\n\n"
+        + "\n# torch.ops.gilfree_rpc op schemas\n\n"
         + "\n".join(api.op_schemas())
-        + "\n\n# torch.classes.dist_engine custom class methods\n\n"
+        + "\n\n# torch.classes.gilfree_rpc custom class methods\n\n"
         + "\n".join(api.custom_class_schemas())
         + "\n"
     )
@@ -84,9 +84,9 @@ def test_snapshot_sees_every_kind_of_entry():
         "    property owners(",
         "    @classmethod def create(",
         "functional_optim.Adam = functional_optim.adam.Adam",
-        'dist_engine::backward(int context_id, Tensor[] roots, bool retain_graph=False, str mode="smart", '
+        'gilfree_rpc::backward(int context_id, Tensor[] roots, bool retain_graph=False, str mode="smart", '
         'int[] hook_args=[]) -> ()',
-        "__enter__(__torch__.torch.classes.dist_engine.StepLock _0) -> NoneType _0",
+        "__enter__(__torch__.torch.classes.gilfree_rpc.StepLock _0) -> NoneType _0",
     ):
         assert expected in text, expected
 

@@ -384,7 +384,7 @@ def test_local_optimizers_that_share_a_parameter_share_its_lock():
     takes): native optimizers over the same set reversed (b) and over p1 alone (d) wait for
     them; one over another tensor (c) does not."""
     p = [torch.zeros(3, requires_grad=True), torch.zeros(2, requires_grad=True)]
-    held = torch.classes.dist_engine.StepLock(p)
+    held = torch.classes.gilfree_rpc.StepLock(p)
     b = native(torch.optim.Adam, list(reversed(p)))
     c = native(torch.optim.SGD, [torch.zeros(3, requires_grad=True)], lr=0.1)
     d = native(torch.optim.SGD, [p[1]], lr=0.1)
@@ -440,7 +440,7 @@ def test_locks_of_freed_parameters_are_freed():
     import gc
 
     def count():
-        return torch.ops.dist_engine._optimizer_debug_info()["num_param_locks"]
+        return torch.ops.gilfree_rpc._optimizer_debug_info()["num_param_locks"]
 
     gc.collect()
     before = count()

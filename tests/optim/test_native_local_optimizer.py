@@ -405,13 +405,13 @@ def test_a_handle_whose_optimizer_is_gone_raises_naming_it():
     handle = native.handle
     other = LocalOptimizer(F.Adam, make_params(), lr=0.1)
     assert other.handle != handle
-    torch.ops.dist_engine._optimizer_hyperparameters(handle)
+    torch.ops.gilfree_rpc._optimizer_hyperparameters(handle)
     del native
     gc.collect()
     with pytest.raises(RuntimeError, match=rf"there is no local optimizer with handle {handle} here"):
-        torch.ops.dist_engine._optimizer_hyperparameters(handle)
+        torch.ops.gilfree_rpc._optimizer_hyperparameters(handle)
     with pytest.raises(RuntimeError, match=rf"handle {handle} "):
-        torch.ops.dist_engine._optimizer_step_gradients(handle, [])
+        torch.ops.gilfree_rpc._optimizer_step_gradients(handle, [])
     assert other.hyperparameters()[0]["lr"] == 0.1
 
 

@@ -196,7 +196,7 @@ def test_python_step_waits_for_the_parameters_locks():
     local optimizer over [p, q] holds while it steps), a Python local optimizer over [q] waits
     (the same per-parameter lock), and one over another tensor does not."""
     p, q = torch.zeros(3, requires_grad=True), torch.zeros(2, requires_grad=True)
-    held = torch.classes.dist_engine.StepLock([p, q])
+    held = torch.classes.gilfree_rpc.StepLock([p, q])
     python = PythonLocalOptimizer(HeavyBall, [q], lr=1.0)
     other = PythonLocalOptimizer(HeavyBall, [torch.zeros(2, requires_grad=True)], lr=1.0)
     done = threading.Event()

@@ -191,7 +191,7 @@ def test_profile_sorts_perf_call_stacks():
             "torch::jit::InterpreterStateImpl::runTemplate<false> (libtorch_cpu.so)"]
     assert pm.classify(adam) == ("optimizer step", "compute kernels")
     engine = ["pthread_cond_signal (libc.so.6)", "c10::ThreadPool::run (libc10.so)",
-              "dist_engine::Engine::deliver (_C.so)", "torch::jit::InterpreterStateImpl::runTemplate<false> (x)"]
+              "gilfree_rpc::Engine::deliver (_C.so)", "torch::jit::InterpreterStateImpl::runTemplate<false> (x)"]
     assert pm.classify(engine) == ("backward pass", "thread wake-ups and sleeps")
     udf = ["take_gil (libpython3.11.so)", "PyEval_RestoreThread (libpython3.11.so)",
            "_PyEval_EvalFrameDefault (libpython3.11.so)",

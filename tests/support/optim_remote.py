@@ -153,7 +153,7 @@ def hold_param_lock(name: str, seconds: float) -> None:
     per-parameter lock every local optimizer takes) from a thread, and keeps them until
     release_param_lock(name) or ``seconds`` pass: a step over the parameter waits meanwhile.
     Returns once they are held."""
-    lock = torch.classes.dist_engine.StepLock([PARAMS[name]])
+    lock = torch.classes.gilfree_rpc.StepLock([PARAMS[name]])
     held, release = threading.Event(), threading.Event()
 
     def hold():
@@ -172,7 +172,7 @@ def release_param_lock(name: str) -> None:
 
 
 def optimizer_debug_info() -> Dict[str, int]:
-    return dict(torch.ops.dist_engine._optimizer_debug_info())
+    return dict(torch.ops.gilfree_rpc._optimizer_debug_info())
 
 
 def contexts_known(context_ids: List[int]) -> List[int]:

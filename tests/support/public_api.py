@@ -9,8 +9,8 @@ defined in a private module of the project (a mixin that two public classes shar
 inherited members are left out (``ScriptLocalOptimizer`` is an ``nn.Module``; ``nn.Module``'s
 API is torch's).
 
-The op library adds the ``torch.ops.dist_engine`` op schemas and the custom class
-``torch.classes.dist_engine.StepLock``.
+The op library adds the ``torch.ops.gilfree_rpc`` op schemas and the custom class
+``torch.classes.gilfree_rpc.StepLock``.
 """
 import functools
 import importlib
@@ -22,7 +22,7 @@ from typing import Any, List, Optional, Tuple
 import torch
 
 PACKAGES = ("plugin", "functional_optim")
-OP_NAMESPACE = "dist_engine"
+OP_NAMESPACE = "gilfree_rpc"
 
 
 @dataclass
@@ -137,14 +137,14 @@ def canonical(item: PublicName) -> bool:
 
 
 def op_schemas() -> List[str]:
-    """``torch.ops.dist_engine`` op schemas, as TorchScript prints them, sorted."""
+    """``torch.ops.gilfree_rpc`` op schemas, as TorchScript prints them, sorted."""
     import plugin  # noqa: F401  (loads the op library)
 
     return sorted(str(s) for s in torch._C._jit_get_all_schemas() if s.name.startswith(OP_NAMESPACE + "::"))
 
 
 def custom_class_schemas() -> List[str]:
-    """Method schemas of the ``torch.classes.dist_engine`` custom classes, sorted."""
+    """Method schemas of the ``torch.classes.gilfree_rpc`` custom classes, sorted."""
     import plugin  # noqa: F401
 
     marker = f"__torch__.torch.classes.{OP_NAMESPACE}."

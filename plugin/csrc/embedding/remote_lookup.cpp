@@ -16,7 +16,7 @@
 #include <unordered_map>
 #include <utility>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 namespace {
 
 namespace dist_autograd = torch::distributed::autograd;
@@ -290,13 +290,13 @@ at::Tensor recordLookupAnswer(int64_t contextId, int64_t messageId, int64_t from
   return received[0];
 }
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc
 
 // Kernels (schemas in ops.cpp).
-TORCH_LIBRARY_IMPL(dist_engine, CompositeImplicitAutograd, m) {
-  m.impl("_share_table", TORCH_FN(dist_engine::registerTable));
-  m.impl("_unshare_table", TORCH_FN(dist_engine::unregisterTable));
-  m.impl("_lookup_bags", TORCH_FN(dist_engine::lookupBags));
-  m.impl("_check_lookup", TORCH_FN(dist_engine::checkLookupRequest));
-  m.impl("_record_lookup_answer", TORCH_FN(dist_engine::recordLookupAnswer));
+TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
+  m.impl("_share_table", TORCH_FN(gilfree_rpc::registerTable));
+  m.impl("_unshare_table", TORCH_FN(gilfree_rpc::unregisterTable));
+  m.impl("_lookup_bags", TORCH_FN(gilfree_rpc::lookupBags));
+  m.impl("_check_lookup", TORCH_FN(gilfree_rpc::checkLookupRequest));
+  m.impl("_record_lookup_answer", TORCH_FN(gilfree_rpc::recordLookupAnswer));
 }

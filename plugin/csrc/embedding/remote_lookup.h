@@ -33,7 +33,7 @@
 #include <tuple>
 #include <vector>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 // Shares `weight` (2-D, the table) for lookups with the embedding-bag mode `mode` (0 sum or
 // 1 mean, as at::embedding_bag; torch has no sparse gradient for max); returns its handle (unique in the process, never
@@ -71,4 +71,4 @@ void checkLookupRequest(
 // `fromWorker` to release its side of the context, and raises RuntimeError.
 at::Tensor recordLookupAnswer(int64_t contextId, int64_t messageId, int64_t fromWorker, at::Tensor rows);
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

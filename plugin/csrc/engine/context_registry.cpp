@@ -7,7 +7,7 @@
 
 #include <algorithm>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 ContextRegistry& ContextRegistry::get() {
   // Leaky singleton: RPC threads may still call in while the process exits.
@@ -365,4 +365,4 @@ std::unordered_map<std::string, int64_t> ContextRegistry::debugInfo() {
   };
 }
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

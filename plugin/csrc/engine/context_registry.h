@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 // Leaf tensor -> gradient.
 using GradientDict = c10::Dict<at::Tensor, at::Tensor>;
@@ -145,4 +145,4 @@ class ContextRegistry {
   std::map<std::pair<int64_t, int64_t>, PassPtr> passes_;
 };
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

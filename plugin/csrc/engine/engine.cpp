@@ -25,7 +25,7 @@
 #include <sstream>
 #include <thread>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 using torch::autograd::GraphRoot;
 using torch::distributed::autograd::DistAutogradContainer;
@@ -828,4 +828,4 @@ void Engine::settle(const PassPtr& pass) {
   }
 }
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

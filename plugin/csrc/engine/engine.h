@@ -33,7 +33,7 @@
 #include <utility>
 #include <vector>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 class Engine {
  public:
@@ -139,4 +139,4 @@ class Engine {
   std::atomic<int64_t> splitNodes_{0};
 };
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

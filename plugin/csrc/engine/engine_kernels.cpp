@@ -10,7 +10,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 namespace {
 
 Mode parseMode(const std::string& mode) {
@@ -79,7 +79,7 @@ c10::Dict<std::string, int64_t> debugInfoKernel() {
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(dist_engine, CompositeImplicitAutograd, m) {
+TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
   m.impl("backward", TORCH_FN(backwardKernel));
   m.impl("get_gradients", TORCH_FN(getGradientsKernel));
   m.impl("_receive_gradients", torch::CppFunction::makeFromBoxedFunction<&receiveGradientsKernel>());
@@ -89,4 +89,4 @@ TORCH_LIBRARY_IMPL(dist_engine, CompositeImplicitAutograd, m) {
   m.impl("_debug_info", TORCH_FN(debugInfoKernel));
 }
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

@@ -6,7 +6,7 @@
 
 #include <mutex>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 std::vector<std::optional<at::Tensor>> gradientsOf(const GradientDict& grads, const std::vector<at::Tensor>& params) {
   std::vector<std::optional<at::Tensor>> result(params.size());
@@ -72,4 +72,4 @@ std::optional<StoredGradients> storedGradients(int64_t contextId) {
   return stored;
 }
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

@@ -7,7 +7,7 @@
 #include <optional>
 #include <vector>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 // The gradient of each of `params` in `grads`, or None.
 std::vector<std::optional<at::Tensor>> gradientsOf(const GradientDict& grads, const std::vector<at::Tensor>& params);
@@ -37,4 +37,4 @@ struct StoredGradients {
 };
 std::optional<StoredGradients> storedGradients(int64_t contextId);
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

@@ -8,7 +8,7 @@
 #include <deque>
 #include <unordered_set>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 std::unordered_map<Node*, int64_t> recvMessageIds(const ContextPtr& ctx) {
   std::unordered_map<Node*, int64_t> ids;
@@ -176,4 +176,4 @@ std::unordered_map<int64_t, std::vector<int64_t>> unflattenTable(const std::vect
   return table;
 }
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

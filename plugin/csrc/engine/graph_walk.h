@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 // Recv function node -> its autograd_message_id, for every recv of the context.
 std::unordered_map<Node*, int64_t> recvMessageIds(const ContextPtr& ctx);
@@ -43,4 +43,4 @@ ReachabilityTable computeReachability(
 std::vector<int64_t> flattenTable(const ReachabilityTable& table);
 std::unordered_map<int64_t, std::vector<int64_t>> unflattenTable(const std::vector<int64_t>& flat);
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

@@ -1,6 +1,6 @@
 #include "engine/node_exec.h"
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 namespace {
 
@@ -145,4 +145,4 @@ NodeCallRecord::NodeCallRecord(const Node& fn, const variable_list& inputs) {
   }
 }
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

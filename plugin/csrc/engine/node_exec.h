@@ -9,7 +9,7 @@
 #include <functional>
 #include <optional>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 // Whether running `fn` calls any hook (Python hooks among them).
 inline bool hasHooks(Node& fn) {
@@ -67,4 +67,4 @@ class NodeCallRecord {
   std::optional<at::RecordFunction> guard_;
 };
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

@@ -4,7 +4,7 @@
 
 #include <mutex>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 namespace {
 
 struct HookSlot {
@@ -52,4 +52,4 @@ std::optional<PartEndAnswers> partEndAnswers(int64_t contextId) {
   return entry->partEndAnswers;
 }
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

@@ -21,7 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 using PartEndAnswer = std::array<int64_t, 2>;
 // Runs on the thread that ended the worker's part, holding no engine lock; must not throw
@@ -42,4 +42,4 @@ using PartEndAnswers = std::unordered_map<int64_t, std::vector<PartEndAnswer>>;
 // here now; nullopt while one runs, or for a context the engine does not know here.
 std::optional<PartEndAnswers> partEndAnswers(int64_t contextId);
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

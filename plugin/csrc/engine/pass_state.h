@@ -26,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 using torch::autograd::InputBuffer;
 using torch::autograd::Node;
@@ -179,4 +179,4 @@ struct PassState {
 
 using PassPtr = std::shared_ptr<PassState>;
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

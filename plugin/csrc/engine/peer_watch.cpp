@@ -18,7 +18,7 @@
 #include <thread>
 #include <unordered_set>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 namespace rpc = torch::distributed::rpc;
 using torch::distributed::autograd::DistAutogradContainer;
@@ -153,4 +153,4 @@ int64_t numFailedPeers() {
   return static_cast<int64_t>(state.failed.size());
 }
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

@@ -21,7 +21,7 @@
 
 #include <cstdint>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 // Starts the watch thread, once per process; cheap after the first call. The thread
 // waits for an RPC agent (defineRpcFunctions starts it when the library loads).
@@ -30,4 +30,4 @@ void startPeerWatch();
 // Number of workers this worker has found failed.
 int64_t numFailedPeers();
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

@@ -14,7 +14,7 @@
 
 #include <Python.h>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 void keepPythonErrorsOnThisThread() {
   static thread_local bool done = false;
@@ -109,11 +109,11 @@ std::optional<PythonError> describePythonError(const std::exception& e, std::opt
   return result;
 }
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc
 
 #else  // no Python headers
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 void keepPythonErrorsOnThisThread() {}
 
@@ -121,6 +121,6 @@ std::optional<PythonError> describePythonError(const std::exception&, std::optio
   return std::nullopt;
 }
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc
 
 #endif

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <string>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 // Gives this thread a Python thread state that outlives every hook call on it, so
 // that a hook's exception is still in it when the engine catches the error. Does
@@ -39,4 +39,4 @@ struct PythonError {
 // backward: the only one where that call is in the same process).
 std::optional<PythonError> describePythonError(const std::exception& e, std::optional<int64_t> keepForContext);
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

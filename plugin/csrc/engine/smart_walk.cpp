@@ -21,7 +21,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 std::vector<int64_t> Engine::findReachedSends(
     const ContextPtr& ctx,
@@ -106,4 +106,4 @@ std::vector<int64_t> Engine::findReachedSends(
   return result;
 }
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

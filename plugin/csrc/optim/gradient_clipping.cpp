@@ -12,7 +12,7 @@
 
 #include <string>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 namespace {
 
 struct PresentGradients {
@@ -102,9 +102,9 @@ void scaleGradientsKernel(const c10::OperatorHandle&, torch::jit::Stack* stack) 
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(dist_engine, CompositeImplicitAutograd, m) {
+TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
   m.impl("_gradient_norms", torch::CppFunction::makeFromBoxedFunction<&gradientNormsKernel>());
   m.impl("_scale_gradients", torch::CppFunction::makeFromBoxedFunction<&scaleGradientsKernel>());
 }
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

@@ -15,7 +15,7 @@
 #include <sstream>
 #include <unordered_map>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 namespace {
 
 // --- the registry ------------------------------------------------------------------------
@@ -620,7 +620,7 @@ bool LocalOptimizer::acceptsSparse() {
 
 // --- the ops' kernels ----------------------------------------------------------------------
 
-TORCH_LIBRARY_IMPL(dist_engine, CompositeImplicitAutograd, m) {
+TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
   m.impl("_optimizer_step", [](int64_t handle, int64_t contextId, int64_t version, int64_t deadlineMs) {
     return LocalOptimizer::find(handle)->step(contextId, version, deadlineMs);
   });
@@ -660,4 +660,4 @@ TORCH_LIBRARY_IMPL(dist_engine, CompositeImplicitAutograd, m) {
   m.impl("_optimizer_accepts_sparse", [](int64_t handle) { return LocalOptimizer::find(handle)->acceptsSparse(); });
 }
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

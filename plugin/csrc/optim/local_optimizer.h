@@ -35,7 +35,7 @@
 #include <tuple>
 #include <vector>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 // The outcome of an owner's part of a step, one table for every protocol (the caller's
 // Python mirrors it: plugin/optim/_owners.py).
@@ -148,4 +148,4 @@ class LocalOptimizer : public torch::CustomClassHolder {
   std::vector<std::optional<std::string>> sparseErrors_;
 };
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

@@ -17,7 +17,7 @@
 
 #include <optional>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 namespace {
 
 // Boxed: a plain kernel cannot take a Future.
@@ -41,7 +41,7 @@ c10::Dict<std::string, int64_t> optimizerDebugInfoKernel() {
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(dist_engine, CompositeImplicitAutograd, m) {
+TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
   m.impl("gradients_for", TORCH_FN(gradientsFor));  // engine/gradients.h
   m.impl("_checked_versions", TORCH_FN(checkedVersions));  // pass_end.h
   m.impl("_step_outcomes", TORCH_FN(stepOutcomes));
@@ -58,4 +58,4 @@ TORCH_LIBRARY_IMPL(dist_engine, CompositeImplicitAutograd, m) {
   m.impl("_swap_current_context", TORCH_FN(swapCurrentContext));
 }
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

@@ -6,7 +6,7 @@
 
 #include <unordered_set>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 namespace {
 
 // kGradientsFit (| kSomeSparse) when the engine holds gradients of the context here and
@@ -113,4 +113,4 @@ std::vector<int64_t> stepOutcomes(int64_t contextId, const std::vector<int64_t>&
   return outcomes;
 }
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

@@ -32,7 +32,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 constexpr int64_t kGradientsFit = 1;
 constexpr int64_t kSomeSparse = 2;
@@ -47,4 +47,4 @@ std::vector<int64_t> checkedVersions(int64_t contextId, const std::vector<int64_
 // worker's StepStatus (local_optimizer.h) in `workers`' order (a worker that answered twice shows its worst).
 std::vector<int64_t> stepOutcomes(int64_t contextId, const std::vector<int64_t>& workers);
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

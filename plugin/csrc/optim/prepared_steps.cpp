@@ -8,7 +8,7 @@
 #include <mutex>
 #include <unordered_map>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -111,4 +111,4 @@ int64_t numParkedSteps() {
   return static_cast<int64_t>(t.steps.size());
 }
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

@@ -20,7 +20,7 @@
 #include <optional>
 #include <vector>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 using Gradients = std::vector<std::optional<at::Tensor>>;
 
@@ -40,4 +40,4 @@ bool dropStep(int64_t token, int64_t owner = -1);
 // Parked steps whose lease has not expired (expired ones are forgotten first).
 int64_t numParkedSteps();
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

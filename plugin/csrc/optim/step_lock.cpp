@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <unordered_map>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 namespace {
 
 struct Entry {
@@ -73,4 +73,4 @@ int64_t numParamLocks() {
   return static_cast<int64_t>(r.entries.size());
 }
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

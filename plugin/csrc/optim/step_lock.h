@@ -27,7 +27,7 @@
 #include <mutex>
 #include <vector>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 struct ParamLock {
   explicit ParamLock(const c10::TensorImpl* key, uint64_t order) : key(key), order(order) {}
@@ -46,7 +46,7 @@ std::vector<std::shared_ptr<ParamLock>> paramLocksFor(const std::vector<at::Tens
 // Number of live ParamLocks in this process (for tests and monitoring).
 int64_t numParamLocks();
 
-// torch.classes.dist_engine.StepLock(params): the locks of one local optimizer's
+// torch.classes.gilfree_rpc.StepLock(params): the locks of one local optimizer's
 // parameters, for a TorchScript `with` statement. `__enter__` takes them in the
 // global order; `__exit__` releases them in reverse order. TorchScript calls
 // __exit__ also when the body raises, and on the same thread that entered (the body
@@ -73,4 +73,4 @@ struct StepLock : torch::CustomClassHolder {
   const std::vector<std::shared_ptr<ParamLock>> locks;
 };
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

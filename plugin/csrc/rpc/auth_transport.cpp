@@ -30,7 +30,7 @@
 #include <set>
 #include <thread>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 namespace {
 
@@ -1127,8 +1127,8 @@ void configureAuthTransport(const std::string& key, const std::string& cryptoLib
   std::call_once(registered, [] { registerTensorPipeTransport(kAuthTransportName, &createAuthTransport); });
 }
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc
 
-TORCH_LIBRARY_IMPL(dist_engine, CompositeImplicitAutograd, m) {
-  m.impl("_configure_auth_transport", TORCH_FN(dist_engine::configureAuthTransportKernel));
+TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
+  m.impl("_configure_auth_transport", TORCH_FN(gilfree_rpc::configureAuthTransportKernel));
 }

@@ -36,7 +36,7 @@
 
 #include <string>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 // The name the transport is registered under in torch's TensorPipeTransportRegistry.
 constexpr const char* kAuthTransportName = "gilfree_auth";
@@ -46,4 +46,4 @@ constexpr const char* kAuthTransportName = "gilfree_auth";
 // time. Throws when libcrypto cannot be loaded.
 void configureAuthTransport(const std::string& key, const std::string& cryptoLibrary, const std::string& listenHost);
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <stdexcept>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 namespace {
 
@@ -241,4 +241,4 @@ bool Aead::open(const uint8_t* tag) {
   return crypto().cipherFinal(ctx_, rest, &written) == 1;
 }
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

@@ -16,7 +16,7 @@
 #include <initializer_list>
 #include <string>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 constexpr size_t kTagSize = 32;  // HMAC-SHA256
 using Tag = std::array<uint8_t, kTagSize>;
@@ -90,4 +90,4 @@ class Aead {
   const bool seal_;
 };
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

@@ -6,11 +6,11 @@
 #include <iterator>
 #include <mutex>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 namespace {
 
 struct RpcOp {
-  const char* name;  // an op of the dist_engine namespace (schema in ops.cpp)
+  const char* name;  // an op of the gilfree_rpc namespace (schema in ops.cpp)
   bool async;        // it returns a Future: called with async execution
 };
 
@@ -60,9 +60,9 @@ void defineRpcFunctions() {
   static std::once_flag defined;
   std::call_once(defined, [] {
     for (const auto& op : kRpcOps) {
-      addOpFunction(rpcFunctionName(op.name), c10::OperatorName(std::string("dist_engine::") + op.name, ""));
+      addOpFunction(rpcFunctionName(op.name), c10::OperatorName(std::string("gilfree_rpc::") + op.name, ""));
     }
   });
 }
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

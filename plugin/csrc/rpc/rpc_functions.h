@@ -19,9 +19,9 @@
 
 #include <string>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
-// The qualified name of the RPC function that calls the op dist_engine::<op>:
+// The qualified name of the RPC function that calls the op gilfree_rpc::<op>:
 // "gilfree_rpc.<op>".
 c10::QualifiedName rpcFunctionName(const std::string& op);
 
@@ -35,4 +35,4 @@ bool isAsyncRpcFunctionOp(const std::string& op);
 // library loads (ops.cpp, after the op schemas are declared); later calls do nothing.
 void defineRpcFunctions();
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

@@ -65,7 +65,7 @@ class Listener {
 }  // namespace transport
 }  // namespace tensorpipe
 
-namespace dist_engine {
+namespace gilfree_rpc {
 namespace tp_abi {
 
 struct NopStatusAbi {
@@ -106,4 +106,4 @@ inline const NopHolderAbi& holder(const tensorpipe::AbstractNopHolder& object) {
 }
 
 }  // namespace tp_abi
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

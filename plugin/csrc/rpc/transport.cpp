@@ -6,7 +6,7 @@
 #include <torch/csrc/distributed/autograd/context/container.h>
 #include <torch/csrc/distributed/rpc/rpc_agent.h>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 namespace rpc = torch::distributed::rpc;
 using c10::ivalue::Future;
@@ -16,7 +16,7 @@ namespace {
 std::shared_ptr<rpc::RpcAgent> agent() {
   TORCH_CHECK(
       rpc::RpcAgent::isCurrentRpcAgentSet(),
-      "dist_engine: RPC is not initialized; call rpc.init_rpc (or plugin.rpc.init_rpc) first");
+      "gilfree_rpc: RPC is not initialized; call rpc.init_rpc (or plugin.rpc.init_rpc) first");
   return rpc::RpcAgent::getCurrentRpcAgent();
 }
 
@@ -28,7 +28,7 @@ c10::intrusive_ptr<Future> callFunction(
     std::vector<c10::IValue>&& args,
     const c10::TypePtr& returnType,
     float timeoutSeconds) {
-  TORCH_CHECK(isRpcFunctionOp(op), "dist_engine: the op ", op, " has no RPC function (rpc_functions.cpp)");
+  TORCH_CHECK(isRpcFunctionOp(op), "gilfree_rpc: the op ", op, " has no RPC function (rpc_functions.cpp)");
   const auto name = rpcFunctionName(op);
   const bool asyncExecution = isAsyncRpcFunctionOp(op);
   auto rpcAgent = agent();
@@ -103,4 +103,4 @@ std::vector<int64_t> allWorkerIds() {
   return ids;
 }
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 int64_t selfWorkerId();
 
@@ -33,7 +33,7 @@ c10::intrusive_ptr<c10::ivalue::Future> sendGradients(
 // Timeouts are in seconds; kAgentTimeout stands for the agent's default RPC timeout.
 constexpr float kAgentTimeout = -1;
 
-// Calls the op dist_engine::<op> on `workerId` with `args`, by its RPC function
+// Calls the op gilfree_rpc::<op> on `workerId` with `args`, by its RPC function
 // (rpc_functions.h), through the agent's own send (never with autograd metadata). The
 // returned future completes with the op's result there (of `returnType`), or with the
 // peer's error. Raises for an op that has no RPC function.
@@ -61,4 +61,4 @@ c10::intrusive_ptr<c10::ivalue::Future> ping(int64_t workerId, float timeoutSeco
 // Ids of every worker in the RPC group.
 std::vector<int64_t> allWorkerIds();
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

@@ -5,13 +5,13 @@
 #include <cctype>
 #include <regex>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 namespace rpc = torch::distributed::rpc;
 
 namespace {
 // torch's distributed engine starts its errors with "Error on Node <worker id>: "
-// (torch/csrc/distributed/autograd/engine/dist_engine.cpp); ours do too.
+// (torch/csrc/distributed/autograd/engine/gilfree_rpc.cpp); ours do too.
 constexpr const char* kMarker = "Error on Node ";
 
 // This process's worker id, or -1 before RPC starts.
@@ -82,4 +82,4 @@ std::optional<std::string> findPassError(const std::string& text) {
   return text.substr(start, end - start);
 }
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc

@@ -18,7 +18,7 @@
 #include <optional>
 #include <string>
 
-namespace dist_engine {
+namespace gilfree_rpc {
 
 // "worker '<name>' (id <n>)" for this process, or "worker <id>" before RPC starts.
 std::string thisWorkerLabel();
@@ -39,4 +39,4 @@ std::string passError(int64_t contextId, const std::string& what, const std::str
 // last one in it, from its "Error on Node <n>: " to its closing bracket); nullopt if none.
 std::optional<std::string> findPassError(const std::string& text);
 
-}  // namespace dist_engine
+}  // namespace gilfree_rpc
