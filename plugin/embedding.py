@@ -203,7 +203,7 @@ def lookup_bags_async(to: str, context_id: Optional[int], handles: List[int], in
                 rows, message_id = arrived.value()
             except Exception as error:  # noqa: BLE001 (raised again, naming the owner)
                 raise_on_worker(to, what, error, "lookup_bags_async")
-            done.set_result(ops._record_lookup_answer(ctx, message_id, owner, rows))
+            done.set_result(ops._record_call("lookup_bags_async", ctx, -1, [], message_id, owner, [rows], [True])[0])
         except Exception as error:  # noqa: BLE001 (handed to the future)
             done.set_exception(error)
 

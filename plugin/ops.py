@@ -399,7 +399,71 @@ def _check_lookup(prefix: str, inputs: List[Tensor], offsets: List[Tensor]) -> N
     _native("_check_lookup", prefix, inputs, offsets)
 
 
-def _record_lookup_answer(context_id: int, autograd_message_id: int, from_worker: int, rows: Tensor) -> Tensor:
-    """The op ``gilfree_rpc::_record_lookup_answer``: records the recv function of a lookup's
-    answer ``rows`` from worker ``from_worker`` (nothing when the id is -1); returns ``rows``."""
-    return torch.ops.gilfree_rpc._record_lookup_answer(context_id, autograd_message_id, from_worker, rows)
+# --- native RPC calls recorded in a distributed autograd context (plugin/csrc/rpc/recorded_call.h) --
+
+
+def _begin_call(what: str, requires_grad: List[bool]) -> Tuple[int, int]:
+    """The op ``gilfree_rpc::_begin_call``, on the caller before it sends a native RPC call: this
+    thread's current distributed autograd context id and, when grad mode is on and some of the
+    request's tensors require grad (``requires_grad``), a new autograd_message_id for the request;
+    ``(-1, -1)`` outside a context or with grad mode off. Raises ``RuntimeError`` (naming ``what``)
+    when the current context was released on this worker."""
+    return torch.ops.gilfree_rpc._begin_call(what, requires_grad)
+
+
+def _record_call(what: str, context_id: int, request_id: int, sent: List[Tensor], answer_id: int, from_worker: int,
+                 answer: List[Tensor], answer_requires_grad: List[bool]) -> List[Tensor]:
+    """The op ``gilfree_rpc::_record_call``, on the caller when a native RPC call's answer arrived
+    from worker ``from_worker``: records the send function of request ``request_id`` over ``sent``
+    (the request's tensors that require grad, in order; none when -1) and the recv function of
+    the answer ``answer_id`` over the tensors of ``answer`` marked in ``answer_requires_grad``,
+    which then require grad (nothing when ``answer_id`` is -1); returns ``answer``, now part of
+    the context's graph. Raises ``RuntimeError`` (naming ``what``), recording nothing, when the
+    context was released here before the answer arrived (the callee is told to release its
+    side) or the answer does not fit its marks."""
+    return torch.ops.gilfree_rpc._record_call(what, context_id, request_id, sent, answer_id, from_worker, answer,
+                                              answer_requires_grad)
+
+
+# --- remote modules (plugin/csrc/nn/remote_module.h; plugin.nn) -----------------------------------
+
+
+def new_forward_program(module: str, num_slots: int, device: torch.device) -> torch.ScriptObject:
+    """A new, empty ``torch.classes.gilfree_rpc.ForwardProgram`` (``plugin/csrc/nn/program.h``) for a
+    module of class ``module``, with ``num_slots`` value slots, run on ``device``; built with its
+    methods ``bind_parameter``, ``bind_tensor``, ``add_symbol``, ``add_input``, ``add_call``,
+    ``add_list_item``, ``add_int_op`` and ``set_outputs`` (``plugin/nn/_lower.py``), and given to a
+    registered module with ``install(handle, training)``."""
+    return torch.classes.gilfree_rpc.ForwardProgram(module, num_slots, device)
+
+
+def _nn_register(name: str, params: List[Tensor]) -> int:
+    """The op ``gilfree_rpc::_nn_register``: registers a module (class ``name``) and its
+    parameters; returns its handle."""
+    return torch.ops.gilfree_rpc._nn_register(name, params)
+
+
+def _nn_release(handle: int) -> bool:
+    """The op ``gilfree_rpc::_nn_release``: forgets a module's handle; whether it was registered."""
+    return torch.ops.gilfree_rpc._nn_release(handle)
+
+
+def _nn_set_training(handle: int, training: bool) -> None:
+    """The op ``gilfree_rpc::_nn_set_training``: the mode whose program module ``handle``'s next
+    forwards run; raises when it has no program for it."""
+    torch.ops.gilfree_rpc._nn_set_training(handle, training)
+
+
+def _nn_info(handle: int) -> Dict[str, int]:
+    """The op ``gilfree_rpc::_nn_info``: module ``handle``'s counters: ``forwards`` run,
+    ``snapshots`` of its parameters taken, ``training`` (1 or 0)."""
+    return torch.ops.gilfree_rpc._nn_info(handle)
+
+
+def _nn_forward(handle: int, context_id: int, autograd_message_id: int, inputs: List[Tensor],
+                requires_grad: List[bool], device_map_set: bool) -> Tuple[List[Tensor], List[bool], int]:
+    """The op ``gilfree_rpc::_nn_forward`` (RPC handler): module ``handle``'s forward on ``inputs``;
+    the outputs, which of them require grad, and their send function's autograd_message_id (-1:
+    none recorded)."""
+    return torch.ops.gilfree_rpc._nn_forward(handle, context_id, autograd_message_id, inputs, requires_grad,
+                                             device_map_set)

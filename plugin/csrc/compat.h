@@ -50,10 +50,11 @@
 //   ownedTensor               an RRef argument of an op is an rpc::OwnerRRef on its owner
 //                             (what TorchScript's RRef.local_value() reads)
 //   recordSendFunction,       torch's RPC layer's addSendRpcBackward, and what its
-//   recordRecvFunction          addRecvRpcBackward does (distributed/autograd/utils.h,
-//                             RecvRpcBackward), for the native lookups
+//   makeRecvFunction,           addRecvRpcBackward does (distributed/autograd/utils.h,
+//   addRecvFunction,            RecvRpcBackward), for the native calls that a backward pass
+//   recordRecvFunction          follows (rpc/recorded_call.h)
 //   sendContextRelease        torch's CleanupAutogradContextReq message (what releasing a
-//                             context sends to the workers it knows), for the native lookups
+//                             context sends to the workers it knows), for the same calls
 //   swapCurrentContext        that every RPC sent while a context is current carries
 //                             autograd metadata, and makes the receiver create it
 //   registerTensorPipeTransport  torch's TensorPipeTransportRegistry (tensorpipe_agent.h,
@@ -417,14 +418,15 @@ inline void recordSendFunction(
   dist_autograd::addSendRpcBackward(ctx, dist_autograd::AutogradMetadata(ctx->contextId(), messageId), tensors);
 }
 
-// Records answer `tensors` from `fromWorker` as the recv function with `messageId` in `ctx`,
-// and `fromWorker` as a worker `ctx` knows (so that the context's release reaches it): what
-// torch's addRecvRpcBackward (utils.h) does with an RPC's answer, except that it takes the
-// context instead of looking it up with getOrCreateContext, which would re-create a context
-// released meanwhile. The tensors that require grad get a RecvRpcBackward node (its constructor
-// is TORCH_API, the class undocumented for extensions; torch 2.11's DistAutogradContext keeps
-// it by std::shared_ptr, 2.13's by c10::intrusive_ptr, as NodePtr). Checked on torch 2.13.0.
-inline void recordRecvFunction(
+// The recv function of `tensors` from `fromWorker` with `messageId` in `ctx`: a RecvRpcBackward
+// node (its constructor is TORCH_API, the class undocumented for extensions), which every tensor
+// of `tensors` that requires grad gets as its history, as torch's addRecvRpcBackward
+// (distributed/autograd/utils.h) gives it to an RPC's tensors; not added to the context yet
+// (addRecvFunction). torch 2.11's DistAutogradContext keeps it by std::shared_ptr, 2.13's by
+// c10::intrusive_ptr, as NodePtr. Checked on torch 2.13.0.
+using RecvFunctionPtr =
+    std::decay_t<decltype(std::declval<torch::distributed::autograd::DistAutogradContext&>().recvFunctions())>::mapped_type;
+inline RecvFunctionPtr makeRecvFunction(
     const torch::distributed::autograd::ContextPtr& ctx,
     int64_t messageId,
     int64_t fromWorker,
@@ -432,7 +434,7 @@ inline void recordRecvFunction(
   namespace dist_autograd = torch::distributed::autograd;
   const auto from = static_cast<torch::distributed::rpc::worker_id_t>(fromWorker);
   const dist_autograd::AutogradMetadata metadata(ctx->contextId(), messageId);
-  auto recv = [&] {
+  RecvFunctionPtr recv = [&] {
     if constexpr (std::is_same_v<NodePtr, std::shared_ptr<torch::autograd::Node>>) {
       return std::make_shared<dist_autograd::RecvRpcBackward>(metadata, ctx, from, torch::distributed::rpc::DeviceMap());
     } else {
@@ -444,8 +446,32 @@ inline void recordRecvFunction(
       torch::autograd::set_history(tensor, recv);
     }
   }
-  ctx->addRecvFunction(recv, messageId);
-  ctx->addKnownWorkerId(from);
+  return recv;
+}
+
+// Adds `recv` (makeRecvFunction's) to `ctx` under `messageId`, and `fromWorker` as a worker `ctx`
+// knows (so that the context's release reaches it): the rest of what torch's
+// addRecvRpcBackward does. Checked on torch 2.13.0.
+inline void addRecvFunction(
+    const torch::distributed::autograd::ContextPtr& ctx,
+    const RecvFunctionPtr& recv,
+    int64_t messageId,
+    int64_t fromWorker) {
+  RecvFunctionPtr added = recv;  // (torch's addRecvFunction takes a non-const reference)
+  ctx->addRecvFunction(added, messageId);
+  ctx->addKnownWorkerId(static_cast<torch::distributed::rpc::worker_id_t>(fromWorker));
+}
+
+// Records answer `tensors` from `fromWorker` as the recv function with `messageId` in `ctx`,
+// and `fromWorker` as a worker `ctx` knows: what torch's addRecvRpcBackward does with an RPC's
+// answer, except that it takes the context instead of looking it up with getOrCreateContext,
+// which would re-create a context released meanwhile. Checked on torch 2.13.0.
+inline void recordRecvFunction(
+    const torch::distributed::autograd::ContextPtr& ctx,
+    int64_t messageId,
+    int64_t fromWorker,
+    std::vector<at::Tensor>& tensors) {
+  addRecvFunction(ctx, makeRecvFunction(ctx, messageId, fromWorker, tensors), messageId, fromWorker);
 }
 
 // Tells worker `workerId` to release its distributed autograd context `contextId` (and, from

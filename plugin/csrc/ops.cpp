@@ -11,6 +11,7 @@
 // analysis: TorchScript must neither drop a call whose result is unused nor merge
 // or reorder two calls.
 #include "engine/peer_watch.h"
+#include "nn/remote_module.h"
 #include "optim/local_optimizer.h"
 #include "rpc/rpc_functions.h"
 #include "optim/step_lock.h"
@@ -64,9 +65,47 @@ TORCH_LIBRARY(gilfree_rpc, m) {
   // On the caller, before sending: _lookup_bags' checks that need no table, each message
   // after `prefix`, the rows named `inputs`.
   def(m, "_check_lookup(str prefix, Tensor[] inputs, Tensor[] offsets) -> ()");
-  // On the caller: records the recv function of a lookup's answer from `from_worker`
-  // (nothing when autograd_message_id is -1); returns `rows`, now in the context's graph.
-  def(m, "_record_lookup_answer(int context_id, int autograd_message_id, int from_worker, Tensor rows) -> Tensor");
+  // Native RPC calls recorded in a distributed autograd context (rpc/recorded_call.h), on the
+  // caller: before sending, this thread's current context and, when grad mode is on and some
+  // tensor of the request requires grad, the request's autograd_message_id ((-1, -1) outside
+  // a context); when the answer arrived, records the request's send function over `sent` and
+  // the answer's recv function over the tensors of `answer` marked in `answer_requires_grad`
+  // (nothing when answer_id is -1); returns `answer`, now in the context's graph.
+  def(m, "_begin_call(str what, bool[] requires_grad) -> (int, int)");
+  def(m,
+      "_record_call(str what, int context_id, int request_id, Tensor[] sent, int answer_id, int from_worker, "
+      "Tensor[] answer, bool[] answer_requires_grad) -> Tensor[]");
+
+  // Remote modules (nn/remote_module.h): the class of a forward program (its `install` gives it
+  // to a module for train or eval mode); register a module's parameters under a handle, forget
+  // it, switch its mode, read its counters (forwards, snapshots, training).
+  m.class_<gilfree_rpc::nn::ForwardProgram>("ForwardProgram")
+      .def(torch::init<std::string, int64_t, c10::Device>())
+      .def("bind_parameter", &gilfree_rpc::nn::ForwardProgram::bindParameter)
+      .def("bind_tensor", &gilfree_rpc::nn::ForwardProgram::bindTensor)
+      .def("add_symbol", &gilfree_rpc::nn::ForwardProgram::addSymbol)
+      .def("add_input", &gilfree_rpc::nn::ForwardProgram::addInput)
+      .def("add_call", &gilfree_rpc::nn::ForwardProgram::addCall)
+      .def("add_list_item", &gilfree_rpc::nn::ForwardProgram::addListItem)
+      .def("add_int_op", &gilfree_rpc::nn::ForwardProgram::addIntOp)
+      .def("set_outputs", &gilfree_rpc::nn::ForwardProgram::setOutputs)
+      .def("num_inputs", &gilfree_rpc::nn::ForwardProgram::numInputs)
+      .def("num_instructions", &gilfree_rpc::nn::ForwardProgram::numInstructions)
+      // gives the program to module `handle` for train (training=True) or eval mode
+      .def("install", [](const c10::intrusive_ptr<gilfree_rpc::nn::ForwardProgram>& self, int64_t handle,
+                         bool training) { gilfree_rpc::nn::setProgram(handle, training, self); });
+  def(m, "_nn_register(str name, Tensor[] params) -> int");
+  def(m, "_nn_release(int handle) -> bool");
+  def(m, "_nn_set_training(int handle, bool training) -> ()");
+  def(m, "_nn_info(int handle) -> Dict(str, int)");
+  // RPC handler: module `handle`'s forward on `inputs` (flattened) in the caller's context
+  // (-1: none), the inputs marked in `requires_grad` under the caller's request id
+  // `autograd_message_id` (-1: none); the outputs, which of them require grad, and their send
+  // function's autograd_message_id (-1: none recorded). Outputs on the CPU unless
+  // `device_map_set`.
+  def(m,
+      "_nn_forward(int handle, int context_id, int autograd_message_id, Tensor[] inputs, bool[] requires_grad, "
+      "bool device_map_set) -> (Tensor[], bool[], int)");
   // Counters for tests and monitoring: live contexts, running passes, ...
   def(m, "_debug_info() -> Dict(str, int)");
 

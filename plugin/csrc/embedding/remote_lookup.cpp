@@ -1,13 +1,11 @@
 #include "embedding/remote_lookup.h"
 
-#include "compat.h"
-#include "rpc/worker_error.h"
+#include "python_names.h"
+#include "rpc/recorded_call.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
-#include <torch/csrc/distributed/autograd/context/container.h>
-#include <torch/csrc/distributed/rpc/rpc_agent.h>
 
 #include <atomic>
 #include <limits>
@@ -18,8 +16,6 @@
 
 namespace gilfree_rpc {
 namespace {
-
-namespace dist_autograd = torch::distributed::autograd;
 
 struct Table {
   at::Tensor weight;
@@ -40,21 +36,6 @@ Table tableOf(int64_t handle, size_t i) {
       it != tables().end(), "lookup_bags: handles[", i, "] = ", handle,
       " is not a shared table on this worker (never shared, or unshared)");
   return it->second;
-}
-
-// A layout as Python names it: "torch.sparse_coo".
-std::string layoutName(at::Layout layout) {
-  switch (layout) {
-    case at::kStrided: return "torch.strided";
-    case at::kSparse: return "torch.sparse_coo";
-    case at::kSparseCsr: return "torch.sparse_csr";
-    case at::kSparseCsc: return "torch.sparse_csc";
-    case at::kSparseBsr: return "torch.sparse_bsr";
-    case at::kSparseBsc: return "torch.sparse_bsc";
-    case at::kMkldnn: return "torch._mkldnn";
-    case at::kJagged: return "torch.jagged";
-    default: return c10::str(layout);
-  }
 }
 
 // torch's legacy name of a CPU tensor type, as its argument checks print it: "torch.LongTensor".
@@ -150,31 +131,6 @@ void checkTable(
   });
 }
 
-// A context id from a caller: -1 (none), or an id made by a worker of this group (its id in
-// bits 48 and up, compat.h), which that worker's release (or the failed-worker watch) can end.
-void checkContextId(int64_t contextId) {
-  if (contextId == -1) {
-    return;
-  }
-  TORCH_CHECK(
-      contextId >= 0, "lookup_bags: context_id must be -1 (no context) or a distributed autograd context id, got ",
-      contextId);
-  namespace rpc = torch::distributed::rpc;
-  bool known = false;
-  if (rpc::RpcAgent::isCurrentRpcAgentSet()) {
-    try {
-      // (a non-negative id names a worker id below 2^15: it fits worker_id_t)
-      rpc::RpcAgent::getCurrentRpcAgent()->getWorkerInfo(static_cast<rpc::worker_id_t>(workerIdOf(contextId)));
-      known = true;
-    } catch (const std::exception&) {
-      // not a worker of this group
-    }
-  }
-  TORCH_CHECK(
-      known, "lookup_bags: context_id ", contextId, " was not made by a worker of this group (it names worker id ",
-      workerIdOf(contextId), ")");
-}
-
 // Table 0's number of bags (0 when its offsets are not 1-D: checkTable refuses them first).
 int64_t numBagsOf(const at::Tensor& offsets0) {
   return offsets0.defined() && offsets0.dim() == 1 ? offsets0.size(0) : 0;
@@ -224,7 +180,7 @@ std::tuple<at::Tensor, int64_t> lookupBags(
       indices.size() == handles.size() && offsets.size() == handles.size(),
       "lookup_bags: expected one indices and one offsets tensor per handle (", handles.size(), "), got ",
       indices.size(), " and ", offsets.size());
-  checkContextId(contextId);
+  checkCallerContextId("lookup_bags: ", contextId);
   std::vector<Table> found;
   found.reserve(handles.size());
   for (size_t i = 0; i < handles.size(); ++i) {
@@ -240,54 +196,9 @@ std::tuple<at::Tensor, int64_t> lookupBags(
         found[i].weight, indices[i], offsets[i], /*scale_grad_by_freq=*/false, found[i].mode, /*sparse=*/true)));
   }
   at::Tensor rows = parts.size() == 1 ? parts[0] : at::cat(parts, 1);
-  if (!record || !rows.requires_grad()) {
-    return {rows.detach(), -1};
-  }
-  auto& container = dist_autograd::DistAutogradContainer::getInstance();
-  auto ctx = container.getOrCreateContext(contextId);
-  const int64_t messageId = container.newAutogradMessageId();
-  std::vector<at::Tensor> sent{rows};
-  recordSendFunction(ctx, messageId, sent);
-  return {rows, messageId};
-}
-
-namespace {
-
-// The caller's context `contextId` if it is live here, else nullptr.
-dist_autograd::ContextPtr liveContext(int64_t contextId) {
-  try {
-    return dist_autograd::DistAutogradContainer::getInstance().retrieveContext(contextId);
-  } catch (const c10::Error&) {
-    return nullptr;  // released (or never made here)
-  }
-}
-
-}  // namespace
-
-at::Tensor recordLookupAnswer(int64_t contextId, int64_t messageId, int64_t fromWorker, at::Tensor rows) {
-  if (messageId < 0) {
-    return rows;
-  }
-  auto ctx = liveContext(contextId);
-  std::vector<at::Tensor> received{rows};
-  if (ctx) {
-    if (!rows.requires_grad()) {
-      received[0].set_requires_grad(true);  // a leaf, as it came off the wire
-    }
-    recordRecvFunction(ctx, messageId, fromWorker, received);  // the context's release now reaches the owner
-  }
-  // Released before the answer (or while it was being recorded): that release may not have
-  // known the owner, which recorded the lookup in its side of the context (creating it), so
-  // tell the owner now.
-  const bool recorded = ctx && liveContext(contextId) == ctx;
-  if (!recorded) {
-    sendContextRelease(fromWorker, contextId);
-  }
-  TORCH_CHECK(
-      recorded, "lookup_bags_async: the distributed autograd context ", contextId,
-      " was released on this worker before the answer of ", workerLabel(fromWorker),
-      " arrived; nothing was recorded, and the owner was told to release its side");
-  return received[0];
+  HeldRequest none;  // the request brings nothing that requires grad
+  const int64_t messageId = record ? recordCallee("lookup_bags: ", none, contextId, {rows}) : -1;
+  return {messageId < 0 ? rows.detach() : rows, messageId};
 }
 
 }  // namespace gilfree_rpc
@@ -298,5 +209,4 @@ TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
   m.impl("_unshare_table", TORCH_FN(gilfree_rpc::unregisterTable));
   m.impl("_lookup_bags", TORCH_FN(gilfree_rpc::lookupBags));
   m.impl("_check_lookup", TORCH_FN(gilfree_rpc::checkLookupRequest));
-  m.impl("_record_lookup_answer", TORCH_FN(gilfree_rpc::recordLookupAnswer));
 }

@@ -4,26 +4,20 @@
 // An owner shares an nn.EmbeddingBag's weight under a handle (registerTable). A caller sends
 // lookupBags by RPC (rpc_functions.h): the owner checks the request, computes each table's
 // bags on its RPC thread, without its GIL, concatenates them, and, inside a distributed
-// autograd context, records a send function for the result, as torch's RPC records one for an
-// RPC's answer (an autograd_message_id made by the owner, so the engine routes the gradient
-// back to it). The caller records the matching recv function on the answer
-// (recordLookupAnswer). The backward pass then runs through the owner's embedding_bag
-// backward, whose weight gradient is sparse (sparse=true), like nn.EmbeddingBag(sparse=True)'s.
+// autograd context, records the call as torch's RPC records one (rpc/recorded_call.h: a send
+// function for the result on the owner, the matching recv function on the caller when the
+// answer arrives). The backward pass then runs through the owner's embedding_bag backward,
+// whose weight gradient is sparse (sparse=true), like nn.EmbeddingBag(sparse=True)'s.
 //
 // Untrusted input: a request comes from another worker, so every argument is checked before a
 // table is read (the checks torch's embedding_bag makes, and those it does not: offsets that
 // never decrease, rows within the table), and a bad one is answered with an error that names
 // the argument, the position and the value; nothing is recorded for it.
 //
-// Contexts: the owner's context knows no worker (it sent no message with autograd metadata),
-// so releasing it sends nothing back; the caller's context knows the owner once the answer is
-// recorded, so the caller's release reaches it. An answer that arrives after the caller
-// released its context is not recorded (the context would be re-created, for good), and the
-// owner, which the release may not have reached, is told to release its side.
-//
-// torch internals relied on: compat.h's recordSendFunction and recordRecvFunction (torch's
-// RPC layer's own recording of a message with autograd metadata) and sendContextRelease
-// (torch's release message).
+// Contexts: the owner's context knows no worker (the request brings nothing that requires
+// grad), so releasing it sends nothing back; the caller's context knows the owner once the
+// answer is recorded, so the caller's release reaches it (and when the caller released its
+// context before the answer arrived, recorded_call.h tells the owner to release its side).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -64,11 +58,5 @@ void checkLookupRequest(
     const std::string& prefix,
     const std::vector<at::Tensor>& inputs,
     const std::vector<at::Tensor>& offsets);
-
-// On the caller: records the recv function of answer `rows` from worker `fromWorker` with
-// `messageId` in context `contextId` (nothing when messageId is -1); returns rows, now part
-// of the context's graph. When the context is no longer live here, records nothing, tells
-// `fromWorker` to release its side of the context, and raises RuntimeError.
-at::Tensor recordLookupAnswer(int64_t contextId, int64_t messageId, int64_t fromWorker, at::Tensor rows);
 
 }  // namespace gilfree_rpc

@@ -46,6 +46,27 @@ std::vector<std::shared_ptr<ParamLock>> paramLocksFor(const std::vector<at::Tens
 // Number of live ParamLocks in this process (for tests and monitoring).
 int64_t numParamLocks();
 
+// Holds `locks` (in the global order, as paramLocksFor sorts them) for a scope; releases them
+// in reverse order.
+class HeldParamLocks {
+ public:
+  explicit HeldParamLocks(const std::vector<std::shared_ptr<ParamLock>>& locks) : locks_(locks) {
+    for (const auto& lock : locks_) {
+      lock->mutex.lock();
+    }
+  }
+  ~HeldParamLocks() {
+    for (auto it = locks_.rbegin(); it != locks_.rend(); ++it) {
+      (*it)->mutex.unlock();
+    }
+  }
+  HeldParamLocks(const HeldParamLocks&) = delete;
+  HeldParamLocks& operator=(const HeldParamLocks&) = delete;
+
+ private:
+  const std::vector<std::shared_ptr<ParamLock>>& locks_;
+};
+
 // torch.classes.gilfree_rpc.StepLock(params): the locks of one local optimizer's
 // parameters, for a TorchScript `with` statement. `__enter__` takes them in the
 // global order; `__exit__` releases them in reverse order. TorchScript calls

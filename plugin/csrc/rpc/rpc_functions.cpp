@@ -31,6 +31,8 @@ constexpr RpcOp kRpcOps[] = {
     {"_optimizer_set_group", false},
     // embedding-bag lookups (remote_lookup.h)
     {"_lookup_bags", false},
+    // remote modules' forward (nn/remote_module.h)
+    {"_nn_forward", false},
     // gradient clipping (gradient_clipping.cpp)
     {"_gradient_norms", false},
     {"_scale_gradients", false},

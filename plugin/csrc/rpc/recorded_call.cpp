@@ -1,0 +1,224 @@
+#include "rpc/recorded_call.h"
+
+#include "rpc/worker_error.h"
+
+#include <ATen/core/grad_mode.h>
+#include <torch/library.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/distributed/autograd/context/container.h>
+#include <torch/csrc/distributed/rpc/rpc_agent.h>
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+namespace gilfree_rpc {
+namespace {
+
+namespace dist_autograd = torch::distributed::autograd;
+
+// The caller's context `contextId` if it is live here, else nullptr.
+dist_autograd::ContextPtr liveContext(int64_t contextId) {
+  try {
+    return dist_autograd::DistAutogradContainer::getInstance().retrieveContext(contextId);
+  } catch (const c10::Error&) {
+    return nullptr;  // released (or never made here)
+  }
+}
+
+// Whether `workerId` is a worker of the current group.
+bool isGroupWorker(int64_t workerId) {
+  namespace rpc = torch::distributed::rpc;
+  if (workerId < 0 || workerId > std::numeric_limits<rpc::worker_id_t>::max() ||
+      !rpc::RpcAgent::isCurrentRpcAgentSet()) {
+    return false;
+  }
+  try {
+    rpc::RpcAgent::getCurrentRpcAgent()->getWorkerInfo(static_cast<rpc::worker_id_t>(workerId));
+    return true;
+  } catch (const std::exception&) {
+    return false;  // not a worker of this group
+  }
+}
+
+}  // namespace
+
+std::tuple<int64_t, int64_t> beginCall(const std::string& what, const std::vector<bool>& requiresGrad) {
+  const int64_t contextId = dist_autograd::DistAutogradContainer::currentContextId();
+  if (contextId == -1 || !at::GradMode::is_enabled()) {
+    return {-1, -1};
+  }
+  TORCH_CHECK(
+      liveContext(contextId) != nullptr, what, ": the distributed autograd context ", contextId,
+      " of this thread is no longer live on this worker (", thisWorkerLabel(),
+      "; released inside its `with dist_autograd.context()` block); nothing was sent");
+  const bool any = std::any_of(requiresGrad.begin(), requiresGrad.end(), [](bool b) { return b; });
+  return {contextId, any ? dist_autograd::DistAutogradContainer::getInstance().newAutogradMessageId() : -1};
+}
+
+std::vector<at::Tensor> recordCall(
+    const std::string& what,
+    int64_t contextId,
+    int64_t requestId,
+    const std::vector<at::Tensor>& sent,
+    int64_t answerId,
+    int64_t fromWorker,
+    std::vector<at::Tensor> answer,
+    const std::vector<bool>& answerRequiresGrad) {
+  if (answerId < 0) {
+    return answer;
+  }
+  TORCH_CHECK(
+      answerRequiresGrad.size() == answer.size(), what, ": the answer of ", workerLabel(fromWorker), " marks ",
+      answerRequiresGrad.size(), " tensors as requiring grad, for ", answer.size(), " tensors");
+  for (size_t i = 0; i < answer.size(); ++i) {
+    TORCH_CHECK(
+        !answerRequiresGrad[i] || at::isFloatingType(answer[i].scalar_type()) ||
+            at::isComplexType(answer[i].scalar_type()),
+        what, ": the answer of ", workerLabel(fromWorker), " marks its tensor ", i, " (",
+        c10::toString(answer[i].scalar_type()), ") as requiring grad; only floating point and complex tensors can");
+  }
+  for (const auto& t : sent) {
+    TORCH_CHECK(t.requires_grad(), what, ": a tensor of the request no longer requires grad; nothing was recorded");
+  }
+  auto ctx = liveContext(contextId);
+  if (ctx) {
+    if (requestId >= 0) {
+      std::vector<at::Tensor> request(sent.begin(), sent.end());
+      recordSendFunction(ctx, requestId, request);
+    }
+    std::vector<at::Tensor> received;
+    for (size_t i = 0; i < answer.size(); ++i) {
+      if (answerRequiresGrad[i]) {
+        if (!answer[i].requires_grad()) {
+          answer[i].set_requires_grad(true);  // a leaf, as it came off the wire
+        }
+        received.push_back(answer[i]);
+      }
+    }
+    recordRecvFunction(ctx, answerId, fromWorker, received);  // the context's release now reaches the callee
+    for (size_t i = 0, k = 0; i < answer.size(); ++i) {
+      if (answerRequiresGrad[i]) {
+        answer[i] = received[k++];
+      }
+    }
+  }
+  // Released before the answer (or while it was being recorded): that release may not have
+  // known the callee, which recorded the call in its side of the context (creating it), so
+  // tell the callee now.
+  const bool recorded = ctx && liveContext(contextId) == ctx;
+  if (!recorded) {
+    sendContextRelease(fromWorker, contextId);
+  }
+  TORCH_CHECK(
+      recorded, what, ": the distributed autograd context ", contextId, " was released on this worker before the answer of ",
+      workerLabel(fromWorker), " arrived; nothing was recorded, and the owner was told to release its side");
+  return answer;
+}
+
+void checkCallerContextId(const std::string& prefix, int64_t contextId) {
+  if (contextId == -1) {
+    return;
+  }
+  TORCH_CHECK(
+      contextId >= 0, prefix, "context_id must be -1 (no context) or a distributed autograd context id, got ", contextId);
+  TORCH_CHECK(
+      isGroupWorker(workerIdOf(contextId)), prefix, "context_id ", contextId,
+      " was not made by a worker of this group (it names worker id ", workerIdOf(contextId), ")");
+}
+
+void checkRequestId(const std::string& prefix, int64_t contextId, int64_t requestId) {
+  if (requestId == -1) {
+    return;
+  }
+  TORCH_CHECK(
+      requestId >= 0, prefix, "autograd_message_id must be -1 (nothing requires grad) or a message id, got ", requestId);
+  TORCH_CHECK(
+      contextId >= 0, prefix, "autograd_message_id ", requestId, " given without a distributed autograd context");
+  TORCH_CHECK(
+      isGroupWorker(workerIdOf(requestId)), prefix, "autograd_message_id ", requestId,
+      " was not made by a worker of this group (it names worker id ", workerIdOf(requestId), ")");
+  if (auto ctx = liveContext(contextId)) {
+    const auto recvs = ctx->recvFunctions();
+    TORCH_CHECK(
+        recvs.find(requestId) == recvs.end(), prefix, "autograd_message_id ", requestId,
+        " is already recorded in distributed autograd context ", contextId, " on this worker");
+  }
+}
+
+HeldRequest holdRequest(
+    int64_t contextId,
+    int64_t requestId,
+    std::vector<at::Tensor>& tensors,
+    const std::vector<bool>& requiresGrad) {
+  TORCH_CHECK(requiresGrad.size() == tensors.size(), "holdRequest: one flag per tensor");
+  HeldRequest held;
+  held.contextId = contextId;
+  held.requestId = requestId;
+  if (requestId < 0 || std::none_of(requiresGrad.begin(), requiresGrad.end(), [](bool b) { return b; })) {
+    return held;
+  }
+  held.createdContext = liveContext(contextId) == nullptr;
+  held.ctx = dist_autograd::DistAutogradContainer::getInstance().getOrCreateContext(contextId);
+  std::vector<at::Tensor> marked;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (requiresGrad[i]) {
+      tensors[i] = tensors[i].detach();  // a tensor of its own, over the same data
+      tensors[i].set_requires_grad(true);
+      marked.push_back(tensors[i]);
+    }
+  }
+  held.recv = makeRecvFunction(held.ctx, requestId, workerIdOf(requestId), marked);
+  for (size_t i = 0, k = 0; i < tensors.size(); ++i) {
+    if (requiresGrad[i]) {
+      tensors[i] = marked[k++];
+    }
+  }
+  return held;
+}
+
+int64_t recordCallee(const std::string& prefix, HeldRequest& held, int64_t contextId, const std::vector<at::Tensor>& answer) {
+  const bool any = std::any_of(answer.begin(), answer.end(), [](const at::Tensor& t) { return t.requires_grad(); });
+  if (!any) {
+    dropRequest(held);
+    return -1;
+  }
+  auto& container = dist_autograd::DistAutogradContainer::getInstance();
+  auto ctx = held.ctx ? held.ctx : container.getOrCreateContext(contextId);
+  if (held.recv) {
+    addRecvFunction(ctx, held.recv, held.requestId, workerIdOf(held.requestId));
+  }
+  const int64_t messageId = container.newAutogradMessageId();
+  std::vector<at::Tensor> sent(answer.begin(), answer.end());
+  recordSendFunction(ctx, messageId, sent);
+  TORCH_CHECK(
+      liveContext(contextId) == ctx, prefix, "the distributed autograd context ", contextId,
+      " was released on this worker while the call ran; nothing was recorded for good");
+  held = HeldRequest();
+  return messageId;
+}
+
+void dropRequest(HeldRequest& held) {
+  if (held.ctx && held.createdContext && held.ctx->getKnownWorkerIds().empty() && held.ctx->sendFunctions().empty() &&
+      held.ctx->recvFunctions().empty()) {
+    dist_autograd::DistAutogradContainer::getInstance().releaseContextIfPresent(held.contextId);
+  }
+  held = HeldRequest();
+}
+
+}  // namespace gilfree_rpc
+
+// Kernels (schemas in ops.cpp).
+TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
+  m.impl("_begin_call", [](const std::string& what, c10::List<bool> requiresGrad) {
+    return gilfree_rpc::beginCall(what, std::vector<bool>(requiresGrad.begin(), requiresGrad.end()));
+  });
+  m.impl("_record_call", [](const std::string& what, int64_t contextId, int64_t requestId,
+                            const std::vector<at::Tensor>& sent, int64_t answerId, int64_t fromWorker,
+                            std::vector<at::Tensor> answer, c10::List<bool> answerRequiresGrad) {
+    return gilfree_rpc::recordCall(
+        what, contextId, requestId, sent, answerId, fromWorker, std::move(answer),
+        std::vector<bool>(answerRequiresGrad.begin(), answerRequiresGrad.end()));
+  });
+}

@@ -1,0 +1,132 @@
+"""What a remote module's owner runs in Python: building the module, exporting and registering
+it, switching its mode, the RRefs of its parameters, and the pickled forward of a module that
+cannot run natively (``fallback="python"``). None of it is on the native forward's path, which
+runs in C++ (``plugin/csrc/nn/remote_module.h``).
+
+Each function is called by RPC from :class:`plugin.nn.RemoteModule` (by reference: the owner
+imports this module) with the module's RRef, whose value is the ``nn.Module`` on this worker.
+"""
+import threading
+import weakref
+from typing import Any, Dict, List, Optional
+
+import torch
+import torch.distributed.rpc as rpc
+
+from .. import ops
+from . import _lower
+
+__all__ = ["create", "prepare", "set_training", "parameter_rrefs", "python_forward", "info"]
+
+
+class _Native:
+    """The native side of a module on its owner: its handle, and what exporting it again (the
+    other mode's program) needs."""
+
+    def __init__(self, handle: int, example_inputs: tuple, dynamic_shapes: Any, params: List[torch.Tensor],
+                 device: torch.device, names: List[str]):
+        self.handle, self.example_inputs, self.dynamic_shapes = handle, example_inputs, dynamic_shapes
+        self.params, self.device, self.names = params, device, names
+        self.modes = set()
+
+
+# module -> its native side (a module that runs natively); the entry goes with the module
+_NATIVE: "weakref.WeakKeyDictionary[torch.nn.Module, _Native]" = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
+
+
+def create(module_cls: Any, args: tuple, kwargs: Dict[str, Any], device: str) -> torch.nn.Module:
+    """``module_cls(*args, **kwargs)`` moved to ``device``: the value of the RemoteModule's RRef."""
+    module = module_cls(*args, **kwargs)
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"module_cls must build a torch.nn.Module, got {type(module).__name__}")
+    return module.to(torch.device(device))
+
+
+def _export_mode(module: torch.nn.Module, native: _Native, training: bool) -> None:
+    """Exports ``module`` in ``training`` mode and gives the program to its handle (once per
+    mode). Leaves the module in that mode."""
+    module.train(training)
+    if training in native.modes:
+        return
+    example = tuple(_lower.pytree.tree_map(
+        lambda t: t.to(native.device) if isinstance(t, torch.Tensor) else t, tuple(native.example_inputs)))
+    ep = _lower.export(module, example, native.dynamic_shapes)
+    program, _ = _lower.lower(ep, module, native.params, native.device, native.names)
+    program.install(native.handle, training)
+    native.modes.add(training)
+
+
+def prepare(module_rref: rpc.RRef, example_inputs: tuple, dynamic_shapes: Any, fallback: Optional[str]) -> Dict[str, Any]:
+    """Exports the module in its current mode, lowers and registers it: ``{"native": True,
+    "handle", "in_spec", "out_spec"}`` (tree specs as ``treespec_dumps`` writes them). When it
+    cannot run natively: with ``fallback == "python"``, ``{"native": False, "reason"}``; else
+    raises ``RuntimeError`` giving the reason (export's own message, or the node and operator)."""
+    module = module_rref.local_value()
+    with _LOCK:
+        native = _NATIVE.get(module)
+    if native is not None:
+        return native.info
+    params = list(module.parameters())
+    device = params[0].device if params else next((b.device for b in module.buffers()), torch.device("cpu"))
+    dynamic_shapes = _lower.default_dynamic_shapes(example_inputs) if dynamic_shapes is None else dynamic_shapes
+    name = type(module).__qualname__
+    handle = ops._nn_register(name, params)
+    native = _Native(handle, tuple(example_inputs), dynamic_shapes, params, device,
+                     _lower.input_names(module, tuple(example_inputs)))
+    try:
+        example = tuple(_lower.pytree.tree_map(
+            lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, tuple(example_inputs)))
+        ep = _lower.export(module, example, dynamic_shapes)
+        program, out_spec = _lower.lower(ep, module, params, device, native.names)
+    except _lower.NotNative as error:
+        ops._nn_release(handle)
+        if fallback == "python":
+            return {"native": False, "reason": str(error), "name": name}
+        raise RuntimeError(f"{name} cannot run natively: {error}") from None
+    program.install(handle, module.training)
+    ops._nn_set_training(handle, module.training)
+    native.modes.add(module.training)
+    with _LOCK:
+        _NATIVE[module] = native
+    weakref.finalize(module, ops._nn_release, handle)
+    in_spec = _lower.pytree.tree_flatten((tuple(example_inputs), {}))[1]
+    native.info = {"native": True, "handle": handle, "in_spec": _lower.pytree.treespec_dumps(in_spec),
+                   "out_spec": _lower.pytree.treespec_dumps(out_spec), "name": name}
+    return native.info
+
+
+def set_training(module_rref: rpc.RRef, training: bool) -> None:
+    """``module.train(training)``; for a native module, the program of that mode (exported the
+    first time) runs the next forwards."""
+    module = module_rref.local_value()
+    with _LOCK:
+        native = _NATIVE.get(module)
+    if native is None:
+        module.train(training)
+        return
+    try:
+        _export_mode(module, native, training)
+    except _lower.NotNative as error:
+        raise RuntimeError(f"{type(module).__qualname__} cannot run natively in "
+                           f"{'train' if training else 'eval'} mode: {error}") from None
+    ops._nn_set_training(native.handle, training)
+
+
+def parameter_rrefs(module_rref: rpc.RRef, recurse: bool) -> List[rpc.RRef]:
+    """An RRef to each of the module's parameters (the live tensors)."""
+    return [rpc.RRef(p) for p in module_rref.local_value().parameters(recurse)]
+
+
+def python_forward(module_rref: rpc.RRef, *args: Any) -> Any:
+    """The module's forward in Python (``fallback="python"``), as torch's RemoteModule runs it;
+    torch's RPC records it in the caller's context."""
+    return module_rref.local_value()(*args)
+
+
+def info(module_rref: rpc.RRef) -> Dict[str, int]:
+    """The native module's counters (``forwards``, ``snapshots``, ``training``); ``{}`` for a module
+    that runs in Python."""
+    with _LOCK:
+        native = _NATIVE.get(module_rref.local_value())
+    return ops._nn_info(native.handle) if native is not None else {}

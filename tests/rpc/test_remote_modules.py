@@ -1,0 +1,250 @@
+"""plugin.nn.RemoteModule: the owner's forward pass run natively from a torch.export program,
+against the same module run eagerly in one process (outputs, input gradients, parameter
+gradients, parameters after Adam steps), in train and eval mode, with a dynamic batch size; the
+module's mode, its parameters' RRefs, pickling, refusal and the Python fallback; on a real RPC
+group (the test process is worker0, the modules live on worker1)."""
+import copy
+
+import pytest
+import torch
+import torch.distributed.autograd as dist_autograd
+import torch.distributed.rpc as rpc
+
+import plugin.autograd
+from plugin import ops
+from plugin.nn import RemoteModule
+from plugin.optim import DistributedOptimizer
+from tests.support import nn_modules as mods
+
+TOL = dict(rtol=1e-6, atol=1e-6)
+
+
+def local_twin(remote: RemoteModule, cls, *args):
+    """The module built here with the same arguments, holding the owner's current values."""
+    twin = cls(*args)
+    twin.load_state_dict(rpc.rpc_sync(remote.on, mods.state, args=(remote.module_rref,)))
+    return twin
+
+
+def owner_knows(context_id: int) -> bool:
+    """Whether worker1 knows the context (asked from outside it: an RPC sent inside a context
+    makes the receiver create it)."""
+    previous = ops._swap_current_context(-1)
+    try:
+        return rpc.rpc_sync("worker1", mods.has_context, args=(context_id,))
+    finally:
+        ops._swap_current_context(previous)
+
+
+def leaves(tree):
+    return [t for t in torch.utils._pytree.tree_leaves(tree)]
+
+
+def loss_of(out):
+    """A scalar that weighs every output element differently."""
+    total = 0
+    for i, t in enumerate(leaves(out)):
+        w = torch.linspace(-1, 1, t.numel()).reshape(t.shape) * (i + 1)
+        total = total + (t * w).sum()
+    return total
+
+
+CASES = {
+    "mlp": (mods.MLP, (), lambda b: (torch.randn(b, 6),)),
+    "conv": (mods.ConvNet, (), lambda b: (torch.randn(b, 3, 8, 8),)),
+    "towers": (mods.TwoTowers, (), lambda b: (torch.randint(0, 10, (b, 3)), (torch.randn(b, 2), torch.randn(b, 3)))),
+    "splits": (mods.Splits, (), lambda b: (torch.randn(b, 4),)),
+}
+
+
+def with_grad(inputs):
+    """Floating inputs that require grad (leaves), the same values."""
+    return torch.utils._pytree.tree_map(
+        lambda t: t.clone().requires_grad_(True) if t.is_floating_point() else t, inputs)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_training_equals_eager(cluster, case):
+    """Three Adam steps through the native forward, the plugin's backward pass and the native
+    DistributedOptimizer, at batch sizes 4, 7 and 3 (one export, dimension 0 dynamic), equal the
+    same module trained eagerly: outputs, input gradients, and parameters and buffers after each
+    step (1e-6)."""
+    cls, args, make = CASES[case]
+    torch.manual_seed(1)
+    remote = RemoteModule("worker1/cpu", cls, args, example_inputs=make(4))
+    assert remote.native, remote.reason
+    twin = local_twin(remote, cls, *args)
+    opt = DistributedOptimizer(torch.optim.Adam, remote.remote_parameters(), lr=0.01, foreach=True)
+    local_opt = torch.optim.Adam(twin.parameters(), lr=0.01, foreach=True)
+    for step, batch in enumerate((4, 7, 3)):
+        inputs = make(batch)
+        a, b = with_grad(inputs), with_grad(inputs)
+        with dist_autograd.context() as ctx:
+            out = remote(*a)
+            loss = loss_of(out)
+            plugin.autograd.backward(ctx, [loss])
+            grads = plugin.autograd.get_gradients(ctx)
+            opt.step(ctx)
+        local_opt.zero_grad()
+        want = twin(*b)
+        loss_of(want).backward()
+        local_opt.step()
+        for got, expected in zip(leaves(out), leaves(want)):
+            torch.testing.assert_close(got.detach(), expected.detach(), **TOL)
+        for x, y in zip(leaves(a), leaves(b)):
+            if y.requires_grad:
+                torch.testing.assert_close(grads[x], y.grad, **TOL)
+        now = rpc.rpc_sync("worker1", mods.state, args=(remote.module_rref,))
+        for name, value in twin.state_dict().items():
+            torch.testing.assert_close(now[name], value, **TOL, msg=f"{name} after step {step}")
+
+
+def test_eval_mode_and_back(cluster):
+    """eval() switches the owner's module to its eval program (BatchNorm reads its running
+    statistics, which stay as they are), train() back; outputs equal eager's in both modes."""
+    remote = RemoteModule("worker1/cpu", mods.ConvNet, example_inputs=(torch.randn(4, 3, 8, 8),))
+    twin = local_twin(remote, mods.ConvNet)
+    x = torch.randn(5, 3, 8, 8)
+    torch.testing.assert_close(remote(x), twin(x), **TOL)  # train mode: statistics update on both
+    assert remote.eval() is remote and not remote.training
+    twin.eval()
+    before = rpc.rpc_sync("worker1", mods.state, args=(remote.module_rref,))
+    torch.testing.assert_close(remote(x), twin(x), **TOL)
+    after = rpc.rpc_sync("worker1", mods.state, args=(remote.module_rref,))
+    assert torch.equal(before["bn.running_mean"], after["bn.running_mean"])
+    remote.train()
+    twin.train()
+    torch.testing.assert_close(remote(x), twin(x), **TOL)
+    info = remote._debug_info()
+    assert info["training"] == 1 and info["forwards"] == 3
+
+
+def test_forward_outside_a_context_records_nothing(cluster):
+    """Without a context the outputs do not require grad and nothing is recorded."""
+    remote = RemoteModule("worker1/cpu", mods.MLP, example_inputs=(torch.randn(3, 6),))
+    out = remote(torch.randn(2, 6, requires_grad=True))
+    assert not out.requires_grad
+    with dist_autograd.context() as ctx:
+        with torch.no_grad():
+            out = remote(torch.randn(2, 6))
+        assert not out.requires_grad
+        assert not owner_knows(ctx)
+
+
+def test_torchs_engine_runs_the_backward_too(cluster):
+    """torch's dist_autograd.backward through a native forward gives the same parameter and
+    input gradients as the plugin's engine."""
+    remote = RemoteModule("worker1/cpu", mods.MLP, example_inputs=(torch.randn(3, 6),))
+    x = torch.randn(4, 6)
+    results = []
+    for engine in ("plugin", "torch"):
+        a = x.clone().requires_grad_(True)
+        with dist_autograd.context() as ctx:
+            loss = loss_of(remote(a))
+            if engine == "plugin":
+                plugin.autograd.backward(ctx, [loss])
+                input_grad = plugin.autograd.get_gradients(ctx)[a]
+            else:
+                dist_autograd.backward(ctx, [loss])
+                input_grad = dist_autograd.get_gradients(ctx)[a]
+            params = rpc.rpc_sync("worker1", mods.parameter_gradients, args=(remote.module_rref, ctx, engine))
+        results.append((input_grad, params))
+    (g1, p1), (g2, p2) = results
+    torch.testing.assert_close(g1, g2, **TOL)
+    for a, b in zip(p1, p2):
+        torch.testing.assert_close(a, b, **TOL)
+
+
+def test_a_step_is_seen_by_the_next_forward(cluster):
+    """The program reads the live parameters: a step of the DistributedOptimizer over
+    remote_parameters() changes the next forward's output as it changes eager's; the snapshot is
+    taken once per version, not per forward."""
+    remote = RemoteModule("worker1/cpu", mods.MLP, example_inputs=(torch.randn(3, 6),))
+    twin = local_twin(remote, mods.MLP)
+    x = torch.randn(2, 6)
+    torch.testing.assert_close(remote(x), twin(x), **TOL)
+    torch.testing.assert_close(remote(x), twin(x), **TOL)
+    assert remote._debug_info()["snapshots"] == 1
+    opt = DistributedOptimizer(torch.optim.SGD, remote.remote_parameters(), lr=0.5)
+    with dist_autograd.context() as ctx:
+        plugin.autograd.backward(ctx, [remote(x).sum()])
+        opt.step(ctx)
+    twin(x).sum().backward()
+    torch.optim.SGD(twin.parameters(), lr=0.5).step()
+    torch.testing.assert_close(remote(x), twin(x), **TOL)
+    assert remote._debug_info()["snapshots"] == 2
+
+
+def test_pickled_into_an_rpc_it_works_on_the_receiver(cluster):
+    """A RemoteModule sent to worker2 runs its forward there (on the owner, worker1)."""
+    remote = RemoteModule("worker1/cpu", mods.MLP, example_inputs=(torch.randn(3, 6),))
+    x = torch.randn(2, 6)
+    there = rpc.rpc_sync("worker2", _forward_there, args=(remote, x))
+    torch.testing.assert_close(there, remote(x), **TOL)
+
+
+def _forward_there(remote, x):
+    return remote(x)
+
+
+def test_rank_device_string_and_repr(cluster):
+    remote = RemoteModule("rank:1/cpu", mods.MLP, example_inputs=(torch.randn(3, 6),))
+    assert remote.on == "worker1" and remote.device == torch.device("cpu")
+    assert repr(remote) == "RemoteModule(MLP on 'worker1', device=cpu, native)"
+    assert remote.get_module_rref().owner().name == "worker1"
+    with pytest.raises(ValueError, match=r"Method ``parameters`` not supported for RemoteModule"):
+        remote.parameters()
+
+
+def test_torchs_distributed_optimizer_steps_the_remote_parameters(cluster):
+    """remote_parameters() are RRefs to the live parameters: torch's DistributedOptimizer steps
+    them too (with torch's engine), and the next forward sees the step."""
+    from torch.distributed.optim import DistributedOptimizer as TorchDistributedOptimizer
+
+    remote = RemoteModule("worker1/cpu", mods.MLP, example_inputs=(torch.randn(3, 6),))
+    twin = local_twin(remote, mods.MLP)
+    x = torch.randn(2, 6)
+    opt = TorchDistributedOptimizer(torch.optim.SGD, remote.remote_parameters(), lr=0.1)
+    with dist_autograd.context() as ctx:
+        dist_autograd.backward(ctx, [remote(x).sum()])
+        opt.step(ctx)
+    twin(x).sum().backward()
+    torch.optim.SGD(twin.parameters(), lr=0.1).step()
+    torch.testing.assert_close(remote(x), twin(x), **TOL)
+
+
+def test_a_module_that_cannot_run_natively_is_refused_or_falls_back(cluster):
+    """An operator with a Python kernel: refused at construction naming the class, the owner,
+    the node and the operator; with fallback="python" it runs by pickled Python call, and its
+    gradients reach the owner."""
+    with pytest.raises(RuntimeError) as raised:
+        RemoteModule("worker1/cpu", mods.PythonOpModule, example_inputs=(torch.randn(2, 3),))
+    text = str(raised.value)
+    assert "PythonOpModule cannot run natively" in text and "'worker1'" in text
+    assert "gilfree_tests.twice" in text and "written in Python" in text, text
+    remote = RemoteModule("worker1/cpu", mods.PythonOpModule, example_inputs=(torch.randn(2, 3),), fallback="python")
+    assert not remote.native and "written in Python" in remote.reason
+    x = torch.randn(2, 3, requires_grad=True)
+    with dist_autograd.context() as ctx:
+        out = remote(x)
+        plugin.autograd.backward(ctx, [out.sum()])
+        assert plugin.autograd.get_gradients(ctx)[x].shape == (2, 3)
+
+
+def test_a_module_export_refuses_is_refused_with_exports_message(cluster):
+    with pytest.raises(RuntimeError) as raised:
+        RemoteModule("worker1/cpu", mods.DataDependent, example_inputs=(torch.randn(2, 3),))
+    text = str(raised.value)
+    assert "DataDependent cannot run natively: torch.export.export failed" in text and "'worker1'" in text, text
+
+
+def test_construction_errors(cluster):
+    with pytest.raises(TypeError, match="example_inputs must be a tuple"):
+        RemoteModule("worker1/cpu", mods.MLP, example_inputs=torch.randn(2, 6))
+    with pytest.raises(ValueError, match="fallback must be None or 'python'"):
+        RemoteModule("worker1/cpu", mods.MLP, example_inputs=(torch.randn(2, 6),), fallback="torchscript")
+    with pytest.raises(ValueError, match="no worker has rank 17"):
+        RemoteModule("rank:17/cpu", mods.MLP, example_inputs=(torch.randn(2, 6),))
+    with pytest.raises(ValueError, match=r"^RemoteModule: the construction of MLP failed on owner 'worker1': "
+                                         r"ValueError: invalid literal for int\(\) with base 10: 'sizes'"):
+        RemoteModule("worker1/cpu", mods.MLP, ((6, 4), "sizes"), example_inputs=(torch.randn(2, 6),))
