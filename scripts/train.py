@@ -80,15 +80,17 @@ def make_optimizer(args, params):
         warnings.showwarning = show
 
 
-def setup_trainer(trainer_index, shards, args):
-    """Runs on each trainer: keeps the shards, its share of the training set and its optimizer;
-    returns the size of its share."""
+def setup_trainer(trainer_index, shards, forwards, args):
+    """Runs on each trainer: keeps the shards (RRefs to the servers' modules), what its forward
+    passes call (``forwards``: the workload's ``forward_shards``), its share of the training set and
+    its optimizer; returns the size of its share."""
     workload = workloads.get(args.workload)
     train, _ = workload.load_data(args)
     params = [p for rref in shards for p in rpc.rpc_sync(rref.owner(), workloads.shard_parameter_rrefs, args=(rref,))]
     optimizer = make_optimizer(args, params)
     getattr(workload, "setup_trainer", lambda *a: None)(args, shards)
-    _TRAINER.update(index=trainer_index, shards=shards, data=[t[trainer_index:: args.trainers] for t in train],
+    _TRAINER.update(index=trainer_index, shards=shards, forwards=forwards,
+                    data=[t[trainer_index:: args.trainers] for t in train],
                     optimizer=optimizer, args=args, workload=workload)
     return len(_TRAINER["data"][0])
 
@@ -114,7 +116,7 @@ def train_batch(b):
     *inputs, target = (d[batch] for d in t["data"])
     with dist_autograd.context() as ctx:
         t1 = clock()
-        output, sent = t["workload"].forward(t["shards"], *inputs, context_id=ctx)
+        output, sent = t["workload"].forward(t["forwards"], *inputs, context_id=ctx)
         t2 = clock()
         loss = t["workload"].loss(output, target)
         t3 = clock()
@@ -201,9 +203,11 @@ def coordinate(args):
     baseline_rss = {server: rpc.rpc_sync(server, resident_bytes) for server in servers}  # before the tables
     shards = [rpc.remote(server, cls, args=ctor_args)
               for server, (cls, ctor_args) in zip(servers, workload.shard_specs(args))]
+    forwards = getattr(workload, "forward_shards", lambda args, shards: shards)(args, shards)
     train, held_out = workload.load_data(args)
-    setups = [rpc.rpc_async(name, setup_trainer, args=(k, shards, args)) for k, name in enumerate(trainers) if k > 0]
-    setup_trainer(0, shards, args)
+    setups = [rpc.rpc_async(name, setup_trainer, args=(k, shards, forwards, args))
+              for k, name in enumerate(trainers) if k > 0]
+    setup_trainer(0, shards, forwards, args)
     train_size = len(_TRAINER["data"][0]) + sum(f.wait() for f in setups)
     local_optimizers = [_on(name, optimizer_rrefs) for name in trainers] if args.stack == "plugin" else None
     if checkpoint is not None:
@@ -233,7 +237,7 @@ def coordinate(args):
             if epoch == args.epochs - 1:
                 profile.stop_perf()
             profile.add(epoch, before, profile.snapshot(), seconds, samples)
-        measures = workload.evaluate(shards, train, held_out)
+        measures = workload.evaluate(forwards, train, held_out)
         history.append({"epoch": epoch + 1, "loss": sum(r["loss_sum"] for r in results) / samples, **measures,
                         "samples": samples, "samples_per_s": samples / seconds, "seconds": seconds,
                         "bytes_per_step": sum(r["bytes"] for r in results) / steps})

@@ -62,6 +62,12 @@ def parse_args(argv=None, description=None):
                         "plugin.embedding.lookup_bags_async, answered in C++ on the servers (plugin stack's "
                         "default); python: a Python RPC to the shard's module, as in torch's parameter-server "
                         "tutorial (torch stack's only way)")
+    p.add_argument("--forward", choices=["native", "python"], default=None,
+                   help="digits: how the servers run the trainers' forward passes. native: each shard is a "
+                        "plugin.nn.RemoteModule, exported with torch.export and run in C++ on its server, "
+                        "without Python or the GIL (plugin stack's default); python: a pickled Python RPC to "
+                        "the shard's module, which snapshots its weights on every call, as in torch's "
+                        "parameter-server tutorial (torch stack's only way)")
     p.add_argument("--seed", type=int, default=0, help="seed of the data split, the weights and the shuffles")
     p.add_argument("--metrics-out", default=None,
                    help="where to write the metrics as JSON (default runs/<workload>-<stack>-<date>-<time>/"
@@ -112,6 +118,10 @@ def parse_args(argv=None, description=None):
         args.lookups = "native" if movielens and args.stack == "plugin" else "python"
     if args.lookups == "native" and (not movielens or args.stack != "plugin"):
         p.error("--lookups native needs --workload movielens and --stack plugin")
+    if args.forward is None:
+        args.forward = "native" if not movielens and args.stack == "plugin" else "python"
+    if args.forward == "native" and (movielens or args.stack != "plugin"):
+        p.error("--forward native needs --workload digits and --stack plugin")
     if args.mode is None:
         args.mode = "fast" if movielens else "smart"
     if args.trainers < 2 or args.servers < 2:

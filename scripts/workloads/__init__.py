@@ -5,7 +5,9 @@ the trainers compute, the data and the held-out measure. Each module here provid
 * ``load_data(args)``: ``(train, held_out)``, each a tuple of tensors of one length, the
   target last;
 * ``forward(shards, *inputs)``: the trainer's forward pass through the servers (RPC), the
-  output and the tensor bytes the call sent and received;
+  output and the tensor bytes the call sent and received; optionally ``forward_shards(args,
+  shards)``: what that forward calls instead of the shards' RRefs (the digits workload's
+  ``plugin.nn.RemoteModule`` of each shard);
 * ``loss(output, target)``, ``evaluate(shards, train, held_out)`` (a dict of metrics) and
   ``parameters(args)`` (how many the servers hold);
 * ``describe(...)`` and ``epoch_summary(...)``: the lines the job prints.
@@ -40,12 +42,25 @@ def shard_parameter_rrefs(shard_rref):
     return [rpc.RRef(p) for p in shard_rref.local_value().parameters()]
 
 
-def call_shard(shard_rref, *inputs, predict=False):
-    """The trainer's RPC to the shard's server; its seconds go to ``forward RPC to <server>``."""
+def call_shard(shard, *inputs, predict=False):
+    """The trainer's call of a shard's forward on its server: a ``plugin.nn.RemoteModule``'s native
+    forward, or a Python RPC to the module behind an RRef. Its seconds go to ``forward RPC to
+    <server>``."""
+    from plugin.nn import RemoteModule
+
     start = time.perf_counter()
-    y = rpc.rpc_sync(shard_rref.owner(), shard_predict if predict else shard_forward, args=(shard_rref, *inputs))
+    if isinstance(shard, RemoteModule):
+        owner = shard.on
+        if predict:
+            with torch.no_grad():
+                y = shard(*inputs)
+        else:
+            y = shard(*inputs)
+    else:
+        owner = shard.owner().name
+        y = rpc.rpc_sync(shard.owner(), shard_predict if predict else shard_forward, args=(shard, *inputs))
     if not predict:
-        TIMERS[f"forward RPC to {shard_rref.owner().name}"] += time.perf_counter() - start
+        TIMERS[f"forward RPC to {owner}"] += time.perf_counter() - start
     return y
 
 

@@ -28,35 +28,60 @@ def check_args(args, error):
 
 
 class Shard(torch.nn.Module):
-    """Consecutive linear layers of the MLP (ReLU between layers, none after the last)."""
+    """Consecutive linear layers of the MLP (ReLU between layers, none after the last).
 
-    def __init__(self, sizes, last, seed):
+    Written as for local training, but for ``snapshot``: other trainers step these parameters
+    (in place) between this trainer's forward and backward passes. A native forward (a
+    ``plugin.nn.RemoteModule``) reads a snapshot of the parameters that the server takes once
+    per step, so the backward pass computes the gradient at the weights the forward pass saw
+    (as in asynchronous SGD). A pickled Python forward has no such snapshot: with ``snapshot``
+    it clones every weight on every call instead (the clone's gradient flows on to the
+    parameter), or autograd's in-place check would fail the backward pass.
+    """
+
+    def __init__(self, sizes, last, seed, snapshot=False):
         super().__init__()
         torch.manual_seed(seed)
         self.layers = torch.nn.ModuleList(torch.nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
         self.last = last
+        self.snapshot = snapshot
 
     def forward(self, x):
         for i, layer in enumerate(self.layers):
-            # Other trainers step these parameters (in place) between this trainer's forward
-            # and backward passes. The forward pass uses a snapshot of them, so that the
-            # backward pass computes the gradient at the weights the forward pass saw (as in
-            # asynchronous SGD) instead of failing autograd's in-place check; the snapshot's
-            # gradient flows on to the parameter itself.
-            x = F.linear(x, layer.weight.clone(), layer.bias.clone())
+            if self.snapshot:
+                x = F.linear(x, layer.weight.clone(), layer.bias.clone())
+            else:
+                x = layer(x)
             if not (self.last and i == len(self.layers) - 1):
                 x = torch.relu(x)
         return x
 
 
 def shard_specs(args):
-    """Per server: (Shard, its layer sizes, whether it holds the last layer, its seed); the
-    layers split as evenly as possible."""
+    """Per server: (Shard, its layer sizes, whether it holds the last layer, its seed, whether
+    it clones its weights on each call: for the pickled Python forward); the layers split as
+    evenly as possible."""
     sizes = layer_sizes(args)
     n = len(sizes) - 1
     bounds = [round(i * n / args.servers) for i in range(args.servers + 1)]
-    return [(Shard, (sizes[bounds[i]: bounds[i + 1] + 1], i == args.servers - 1, args.seed * 100 + i))
+    return [(Shard, (sizes[bounds[i]: bounds[i + 1] + 1], i == args.servers - 1, args.seed * 100 + i,
+                     args.forward == "python"))
             for i in range(args.servers)]
+
+
+def forward_shards(args, shards):
+    """What the trainers' forward passes call: with ``--forward native``, each shard's module as a
+    ``plugin.nn.RemoteModule`` (exported on its server once, here); else the shards' RRefs."""
+    if args.forward != "native":
+        return shards
+    from plugin.nn import RemoteModule
+
+    sizes = layer_sizes(args)
+    n = len(sizes) - 1
+    bounds = [round(i * n / args.servers) for i in range(args.servers + 1)]
+    return [RemoteModule.init_from_module_rref(f"{rref.owner().name}/cpu", rref,
+                                               example_inputs=(torch.zeros(2, sizes[bounds[i]]),))
+            for i, rref in enumerate(shards)]
 
 
 def parameters(args):
@@ -80,11 +105,12 @@ def load_data(args):
 def forward(shards, x, predict=False, context_id=None):
     """The logits of ``x`` (N x 64 float32) through every server in turn; with the tensor bytes
     the step sends and receives: each activation, and in the backward pass its gradient (every
-    server's output, and its input where that is an earlier server's output). ``context_id``
-    is not used (torch's RPC records the calls in the thread's current context)."""
+    server's output, and its input where that is an earlier server's output). ``shards``: what
+    :func:`forward_shards` gave. ``context_id`` is not used (both forwards record the calls in the
+    thread's current context)."""
     sent = 0
-    for i, rref in enumerate(shards):
-        y = call_shard(rref, x, predict=predict)
+    for i, shard in enumerate(shards):
+        y = call_shard(shard, x, predict=predict)
         sent += tensor_bytes(x, y) + tensor_bytes(y) + (tensor_bytes(x) if i > 0 else 0)
         x = y
     return x, sent
