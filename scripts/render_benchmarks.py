@@ -6,7 +6,7 @@
 
 Each result file has a part of the page between ``<!-- BEGIN <name> -->`` and
 ``<!-- END <name> -->`` (``bench_optim``, ``bench_optim_kernels``, ``bench_backward``, ``bench_gil``,
-``bench_mainjob``, ``profile_mainjob``; ``<file>.<key>`` for an entry of a file, such as
+``bench_mainjob``, ``profile_mainjob``, ``bench_remote_forward``; ``<file>.<key>`` for an entry of a file, such as
 ``bench_mainjob.movielens``); the text around
 the markers is written by hand. A file that does not exist yet renders as a note saying so, and
 a file without a dedicated renderer below renders as a generic listing of its numbers, so the
@@ -698,6 +698,48 @@ def render_profile_mainjob(data: Any) -> str:
     return "\n".join(out)
 
 
+
+# --- results/bench_remote_forward.json (scripts/bench_remote_forward.py) -------------------------
+
+REMOTE_FORWARD_TARGET = ("Target (issue 43): the native forward (`plugin.nn.RemoteModule`) with a thread on the owner "
+                         "holding its GIL keeps at least 0.9x its rate with the owner idle.")
+REMOTE_FORWARD_KINDS = {"native": "RemoteModule (native)", "python": "pickled Python forward",
+                        "torch": "torch's RemoteModule (TorchScript)"}
+
+
+def render_bench_remote_forward(data: Any) -> str:
+    """Forwards/s and latency of the three forwards, idle and busy, and the training iteration."""
+    meta = data.get("meta", {})
+    out = [REMOTE_FORWARD_TARGET, "",
+           f"torch {meta.get('torch', '?')}, {meta.get('cpus', '?')} CPUs; {meta.get('seconds', '?')} s per "
+           f"configuration, medians of {meta.get('repeats', '?')} alternating rounds; busy: a thread on the owner "
+           "holding its GIL (`usleep` through `ctypes.PyDLL`). Forwards outside any autograd context; the "
+           "iteration is a forward in a distributed autograd context, the backward pass and an Adam step "
+           "(the plugin's engine and DistributedOptimizer for the native and Python forwards, torch's for torch's "
+           "RemoteModule)."
+           + (" torch's RemoteModule was not run (TorchScript removed)." if meta.get("torchscript_removed") else ""),
+           ""]
+    rows = []
+    for r in data["forward"]:
+        ratio = r.get("busy_over_idle")
+        verdict = (f"{ratio:.2f} ({_verdict(ratio, 0.9, below=False)})" if ratio is not None and r["forward"] == "native"
+                   else f"{ratio:.2f}" if ratio is not None else "")
+        rows.append([r["model"], str(r["trainers"]), REMOTE_FORWARD_KINDS.get(r["forward"], r["forward"]), r["owner"],
+                     f"{r['per_s']:.0f}", _ms(r.get("p50_ms")), _ms(r.get("p99_ms")), verdict,
+                     f"{r['over_python']:.2f}x" if r.get("over_python") else ""])
+    out.append(_table(["model", "trainers", "forward", "owner", "forwards/s", "p50 ms", "p99 ms", "busy / idle",
+                       "vs Python"], rows))
+    out += ["", "The training iteration:", ""]
+    rows = []
+    for r in data["iteration"]:
+        ratio = r.get("busy_over_idle")
+        rows.append([r["model"], str(r["trainers"]), REMOTE_FORWARD_KINDS.get(r["forward"], r["forward"]), r["owner"],
+                     f"{r['per_s']:.0f}", f"{ratio:.2f}" if ratio is not None else "",
+                     f"{r['over_python']:.2f}x" if r.get("over_python") else ""])
+    out.append(_table(["model", "trainers", "forward", "owner", "iterations/s", "busy / idle", "vs Python"], rows))
+    return "\n".join(out)
+
+
 SECTIONS: Dict[str, Callable[[Any], str]] = {
     "bench_optim": render_bench_optim,
     "bench_optim_kernels": render_bench_optim_kernels,
@@ -711,6 +753,7 @@ SECTIONS: Dict[str, Callable[[Any], str]] = {
     "bench_mainjob.movielens_python_lookups": render_bench_mainjob_movielens,
     "bench_mainjob.auth": render_bench_mainjob_auth,
     "profile_mainjob": render_profile_mainjob,
+    "bench_remote_forward": render_bench_remote_forward,
 }
 # The command that writes a result file, where it is not scripts/<name>.py.
 SCRIPTS = {"bench_optim_kernels": "scripts/bench_optim.py --kernels",
@@ -727,6 +770,7 @@ MISSING = {
     "bench_mainjob.movielens": MOVIELENS_TARGET + "\n\n",
     "bench_mainjob.auth": AUTH_TARGET + "\n\n",
     "profile_mainjob": PROFILE_INTRO + "\n\n",
+    "bench_remote_forward": REMOTE_FORWARD_TARGET + "\n\n",
 }
 
 

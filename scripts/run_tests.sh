@@ -62,16 +62,27 @@ phase "tests on torch 2.13.0"
 # (marked torchscript: torch.jit, or torch.distributed.optim, which 2.13 scripts), which the
 # second pass cannot run: each example is run once. So are the digits job's training runs
 # (metrics, two hosts, resume, auth key, torchrun restart: the second pass runs them; the
-# movielens job's tests here run the same job code on 2.13.0), the distributed optimizer's
-# fault tests (a killed or frozen owner) and the outsider tests of tests/security/
-# test_security.py (the transport's own tests, with and without a key, run in both passes).
+# movielens job's tests here run the same job code on 2.13.0), the distributed optimizer's and
+# the native calls' (lookups, remote modules' forwards) fault tests (a killed or frozen owner)
+# and the outsider tests of tests/security/test_security.py (the transport's own tests, with
+# and without a key, run in both passes). The remote modules' tests run next, on this torch
+# with torch.jit raising.
+NN_TESTS="tests/rpc/test_remote_modules.py tests/rpc/test_remote_module_trainers.py tests/rpc/test_remote_module_fuzz.py"
 "$PYTHON" -m pytest -q $PARALLEL -k "not test_example_prints_its_expect_block or torchscript" \
+  $(for f in $NN_TESTS; do echo --deselect "$f"; done) \
   --deselect tests/optim/test_optimizer_faults.py --deselect tests/security/test_security.py \
+  --deselect tests/rpc/test_native_call_faults.py \
   --deselect tests/rpc/test_main_job.py::test_the_job_trains_and_writes_its_metrics \
   --deselect tests/rpc/test_main_job.py::test_the_job_trains_across_two_hosts_under_torchrun \
   --deselect tests/rpc/test_main_job.py::test_a_resumed_run_equals_an_uninterrupted_run \
   --deselect tests/rpc/test_main_job.py::test_an_auth_key_file_changes_nothing_but_the_transport \
   --deselect tests/rpc/test_main_job.py::test_torchrun_restarts_the_group_after_a_server_is_killed_and_the_job_resumes "$@"
+
+phase "tests on torch 2.13.0, torch.jit raising: the remote modules"
+# plugin.nn promises a forward that needs no TorchScript: its tests run with torch.jit's entry
+# points raising on both torch releases (here, and in the 2.15.0 pass below), and not a third
+# time in the first pass.
+"$PYTHON" -m pytest -q $PARALLEL --torchscript-removed $NN_TESTS "$@"
 
 phase "waiting for torch 2.15.0's environment and build"
 if ! wait "$prepare"; then
@@ -108,7 +119,7 @@ GILFREE_DEFAULT_ISA_ONLY=1 bash scripts/with_torch.sh 2.15.0 python -m pytest -q
   tests/optim/test_native_local_optimizer.py tests/optim/test_distributed_optimizer.py \
   tests/optim/test_checked_step.py tests/optim/test_backward_and_step.py tests/optim/test_optimizer_faults.py \
   tests/optim/test_script_local_optimizer.py tests/optim/test_compiled_step.py \
-  tests/docs/test_docs_examples.py \
+  tests/docs/test_docs_examples.py $NN_TESTS tests/rpc/test_native_call_faults.py \
   --deselect tests/build/test_build.py::test_cmake_builds_the_same_library \
   --deselect tests/build/test_build.py::test_setup_py_library_runs_the_engine \
   --deselect tests/build/test_build.py::test_failed_load_reports_the_torch_the_file_was_built_for \
