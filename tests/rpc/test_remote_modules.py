@@ -248,3 +248,23 @@ def test_construction_errors(cluster):
     with pytest.raises(ValueError, match=r"^RemoteModule: the construction of MLP failed on owner 'worker1': "
                                          r"ValueError: invalid literal for int\(\) with base 10: 'sizes'"):
         RemoteModule("worker1/cpu", mods.MLP, ((6, 4), "sizes"), example_inputs=(torch.randn(2, 6),))
+
+
+def test_the_owner_answers_while_a_thread_holds_its_gil(cluster):
+    """The forward (recorded, in a context) and its backward pass complete on the owner while a
+    thread there holds the GIL for 3 seconds: neither needs the owner's Python."""
+    import time
+
+    from tests.support import optim_remote
+
+    remote = RemoteModule("worker1/cpu", mods.ConvNet, example_inputs=(torch.randn(2, 3, 8, 8),))
+    remote(torch.randn(2, 3, 8, 8))  # the first snapshot
+    rpc.rpc_sync("worker1", optim_remote.start_gil_hog, args=(3,))
+    time.sleep(1.0)  # the thread holds the owner's GIL now
+    x = torch.randn(4, 3, 8, 8, requires_grad=True)
+    with dist_autograd.context() as ctx:
+        out = remote(x)
+        plugin.autograd.backward(ctx, [out.sum()])
+        assert plugin.autograd.get_gradients(ctx)[x].shape == x.shape
+        done_at = time.time()
+    assert done_at < rpc.rpc_sync("worker1", optim_remote.wait_for_gil_hog)
