@@ -58,3 +58,28 @@ def test_cuda_leaf_gradients_on_one_worker():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "cuda:0 [4.0, 4.0, 4.0]"
+
+
+@pytest.mark.parametrize("device_map", [False, True])
+def test_remote_module_on_a_gpu(device_map):
+    """plugin.nn.RemoteModule("worker1/cuda:0", ...): the program runs on the owner's GPU; without
+    a device map the inputs and outputs cross on the CPU, with one the outputs come back on the
+    caller's GPU; outputs and gradients equal the CPU eager module's (1e-5, TF32 off)."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    flags = ["--device-map"] if device_map else []
+    procs = [
+        subprocess.Popen(
+            [sys.executable, os.path.join(SUPPORT, "nn_cuda_job.py"), "--rank", str(r), "--port", str(port), *flags],
+            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for r in range(2)
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    report = json.loads(outs[0][0].strip().splitlines()[-1])
+    assert report["out_device"] == ("cuda:0" if device_map else "cpu"), report
+    assert report["grad_device"] == report["out_device"], report
+    assert report["param_grad_devices"] == ["cuda:0"], report
+    assert report["out_close"] and report["input_grad_close"] and report["param_grads_close"], report
