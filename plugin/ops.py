@@ -437,27 +437,13 @@ def new_forward_program(module: str, num_slots: int, device: torch.device) -> to
     return torch.classes.gilfree_rpc.ForwardProgram(module, num_slots, device)
 
 
-def _nn_register(name: str, params: List[Tensor]) -> int:
-    """The op ``gilfree_rpc::_nn_register``: registers a module (class ``name``) and its
-    parameters; returns its handle."""
-    return torch.ops.gilfree_rpc._nn_register(name, params)
-
-
-def _nn_release(handle: int) -> bool:
-    """The op ``gilfree_rpc::_nn_release``: forgets a module's handle; whether it was registered."""
-    return torch.ops.gilfree_rpc._nn_release(handle)
-
-
-def _nn_set_training(handle: int, training: bool) -> None:
-    """The op ``gilfree_rpc::_nn_set_training``: the mode whose program module ``handle``'s next
-    forwards run; raises when it has no program for it."""
-    torch.ops.gilfree_rpc._nn_set_training(handle, training)
-
-
-def _nn_info(handle: int) -> Dict[str, int]:
-    """The op ``gilfree_rpc::_nn_info``: module ``handle``'s counters: ``forwards`` run,
-    ``snapshots`` of its parameters taken, ``training`` (1 or 0)."""
-    return torch.ops.gilfree_rpc._nn_info(handle)
+def new_native_module(name: str, params: List[Tensor]) -> torch.ScriptObject:
+    """A new ``torch.classes.gilfree_rpc.NativeModule`` (``plugin/csrc/nn/remote_module.h``): a module
+    of class ``name`` registered with its parameters, reached by ``handle()`` (by the forward
+    programs' ``install`` and by ``_nn_forward``) as long as the object lives; ``set_training(bool)``
+    switches the program its forwards run, ``info()`` gives its counters (``forwards``,
+    ``snapshots``, ``training``)."""
+    return torch.classes.gilfree_rpc.NativeModule(name, params)
 
 
 def _nn_forward(handle: int, context_id: int, autograd_message_id: int, inputs: List[Tensor],

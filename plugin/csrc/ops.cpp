@@ -76,9 +76,17 @@ TORCH_LIBRARY(gilfree_rpc, m) {
       "_record_call(str what, int context_id, int request_id, Tensor[] sent, int answer_id, int from_worker, "
       "Tensor[] answer, bool[] answer_requires_grad) -> Tensor[]");
 
-  // Remote modules (nn/remote_module.h): the class of a forward program (its `install` gives it
-  // to a module for train or eval mode); register a module's parameters under a handle, forget
-  // it, switch its mode, read its counters (forwards, snapshots, training).
+  // Remote modules (nn/remote_module.h): a module registered on its owner
+  // (torch.classes.gilfree_rpc.NativeModule(name, params): its handle, its mode, its counters),
+  // and the class of a forward program, whose `install` gives it to a module (by handle) for
+  // train (training=True) or eval mode.
+  m.class_<gilfree_rpc::nn::NativeModule>("NativeModule")
+      .def(torch::init([](const std::string& name, const std::vector<at::Tensor>& params) {
+        return gilfree_rpc::nn::NativeModule::registered(c10::make_intrusive<gilfree_rpc::nn::NativeModule>(name, params));
+      }))
+      .def("handle", &gilfree_rpc::nn::NativeModule::handle)
+      .def("set_training", &gilfree_rpc::nn::NativeModule::setTraining)
+      .def("info", &gilfree_rpc::nn::NativeModule::info);
   m.class_<gilfree_rpc::nn::ForwardProgram>("ForwardProgram")
       .def(torch::init<std::string, int64_t, c10::Device>())
       .def("bind_parameter", &gilfree_rpc::nn::ForwardProgram::bindParameter)
@@ -91,13 +99,10 @@ TORCH_LIBRARY(gilfree_rpc, m) {
       .def("set_outputs", &gilfree_rpc::nn::ForwardProgram::setOutputs)
       .def("num_inputs", &gilfree_rpc::nn::ForwardProgram::numInputs)
       .def("num_instructions", &gilfree_rpc::nn::ForwardProgram::numInstructions)
-      // gives the program to module `handle` for train (training=True) or eval mode
       .def("install", [](const c10::intrusive_ptr<gilfree_rpc::nn::ForwardProgram>& self, int64_t handle,
-                         bool training) { gilfree_rpc::nn::setProgram(handle, training, self); });
-  def(m, "_nn_register(str name, Tensor[] params) -> int");
-  def(m, "_nn_release(int handle) -> bool");
-  def(m, "_nn_set_training(int handle, bool training) -> ()");
-  def(m, "_nn_info(int handle) -> Dict(str, int)");
+                         bool training) {
+        gilfree_rpc::nn::NativeModule::find(handle, "install")->setProgram(training, self);
+      });
   // RPC handler: module `handle`'s forward on `inputs` (flattened) in the caller's context
   // (-1: none), the inputs marked in `requires_grad` under the caller's request id
   // `autograd_message_id` (-1: none); the outputs, which of them require grad, and their send

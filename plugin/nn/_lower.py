@@ -17,6 +17,7 @@ Source of the approach: ``torch.export``'s IR specification (the graph's nodes a
 ``torch.ops`` overloads, ``operator.getitem`` and symbolic-size arithmetic) and the JIT
 interpreter's boxed operator calls.
 """
+import gc
 import inspect
 import operator
 import re
@@ -91,7 +92,12 @@ def export(module: torch.nn.Module, example_inputs: tuple, dynamic_shapes: Any) 
     try:
         return torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
     except Exception as error:  # noqa: BLE001 (torch.export raises many types; its message is the reason)
-        raise NotNative(f"torch.export.export failed: {type(error).__name__}: {error}") from error
+        raise NotNative(f"torch.export.export failed: {type(error).__name__}: {error}") from None
+    finally:
+        # torch.export leaves reference cycles that hold the module (frames of its tracing, a wrapper
+        # whose _export_root is the module): collected now, the module's lifetime is plain reference
+        # counting again, so its registration goes with its last RRef, not at some later collection.
+        gc.collect()
 
 
 def _python_kernel(op: torch._ops.OpOverload) -> Optional[str]:

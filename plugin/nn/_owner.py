@@ -20,17 +20,22 @@ __all__ = ["create", "prepare", "set_training", "parameter_rrefs", "python_forwa
 
 
 class _Native:
-    """The native side of a module on its owner: its handle, and what exporting it again (the
+    """The native side of a module on its owner: its registration (a NativeModule, which lives as
+    long as this object, so the handle goes with the module), and what exporting it again (the
     other mode's program) needs."""
 
-    def __init__(self, handle: int, example_inputs: tuple, dynamic_shapes: Any, params: List[torch.Tensor],
-                 device: torch.device, names: List[str]):
-        self.handle, self.example_inputs, self.dynamic_shapes = handle, example_inputs, dynamic_shapes
+    def __init__(self, registration: torch.ScriptObject, example_inputs: tuple, dynamic_shapes: Any,
+                 params: List[torch.Tensor], device: torch.device, names: List[str]):
+        self.registration, self.handle = registration, registration.handle()
+        self.example_inputs, self.dynamic_shapes = example_inputs, dynamic_shapes
         self.params, self.device, self.names = params, device, names
         self.modes = set()
+        self.info: Dict[str, Any] = {}
 
 
-# module -> its native side (a module that runs natively); the entry goes with the module
+# module -> its native side (a module that runs natively); the entry, and with it the module's
+# registration, goes with the module (no code runs then: a finalizer that called an op could run
+# while torch.export traces another module on the same thread, and be traced into its graph)
 _NATIVE: "weakref.WeakKeyDictionary[torch.nn.Module, _Native]" = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 
@@ -71,8 +76,7 @@ def prepare(module_rref: rpc.RRef, example_inputs: tuple, dynamic_shapes: Any, f
     device = params[0].device if params else next((b.device for b in module.buffers()), torch.device("cpu"))
     dynamic_shapes = _lower.default_dynamic_shapes(example_inputs) if dynamic_shapes is None else dynamic_shapes
     name = type(module).__qualname__
-    handle = ops._nn_register(name, params)
-    native = _Native(handle, tuple(example_inputs), dynamic_shapes, params, device,
+    native = _Native(ops.new_native_module(name, params), tuple(example_inputs), dynamic_shapes, params, device,
                      _lower.input_names(module, tuple(example_inputs)))
     try:
         example = tuple(_lower.pytree.tree_map(
@@ -80,18 +84,16 @@ def prepare(module_rref: rpc.RRef, example_inputs: tuple, dynamic_shapes: Any, f
         ep = _lower.export(module, example, dynamic_shapes)
         program, out_spec = _lower.lower(ep, module, params, device, native.names)
     except _lower.NotNative as error:
-        ops._nn_release(handle)
         if fallback == "python":
             return {"native": False, "reason": str(error), "name": name}
         raise RuntimeError(f"{name} cannot run natively: {error}") from None
-    program.install(handle, module.training)
-    ops._nn_set_training(handle, module.training)
+    program.install(native.handle, module.training)
+    native.registration.set_training(module.training)
     native.modes.add(module.training)
     with _LOCK:
         _NATIVE[module] = native
-    weakref.finalize(module, ops._nn_release, handle)
     in_spec = _lower.pytree.tree_flatten((tuple(example_inputs), {}))[1]
-    native.info = {"native": True, "handle": handle, "in_spec": _lower.pytree.treespec_dumps(in_spec),
+    native.info = {"native": True, "handle": native.handle, "in_spec": _lower.pytree.treespec_dumps(in_spec),
                    "out_spec": _lower.pytree.treespec_dumps(out_spec), "name": name}
     return native.info
 
@@ -110,7 +112,7 @@ def set_training(module_rref: rpc.RRef, training: bool) -> None:
     except _lower.NotNative as error:
         raise RuntimeError(f"{type(module).__qualname__} cannot run natively in "
                            f"{'train' if training else 'eval'} mode: {error}") from None
-    ops._nn_set_training(native.handle, training)
+    native.registration.set_training(training)
 
 
 def parameter_rrefs(module_rref: rpc.RRef, recurse: bool) -> List[rpc.RRef]:
@@ -129,4 +131,4 @@ def info(module_rref: rpc.RRef) -> Dict[str, int]:
     that runs in Python."""
     with _LOCK:
         native = _NATIVE.get(module_rref.local_value())
-    return ops._nn_info(native.handle) if native is not None else {}
+    return dict(native.registration.info()) if native is not None else {}

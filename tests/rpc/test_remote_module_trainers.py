@@ -126,3 +126,15 @@ def test_a_forward_never_reads_half_a_step(group):
         value = out[0, 0].item()
         assert torch.all(out == value), "one forward read two different values"
         assert any(abs(value - a) <= 1e-3 * max(1.0, abs(a)) for a in allowed), value
+
+
+def test_buffer_updates_of_concurrent_forwards_do_not_race(group):
+    """Four trainers run train-mode forwards of a module with BatchNorm at the same time: every
+    forward's update of the running statistics lands (num_batches_tracked counts them all), and
+    the statistics stay those of some order of the forwards (finite, the variance positive)."""
+    remote = RemoteModule("worker1/cpu", mods.ConvNet, example_inputs=(torch.randn(2, 3, 8, 8),))
+    futures = [rpc.rpc_async(f"worker{w}", mods.forwards, args=(remote, 25, w)) for w in range(2, 6)]
+    assert [f.wait() for f in futures] == [25] * 4
+    state = rpc.rpc_sync("worker1", mods.state, args=(remote.module_rref,))
+    assert state["bn.num_batches_tracked"].item() == 100
+    assert torch.isfinite(state["bn.running_mean"]).all() and (state["bn.running_var"] > 0).all()

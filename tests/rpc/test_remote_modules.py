@@ -268,3 +268,35 @@ def test_the_owner_answers_while_a_thread_holds_its_gil(cluster):
         assert plugin.autograd.get_gradients(ctx)[x].shape == x.shape
         done_at = time.time()
     assert done_at < rpc.rpc_sync("worker1", optim_remote.wait_for_gil_hog)
+
+
+def test_a_released_module_is_refused_and_unknown_handles_too(cluster):
+    """When the last RRef to a module goes (the RemoteModule is deleted), the owner forgets its
+    handle: a forward sent to it raises, naming the handle; so does a handle never made."""
+    import gc
+    import time
+
+    from plugin import _rpc_functions
+
+    remote = RemoteModule("worker1/cpu", mods.MLP, example_inputs=(torch.randn(3, 6),))
+    handle = remote._handle
+    x = torch.randn(2, 6)
+
+    def forward_of(h):
+        return _rpc_functions.call("worker1", "_nn_forward", (h, -1, -1, [x], [False], False))
+
+    forward_of(handle).wait()
+    del remote
+    gc.collect()
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            forward_of(handle).wait()
+        except RuntimeError as error:
+            assert f"remote_forward: handle {handle} is not a remote module on this worker (never registered, or " \
+                   f"released)" in str(error)
+            break
+        assert time.monotonic() < deadline, "the owner still runs the module of a deleted RemoteModule"
+        time.sleep(0.2)
+    with pytest.raises(RuntimeError, match="handle 987654 is not a remote module on this worker"):
+        forward_of(987654).wait()

@@ -2,6 +2,7 @@
 // (remote_module.h); the kernels of their ops (schemas in ops.cpp).
 #include "nn/remote_module.h"
 
+#include "handle_registry.h"
 #include "python_names.h"
 #include "rpc/recorded_call.h"
 
@@ -16,7 +17,6 @@
 #include <utility>
 
 namespace gilfree_rpc::nn {
-namespace {
 
 // The parameters a forward reads: one copy of each, at the versions they had.
 struct Snapshot {
@@ -24,37 +24,11 @@ struct Snapshot {
   std::vector<uint32_t> versions;
 };
 
-struct Module {
-  Module(std::string name, std::vector<at::Tensor> params)
-      : name(std::move(name)), params(std::move(params)), locks(paramLocksFor(this->params)) {}
+namespace {
 
-  const std::string name;
-  const std::vector<at::Tensor> params;
-  const std::vector<std::shared_ptr<ParamLock>> locks;
-
-  std::mutex mu;  // guards the fields below
-  std::shared_ptr<const Snapshot> snapshot;
-  c10::intrusive_ptr<ForwardProgram> programs[2];  // eval, train
-  bool training = true;
-  std::mutex buffersMu;  // the instructions that take a buffer
-  std::atomic<int64_t> forwards{0};
-  std::atomic<int64_t> snapshots{0};
-};
-
-std::mutex registryMu;
-std::unordered_map<int64_t, std::shared_ptr<Module>>& registry() {
-  static auto* modules = new std::unordered_map<int64_t, std::shared_ptr<Module>>();  // leaky: RPC threads outlive statics
+HandleRegistry<NativeModule>& registry() {
+  static auto* modules = new HandleRegistry<NativeModule>();  // leaky: RPC threads outlive statics
   return *modules;
-}
-std::atomic<int64_t> nextHandle{0};
-
-std::shared_ptr<Module> find(int64_t handle, const char* what) {
-  std::lock_guard<std::mutex> lock(registryMu);
-  auto it = registry().find(handle);
-  TORCH_CHECK(
-      it != registry().end(), what, ": handle ", handle,
-      " is not a remote module on this worker (never registered, or released)");
-  return it->second;
 }
 
 std::vector<uint32_t> versionsOf(const std::vector<at::Tensor>& params) {
@@ -66,92 +40,93 @@ std::vector<uint32_t> versionsOf(const std::vector<at::Tensor>& params) {
   return versions;
 }
 
-// The snapshot of the module's parameters at their current versions (see remote_module.h).
-std::shared_ptr<const Snapshot> snapshotOf(Module& module) {
+}  // namespace
+
+NativeModule::NativeModule(std::string name, std::vector<at::Tensor> params)
+    : name_(std::move(name)), params_(std::move(params)), locks_(paramLocksFor(params_)) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    TORCH_CHECK(params_[i].defined(), "NativeModule: parameter ", i, " of ", name_, " is undefined");
+  }
+}
+
+c10::intrusive_ptr<NativeModule> NativeModule::registered(c10::intrusive_ptr<NativeModule> self) {
+  self->handle_ = registry().add(self);
+  return self;
+}
+
+c10::intrusive_ptr<NativeModule> NativeModule::find(int64_t handle, const std::string& what) {
+  auto found = registry().find(handle);
+  TORCH_CHECK(
+      found, what, ": handle ", handle, " is not a remote module on this worker (never registered, or released)");
+  return found;
+}
+
+void NativeModule::release_resources() {
+  registry().remove(handle_);
+}
+
+void NativeModule::setProgram(bool training, const c10::intrusive_ptr<ForwardProgram>& program) {
+  TORCH_CHECK(program, "set_program: no program");
+  TORCH_CHECK(program->complete(), "set_program: the program of ", name_, " is incomplete (no outputs set)");
+  TORCH_CHECK(
+      program->parametersRead() <= static_cast<int64_t>(params_.size()), "set_program: the program of ", name_,
+      " reads parameter ", program->parametersRead() - 1, " of ", params_.size());
+  std::lock_guard<std::mutex> lock(mu_);
+  programs_[training ? 1 : 0] = program;
+}
+
+void NativeModule::setTraining(bool training) {
+  std::lock_guard<std::mutex> lock(mu_);
+  TORCH_CHECK(
+      programs_[training ? 1 : 0], "set_training: ", name_, " has no program for ", training ? "train" : "eval",
+      " mode");
+  training_ = training;
+}
+
+c10::Dict<std::string, int64_t> NativeModule::info() {
+  c10::Dict<std::string, int64_t> info;
+  info.insert("forwards", forwards_.load());
+  info.insert("snapshots", snapshots_.load());
+  std::lock_guard<std::mutex> lock(mu_);
+  info.insert("training", training_ ? 1 : 0);
+  return info;
+}
+
+c10::intrusive_ptr<ForwardProgram> NativeModule::program() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return programs_[training_ ? 1 : 0];
+}
+
+std::shared_ptr<const Snapshot> NativeModule::snapshot() {
   {
-    auto versions = versionsOf(module.params);
-    std::lock_guard<std::mutex> lock(module.mu);
-    if (module.snapshot && module.snapshot->versions == versions) {
-      return module.snapshot;
+    auto versions = versionsOf(params_);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (snapshot_ && snapshot_->versions == versions) {
+      return snapshot_;
     }
   }
   // A step holds these locks while it writes the parameters and bumps their versions, so
   // what is read here is whole steps only.
-  HeldParamLocks held(module.locks);
-  auto versions = versionsOf(module.params);
+  HeldParamLocks held(locks_);
+  auto versions = versionsOf(params_);
   {
-    std::lock_guard<std::mutex> lock(module.mu);
-    if (module.snapshot && module.snapshot->versions == versions) {
-      return module.snapshot;  // another forward took it meanwhile
+    std::lock_guard<std::mutex> lock(mu_);
+    if (snapshot_ && snapshot_->versions == versions) {
+      return snapshot_;  // another forward took it meanwhile
     }
   }
-  auto snapshot = std::make_shared<Snapshot>();
-  snapshot->versions = std::move(versions);
-  snapshot->params.reserve(module.params.size());
-  for (const auto& p : module.params) {
+  auto fresh = std::make_shared<Snapshot>();
+  fresh->versions = std::move(versions);
+  fresh->params.reserve(params_.size());
+  for (const auto& p : params_) {
     // In grad mode, so that the copy's gradient flows to the parameter (CloneBackward).
     at::AutoGradMode gradMode(p.requires_grad());
-    snapshot->params.push_back(p.clone());
+    fresh->params.push_back(p.clone());
   }
-  module.snapshots.fetch_add(1);
-  std::lock_guard<std::mutex> lock(module.mu);
-  module.snapshot = snapshot;
-  return snapshot;
-}
-
-}  // namespace
-
-int64_t registerModule(const std::string& name, const std::vector<at::Tensor>& params) {
-  for (size_t i = 0; i < params.size(); ++i) {
-    TORCH_CHECK(params[i].defined(), "register_module: parameter ", i, " of ", name, " is undefined");
-  }
-  auto module = std::make_shared<Module>(name, params);
-  const int64_t handle = nextHandle.fetch_add(1);
-  std::lock_guard<std::mutex> lock(registryMu);
-  registry().emplace(handle, std::move(module));
-  return handle;
-}
-
-bool releaseModule(int64_t handle) {
-  std::shared_ptr<Module> gone;  // destroyed outside the registry's lock
-  std::lock_guard<std::mutex> lock(registryMu);
-  auto it = registry().find(handle);
-  if (it == registry().end()) {
-    return false;
-  }
-  gone = std::move(it->second);
-  registry().erase(it);
-  return true;
-}
-
-void setProgram(int64_t handle, bool training, const c10::intrusive_ptr<ForwardProgram>& program) {
-  auto module = find(handle, "set_program");
-  TORCH_CHECK(program, "set_program: no program");
-  TORCH_CHECK(program->complete(), "set_program: the program of ", module->name, " is incomplete (no outputs set)");
-  TORCH_CHECK(
-      program->parametersRead() <= static_cast<int64_t>(module->params.size()), "set_program: the program of ",
-      module->name, " reads parameter ", program->parametersRead() - 1, " of ", module->params.size());
-  std::lock_guard<std::mutex> lock(module->mu);
-  module->programs[training ? 1 : 0] = program;
-}
-
-void setTraining(int64_t handle, bool training) {
-  auto module = find(handle, "set_training");
-  std::lock_guard<std::mutex> lock(module->mu);
-  TORCH_CHECK(
-      module->programs[training ? 1 : 0], "set_training: ", module->name, " has no program for ",
-      training ? "train" : "eval", " mode");
-  module->training = training;
-}
-
-c10::Dict<std::string, int64_t> moduleInfo(int64_t handle) {
-  auto module = find(handle, "module_info");
-  c10::Dict<std::string, int64_t> info;
-  info.insert("forwards", module->forwards.load());
-  info.insert("snapshots", module->snapshots.load());
-  std::lock_guard<std::mutex> lock(module->mu);
-  info.insert("training", module->training ? 1 : 0);
-  return info;
+  snapshots_.fetch_add(1);
+  std::lock_guard<std::mutex> lock(mu_);
+  snapshot_ = fresh;
+  return fresh;
 }
 
 std::tuple<std::vector<at::Tensor>, std::vector<bool>, int64_t> forward(
@@ -162,14 +137,10 @@ std::tuple<std::vector<at::Tensor>, std::vector<bool>, int64_t> forward(
     const std::vector<bool>& requiresGrad,
     bool deviceMapSet) {
   // Every check comes before any work: a refused request runs and records nothing.
-  auto module = find(handle, "remote_forward");
-  const std::string prefix = "remote_forward of " + module->name + ": ";
-  c10::intrusive_ptr<ForwardProgram> program;
-  {
-    std::lock_guard<std::mutex> lock(module->mu);
-    program = module->programs[module->training ? 1 : 0];
-  }
-  TORCH_CHECK(program, prefix, "no program for ", module->training ? "train" : "eval", " mode");
+  auto module = NativeModule::find(handle, "remote_forward");
+  const std::string prefix = "remote_forward of " + module->name() + ": ";
+  auto program = module->program();
+  TORCH_CHECK(program, prefix, "no program for the module's mode");
   checkCallerContextId(prefix, contextId);
   checkRequestId(prefix, contextId, requestId);
   program->checkInputs(prefix, inputs);
@@ -193,8 +164,8 @@ std::tuple<std::vector<at::Tensor>, std::vector<bool>, int64_t> forward(
   HeldRequest held = holdRequest(contextId, requestId, inputs, requiresGrad);
   std::vector<at::Tensor> outputs;
   try {
-    auto snapshot = snapshotOf(*module);
-    outputs = program->run(prefix, snapshot->params, std::move(inputs), module->buffersMu);
+    auto snapshot = module->snapshot();
+    outputs = program->run(prefix, snapshot->params, std::move(inputs), module->buffersMutex());
     if (program->device().is_cuda() && !deviceMapSet) {
       // Without a device map only CPU tensors cross (torch's RemoteModule does the same).
       for (auto& output : outputs) {
@@ -205,7 +176,7 @@ std::tuple<std::vector<at::Tensor>, std::vector<bool>, int64_t> forward(
     dropRequest(held);
     throw;
   }
-  module->forwards.fetch_add(1);
+  module->countForward();
   const int64_t answerId = record ? recordCallee(prefix, held, contextId, outputs) : -1;
   std::vector<bool> outputsRequireGrad;
   outputsRequireGrad.reserve(outputs.size());
@@ -222,10 +193,6 @@ std::tuple<std::vector<at::Tensor>, std::vector<bool>, int64_t> forward(
 
 // Kernels (schemas in ops.cpp).
 TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
-  m.impl("_nn_register", TORCH_FN(gilfree_rpc::nn::registerModule));
-  m.impl("_nn_release", TORCH_FN(gilfree_rpc::nn::releaseModule));
-  m.impl("_nn_set_training", TORCH_FN(gilfree_rpc::nn::setTraining));
-  m.impl("_nn_info", TORCH_FN(gilfree_rpc::nn::moduleInfo));
   m.impl("_nn_forward", [](int64_t handle, int64_t contextId, int64_t requestId, std::vector<at::Tensor> inputs,
                            c10::List<bool> requiresGrad, bool deviceMapSet) {
     auto [outputs, outputsRequireGrad, answerId] = gilfree_rpc::nn::forward(

@@ -1,6 +1,6 @@
 // Remote modules' forward pass, answered natively on the owner (plugin/nn: RemoteModule).
 //
-// An owner registers a module under a handle (registerModule: its class's name and its
+// An owner registers a module under a handle (a NativeModule: its class's name and its
 // parameters) and gives it one ForwardProgram per mode (program.h; train and eval, made by
 // torch.export on the owner, plugin/nn/_lower.py). A caller sends forward by RPC
 // (rpc_functions.h): the owner checks the request, runs the program of the module's current
@@ -33,8 +33,11 @@
 
 #include <ATen/core/Dict.h>
 #include <ATen/core/Tensor.h>
+#include <torch/custom_class.h>
 
+#include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -42,19 +45,62 @@
 
 namespace gilfree_rpc::nn {
 
-// Registers a module (`name`: its class, for messages) with its parameters (the order the
-// programs' bindParameter indices refer to); returns its handle (unique in the process,
-// never reused). The registry holds the parameters until releaseModule.
-int64_t registerModule(const std::string& name, const std::vector<at::Tensor>& params);
-// Forgets a handle; whether it was registered.
-bool releaseModule(int64_t handle);
-// Gives module `handle` its program for train mode (`training`) or eval mode; raises for an
-// unknown handle, or a program that reads a parameter the module does not have.
-void setProgram(int64_t handle, bool training, const c10::intrusive_ptr<ForwardProgram>& program);
-// Switches the mode whose program the next forwards run; raises when it has none.
-void setTraining(int64_t handle, bool training);
-// Counters of module `handle`: forwards (run), snapshots (taken), training (0 or 1).
-c10::Dict<std::string, int64_t> moduleInfo(int64_t handle);
+struct Snapshot;
+
+// A module registered on its owner: its parameters (the order the programs' bindParameter
+// indices refer to), their locks and snapshot, its programs (eval, train) and mode.
+// torch.classes.gilfree_rpc.NativeModule(name, params): `name` is the module's class, for
+// messages. Reached by its handle (handle_registry.h); it lives as long as the Python object
+// that holds it (plugin/nn/_owner.py keeps it with the module), so the handle goes with the
+// module.
+class NativeModule : public torch::CustomClassHolder {
+ public:
+  NativeModule(std::string name, std::vector<at::Tensor> params);
+  // Adds `self` to the registry; returns it.
+  static c10::intrusive_ptr<NativeModule> registered(c10::intrusive_ptr<NativeModule> self);
+  // The module of `handle`; raises RuntimeError (after `what`) when there is none.
+  static c10::intrusive_ptr<NativeModule> find(int64_t handle, const std::string& what);
+  void release_resources() override;
+
+  int64_t handle() const {
+    return handle_;
+  }
+  const std::string& name() const {
+    return name_;
+  }
+  // Gives the module its program for train mode (`training`) or eval mode; raises for a
+  // program that is incomplete or reads a parameter the module does not have.
+  void setProgram(bool training, const c10::intrusive_ptr<ForwardProgram>& program);
+  // Switches the mode whose program the next forwards run; raises when it has none.
+  void setTraining(bool training);
+  // Counters: forwards (run), snapshots (taken), training (0 or 1).
+  c10::Dict<std::string, int64_t> info();
+
+  // The program of the current mode (null when none).
+  c10::intrusive_ptr<ForwardProgram> program();
+  // The snapshot of the parameters at their current versions (see the top of this file).
+  std::shared_ptr<const Snapshot> snapshot();
+  // The mutex of the instructions that take a buffer.
+  std::mutex& buffersMutex() {
+    return buffersMu_;
+  }
+  void countForward() {
+    forwards_.fetch_add(1);
+  }
+
+ private:
+  int64_t handle_ = -1;
+  const std::string name_;
+  const std::vector<at::Tensor> params_;
+  const std::vector<std::shared_ptr<ParamLock>> locks_;
+  std::mutex mu_;  // guards the fields below
+  std::shared_ptr<const Snapshot> snapshot_;
+  c10::intrusive_ptr<ForwardProgram> programs_[2];  // eval, train
+  bool training_ = true;
+  std::mutex buffersMu_;
+  std::atomic<int64_t> forwards_{0};
+  std::atomic<int64_t> snapshots_{0};
+};
 
 // RPC handler: module `handle`'s forward on `inputs` (the caller's tensor inputs, flattened)
 // in the caller's context `contextId` (-1: none), the inputs marked in `requiresGrad`
@@ -62,8 +108,9 @@ c10::Dict<std::string, int64_t> moduleInfo(int64_t handle);
 // CPU unless `deviceMapSet` (the caller's device map brings them back). Returns the outputs,
 // which of them require grad, and the autograd_message_id of their send function (-1: none
 // recorded). Raises before anything runs or is recorded, naming the argument, for an unknown
-// handle, ids that no worker of the group made, or inputs that do not fit the program (its
-// input checks); an operator's error while the program runs records nothing either.
+// or released handle, ids that no worker of the group made, or inputs that do not fit the
+// program (its input checks); an operator's error while the program runs records nothing
+// either.
 std::tuple<std::vector<at::Tensor>, std::vector<bool>, int64_t> forward(
     int64_t handle,
     int64_t contextId,
