@@ -54,6 +54,22 @@ def _parse_remote_device(remote_device: Any):
     return worker, parsed.device()
 
 
+def _check_arguments(example_inputs: Any, dynamic_shapes: Any, fallback: Any) -> None:
+    """The constructor's checks of its own arguments, before anything is sent."""
+    if fallback not in (None, "python"):
+        raise ValueError(f"RemoteModule: fallback must be None or 'python', got {fallback!r}")
+    if not isinstance(example_inputs, tuple):
+        raise TypeError(f"RemoteModule: example_inputs must be a tuple of the forward's positional arguments, got "
+                        f"{type(example_inputs).__name__}")
+    if dynamic_shapes is None:
+        for path, leaf in pytree.tree_flatten_with_path(example_inputs)[0]:
+            if isinstance(leaf, torch.Tensor) and leaf.dim() > 0 and leaf.shape[0] < 2:
+                raise ValueError(
+                    f"RemoteModule: example_inputs{pytree.keystr(path)} has size {leaf.shape[0]} in dimension 0, which "
+                    f"the default dynamic_shapes makes dynamic: torch.export can do that only from an example of 2 or "
+                    f"more (it would fix the size to {leaf.shape[0]}); give a larger example, or dynamic_shapes")
+
+
 class RemoteModule(torch.nn.Module):
     """A module built on another worker (its *owner*), whose forward pass the owner runs natively.
 
@@ -119,7 +135,9 @@ class RemoteModule(torch.nn.Module):
             the owner, the node and the operator. Also: building the module raised on the owner
             (its error, naming the owner).
         TypeError: ``example_inputs`` is not a tuple; ``remote_device`` is not a string.
-        ValueError: ``fallback`` is neither None nor ``"python"``; ``remote_device`` names no worker.
+        ValueError: ``fallback`` is neither None nor ``"python"``; ``remote_device`` names no worker; with
+            the default ``dynamic_shapes``, an example tensor with fewer than 2 rows (torch.export
+            would fix its dimension 0).
 
     Source: ``torch.distributed.nn.RemoteModule`` (its interface), ``torch.export`` (the program).
     """
@@ -128,11 +146,7 @@ class RemoteModule(torch.nn.Module):
                  kwargs: Optional[Dict[str, Any]] = None, *, example_inputs: tuple,
                  dynamic_shapes: Any = None, fallback: Optional[str] = None) -> None:
         super().__init__()
-        if fallback not in (None, "python"):
-            raise ValueError(f"RemoteModule: fallback must be None or 'python', got {fallback!r}")
-        if not isinstance(example_inputs, tuple):
-            raise TypeError(f"RemoteModule: example_inputs must be a tuple of the forward's positional arguments, got "
-                            f"{type(example_inputs).__name__}")
+        _check_arguments(example_inputs, dynamic_shapes, fallback)
         worker, device = _parse_remote_device(remote_device)
         name = getattr(module_cls, "__qualname__", type(module_cls).__name__)
         try:
@@ -155,11 +169,7 @@ class RemoteModule(torch.nn.Module):
         if module_rref.owner().name != worker:
             raise ValueError(f"RemoteModule.init_from_module_rref: module_rref is owned by "
                              f"{module_rref.owner().name!r}, not by remote_device's worker {worker!r}")
-        if fallback not in (None, "python"):
-            raise ValueError(f"RemoteModule: fallback must be None or 'python', got {fallback!r}")
-        if not isinstance(example_inputs, tuple):
-            raise TypeError(f"RemoteModule: example_inputs must be a tuple of the forward's positional arguments, got "
-                            f"{type(example_inputs).__name__}")
+        _check_arguments(example_inputs, dynamic_shapes, fallback)
         module = cls.__new__(cls)
         torch.nn.Module.__init__(module)
         module._prepare(worker, device, "the module", module_rref, example_inputs, dynamic_shapes, fallback)

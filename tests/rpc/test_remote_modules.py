@@ -243,6 +243,9 @@ def test_construction_errors(cluster):
         RemoteModule("worker1/cpu", mods.MLP, example_inputs=torch.randn(2, 6))
     with pytest.raises(ValueError, match="fallback must be None or 'python'"):
         RemoteModule("worker1/cpu", mods.MLP, example_inputs=(torch.randn(2, 6),), fallback="torchscript")
+    with pytest.raises(ValueError, match=r"example_inputs\[0\] has size 1 in dimension 0, which the default "
+                                         r"dynamic_shapes makes dynamic"):
+        RemoteModule("worker1/cpu", mods.MLP, example_inputs=(torch.randn(1, 6),))
     with pytest.raises(ValueError, match="no worker has rank 17"):
         RemoteModule("rank:17/cpu", mods.MLP, example_inputs=(torch.randn(2, 6),))
     with pytest.raises(ValueError, match=r"^RemoteModule: the construction of MLP failed on owner 'worker1': "
