@@ -87,20 +87,12 @@ def unshare_embedding_bag(handle: int) -> bool:
     return ops._unshare_table(handle)
 
 
-def _check_context(to: str, context_id: int) -> None:
-    """Raises unless ``context_id`` is a live distributed autograd context on this worker: a
-    lookup recorded in a released (or unknown) context would re-create it, here and on the
-    owner, for good."""
+def _check_context_type(to: str, context_id) -> None:
+    """Raises ``TypeError`` unless ``context_id`` is an int (whether it is live here is checked
+    when the call begins: ``plugin/csrc/rpc/recorded_call.h``)."""
     if not isinstance(context_id, int) or isinstance(context_id, bool):
         raise TypeError(f"lookup_bags_async to {to!r}: context_id must be an int or None, got "
                         f"{type(context_id).__name__}")
-    try:
-        dist_autograd._is_valid_context(context_id)
-    except RuntimeError as e:
-        raise RuntimeError(
-            f"lookup_bags_async to {to!r}: no distributed autograd context {context_id} on this worker "
-            f"({rpc.get_worker_info().name!r}; released, or never made here): look up inside the "
-            f"`with dist_autograd.context()` block that created it; nothing was sent") from e
 
 
 def _check_request(to: str, handles: List[int], inputs: List[Tensor], offsets: List[Tensor]) -> None:
@@ -183,10 +175,12 @@ def lookup_bags_async(to: str, context_id: Optional[int], handles: List[int], in
     plus the non-decreasing offsets, which torch does not check.
     """
     _check_request(to, handles, inputs, offsets)
-    if context_id is not None:
-        _check_context(to, context_id)
-    ctx = -1 if context_id is None else context_id
     owner = rpc.get_worker_info(to).id
+    ctx = -1
+    if context_id is not None:
+        _check_context_type(to, context_id)
+        # the owner becomes a worker the context knows (its release reaches the owner)
+        ctx, _ = ops._begin_call(f"lookup_bags_async to {to!r}", context_id, owner, [])
     what = f"the lookup of handles {handles}"
     try:
         answer = _rpc_functions.call(to, "_lookup_bags", (ctx, handles, inputs, offsets))

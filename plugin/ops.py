@@ -402,13 +402,15 @@ def _check_lookup(prefix: str, inputs: List[Tensor], offsets: List[Tensor]) -> N
 # --- native RPC calls recorded in a distributed autograd context (plugin/csrc/rpc/recorded_call.h) --
 
 
-def _begin_call(what: str, requires_grad: List[bool]) -> Tuple[int, int]:
-    """The op ``gilfree_rpc::_begin_call``, on the caller before it sends a native RPC call: this
-    thread's current distributed autograd context id and, when grad mode is on and some of the
-    request's tensors require grad (``requires_grad``), a new autograd_message_id for the request;
-    ``(-1, -1)`` outside a context or with grad mode off. Raises ``RuntimeError`` (naming ``what``)
-    when the current context was released on this worker."""
-    return torch.ops.gilfree_rpc._begin_call(what, requires_grad)
+def _begin_call(what: str, context_id: int, callee: int, requires_grad: List[bool]) -> Tuple[int, int]:
+    """The op ``gilfree_rpc::_begin_call``, on the caller before it sends a native RPC call to worker
+    ``callee`` (an RPC worker id): the context to record the call in (``context_id``, or with -1
+    this thread's current context when grad mode is on) and, when some of the request's tensors
+    require grad (``requires_grad``), a new autograd_message_id for the request; ``(-1, -1)``
+    when there is nothing to record. The callee becomes a worker the context knows (its release
+    reaches the callee). Raises ``RuntimeError`` (naming ``what``) when the context is not live
+    on this worker."""
+    return torch.ops.gilfree_rpc._begin_call(what, context_id, callee, requires_grad)
 
 
 def _record_call(what: str, context_id: int, request_id: int, sent: List[Tensor], answer_id: int, from_worker: int,

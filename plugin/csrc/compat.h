@@ -84,7 +84,21 @@
 //                             checked on torch 2.13.0 and 2.14.1)
 //   plugin/_rendezvous.py _uses_agent_store
 //                             TORCHELASTIC_USE_AGENT_STORE, read as torch's tcp:// does
-// (all four still there in torch 2.15.0, checked by the 2.15 test pass).
+// (all four still there in torch 2.15.0, checked by the 2.15 test pass), and, for the remote
+// modules (plugin/nn; checked on torch 2.13.0 and 2.15.0):
+//   plugin/nn/__init__.py _parse_remote_device
+//                             torch.distributed.remote_device._remote_device, the parser of
+//                             torch's RemoteModule
+//   plugin/nn/__init__.py _device_map_set
+//                             the RPC agent's _get_device_map, as torch's RemoteModule reads it
+//   plugin/nn/_lower.py _python_kernel
+//                             the text of torch._C._dispatch_dump (a line per kernel: "<key>:
+//                             registered at <file>:<line>"), to find kernels written in Python
+//   plugin/nn/_lower.py       torch.export's graph: torch._ops.OpOverload targets and their
+//                             _schema, torch.ops.higher_order.wrap_with_set_grad_enabled with
+//                             its sub-graph, operator.getitem, SymInt sizes as sympy
+//                             expressions, range_constraints bounded by
+//                             torch.utils._sympy.numbers.int_oo
 //
 // torch 2.15.0: what changed in the headers this library includes (diffed against
 // 2.14.1's on 2026-11-26), and why no helper needs a version guard for it:
@@ -434,11 +448,18 @@ inline RecvFunctionPtr makeRecvFunction(
   namespace dist_autograd = torch::distributed::autograd;
   const auto from = static_cast<torch::distributed::rpc::worker_id_t>(fromWorker);
   const dist_autograd::AutogradMetadata metadata(ctx->contextId(), messageId);
+  // The device map its gradients travel with (torch's engine sends them from here to `from`):
+  // this worker's map towards `from`, which torch's addRecvRpcBackward takes from the request.
+  torch::distributed::rpc::DeviceMap deviceMap;
+  if (torch::distributed::rpc::RpcAgent::isCurrentRpcAgentSet()) {
+    auto agent = torch::distributed::rpc::RpcAgent::getCurrentRpcAgent();
+    deviceMap = agent->getDeviceMap(agent->getWorkerInfo(from));
+  }
   RecvFunctionPtr recv = [&] {
     if constexpr (std::is_same_v<NodePtr, std::shared_ptr<torch::autograd::Node>>) {
-      return std::make_shared<dist_autograd::RecvRpcBackward>(metadata, ctx, from, torch::distributed::rpc::DeviceMap());
+      return std::make_shared<dist_autograd::RecvRpcBackward>(metadata, ctx, from, deviceMap);
     } else {
-      return c10::make_intrusive<dist_autograd::RecvRpcBackward>(metadata, ctx, from, torch::distributed::rpc::DeviceMap());
+      return c10::make_intrusive<dist_autograd::RecvRpcBackward>(metadata, ctx, from, deviceMap);
     }
   }();
   for (auto& tensor : tensors) {

@@ -66,12 +66,14 @@ TORCH_LIBRARY(gilfree_rpc, m) {
   // after `prefix`, the rows named `inputs`.
   def(m, "_check_lookup(str prefix, Tensor[] inputs, Tensor[] offsets) -> ()");
   // Native RPC calls recorded in a distributed autograd context (rpc/recorded_call.h), on the
-  // caller: before sending, this thread's current context and, when grad mode is on and some
-  // tensor of the request requires grad, the request's autograd_message_id ((-1, -1) outside
-  // a context); when the answer arrived, records the request's send function over `sent` and
-  // the answer's recv function over the tensors of `answer` marked in `answer_requires_grad`
-  // (nothing when answer_id is -1); returns `answer`, now in the context's graph.
-  def(m, "_begin_call(str what, bool[] requires_grad) -> (int, int)");
+  // caller: before sending to worker `callee`, the context to record the call in (context_id,
+  // or with -1 this thread's current one when grad mode is on) and, when some tensor of the
+  // request requires grad, the request's autograd_message_id ((-1, -1): nothing to record);
+  // the callee becomes a worker the context knows. When the answer arrived, records the
+  // request's send function over `sent` and the answer's recv function over the tensors of
+  // `answer` marked in `answer_requires_grad` (nothing when answer_id is -1); returns
+  // `answer`, now in the context's graph.
+  def(m, "_begin_call(str what, int context_id, int callee, bool[] requires_grad) -> (int, int)");
   def(m,
       "_record_call(str what, int context_id, int request_id, Tensor[] sent, int answer_id, int from_worker, "
       "Tensor[] answer, bool[] answer_requires_grad) -> Tensor[]");

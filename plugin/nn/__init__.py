@@ -7,7 +7,6 @@ constructor, ``forward``/``forward_async``, ``remote_parameters``, ``get_module_
 into an RPC it works on the worker that receives it), for modules that ``torch.export`` can
 export: torch's gets a GIL-free forward only from TorchScript, which torch is removing.
 """
-import threading
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -16,7 +15,8 @@ from torch.utils import _pytree as pytree
 
 from .. import _rpc_functions, ops
 from .._errors import raise_on_worker
-from . import _owner
+from ..rpc import _worker_names
+from . import _lower, _owner
 
 __all__ = ["RemoteModule"]
 
@@ -29,7 +29,7 @@ _UNSUPPORTED = ("parameters", "named_parameters", "buffers", "named_buffers", "c
 def _device_map_set(worker: str) -> bool:
     """Whether this worker's RPC agent has a device map towards ``worker`` (then CUDA tensors
     cross as they are; without one, the owner answers with CPU tensors, as torch's RemoteModule
-    does). torch internal relied on (listed in plugin/csrc/compat.h): the TensorPipe agent's
+    does). torch internal relied on (listed in plugin/csrc/compat.h): the agent's
     ``_get_device_map``, which torch's RemoteModule reads the same way."""
     agent = rpc.api._get_current_rpc_agent()
     return bool(agent._get_device_map(rpc.get_worker_info(worker)))
@@ -37,8 +37,9 @@ def _device_map_set(worker: str) -> bool:
 
 def _parse_remote_device(remote_device: Any):
     """``(worker name, device)`` of ``"worker/cpu"``, ``"worker/cuda:0"`` or ``"rank:N/cpu"``, parsed
-    by torch's own parser (``torch.distributed.remote_device``), a rank named by the worker of
-    that rank in the current group."""
+    by torch's own parser (``torch.distributed.remote_device._remote_device``, which torch's
+    RemoteModule uses; listed in plugin/csrc/compat.h), a rank named by the worker of that rank in
+    the current group."""
     from torch.distributed.remote_device import _remote_device
 
     if not isinstance(remote_device, (str, _remote_device)):
@@ -47,8 +48,8 @@ def _parse_remote_device(remote_device: Any):
     parsed = _remote_device(remote_device) if isinstance(remote_device, str) else remote_device
     worker = parsed.worker_name()
     if worker is None:
-        names = {info.id: info.name for info in rpc.api._get_current_rpc_agent().get_worker_infos()}
-        if parsed.rank() not in names:
+        names = _worker_names()  # ordered by worker id, which is the rank
+        if not 0 <= parsed.rank() < len(names):
             raise ValueError(f"RemoteModule: remote_device {remote_device!r}: no worker has rank {parsed.rank()}")
         worker = names[parsed.rank()]
     return worker, parsed.device()
@@ -62,8 +63,8 @@ def _check_arguments(example_inputs: Any, dynamic_shapes: Any, fallback: Any) ->
         raise TypeError(f"RemoteModule: example_inputs must be a tuple of the forward's positional arguments, got "
                         f"{type(example_inputs).__name__}")
     if dynamic_shapes is None:
-        for path, leaf in pytree.tree_flatten_with_path(example_inputs)[0]:
-            if isinstance(leaf, torch.Tensor) and leaf.dim() > 0 and leaf.shape[0] < 2:
+        for path, leaf in _lower.default_dynamic_inputs(example_inputs):
+            if leaf.shape[0] < 2:
                 raise ValueError(
                     f"RemoteModule: example_inputs{pytree.keystr(path)} has size {leaf.shape[0]} in dimension 0, which "
                     f"the default dynamic_shapes makes dynamic: torch.export can do that only from an example of 2 or "
@@ -96,7 +97,8 @@ class RemoteModule(torch.nn.Module):
     moves), after which the next forward takes a new one. A backward therefore computes the
     gradients at the weights its own forward used, whatever other trainers stepped in between
     (asynchronous SGD's semantics), never autograd's "modified by an inplace operation" error,
-    and a step never waits for a forward. Cost: one copy of the parameters per step that a
+    and a step waits for a forward only while it copies the parameters (never for a backward).
+    Cost: one copy of the parameters per step that a
     forward follows (``docs/remote_modules.md`` measures it). Buffers are the live buffers:
     BatchNorm's running statistics update in place in train mode, as in eager mode; the
     operators that take a buffer run one at a time per module, so concurrent forwards' updates
@@ -198,7 +200,7 @@ class RemoteModule(torch.nn.Module):
             object.__setattr__(self, "_out_spec", pytree.treespec_loads(state["out_spec"]))
         object.__setattr__(self, "_owner_id", None)
         object.__setattr__(self, "_device_map", None)
-        object.__setattr__(self, "_lock", threading.Lock())
+        object.__setattr__(self, "training", state.get("training", True))
 
     def __repr__(self) -> str:
         return (f"RemoteModule({self._state['name']} on {self.on!r}, device={self.device}, "
@@ -247,13 +249,14 @@ class RemoteModule(torch.nn.Module):
                 raise TypeError(f"RemoteModule.forward of {name} on {self.on!r}: input {i} (flattened) must be a "
                                 f"Tensor, got {type(value).__name__}")
         what = f"the forward of {name}"
-        context_id, request_id = ops._begin_call(f"RemoteModule.forward of {name}", [t.requires_grad for t in flat])
-        mask = [t.requires_grad for t in flat] if request_id >= 0 else [False] * len(flat)
-        sent = [t for t, marked in zip(flat, mask) if marked]
         if self._owner_id is None:
             object.__setattr__(self, "_owner_id", rpc.get_worker_info(self.on).id)
             object.__setattr__(self, "_device_map", self.device.type == "cuda" and _device_map_set(self.on))
         owner, out_spec = self._owner_id, self._out_spec
+        context_id, request_id = ops._begin_call(f"RemoteModule.forward of {name}", -1, owner,
+                                                 [t.requires_grad for t in flat])
+        mask = [t.requires_grad for t in flat] if request_id >= 0 else [False] * len(flat)
+        sent = [t for t, marked in zip(flat, mask) if marked]
         try:
             answer = _rpc_functions.call(
                 self.on, "_nn_forward", (self._handle, context_id, request_id, flat, mask, self._device_map))
@@ -299,6 +302,7 @@ class RemoteModule(torch.nn.Module):
             raise_on_worker(self.on, f"switching {self._state['name']} to {'train' if mode else 'eval'} mode", error,
                             "RemoteModule.train")
         object.__setattr__(self, "training", mode)
+        self._state["training"] = mode
         return self
 
     def remote_parameters(self, recurse: bool = True) -> List[rpc.RRef]:

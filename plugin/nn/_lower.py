@@ -31,7 +31,7 @@ from torch.utils import _pytree as pytree
 
 from .. import ops
 
-__all__ = ["NotNative", "export", "lower", "default_dynamic_shapes", "input_names"]
+__all__ = ["NotNative", "export", "lower", "default_dynamic_shapes", "default_dynamic_inputs", "input_names"]
 
 # the codes of plugin/csrc/nn/program.cpp
 _NONE, _INT, _FLOAT, _BOOL, _STR, _SLOT, _LIST, _DTYPE, _DEVICE, _LAYOUT, _MEMORY_FORMAT, _DEFAULT = range(12)
@@ -60,14 +60,24 @@ class NotNative(Exception):
     refused the module): ``str()`` says what and where."""
 
 
+def _dynamic_by_default(leaf: Any) -> bool:
+    """Whether the default ``dynamic_shapes`` makes dimension 0 of ``leaf`` dynamic: a tensor with
+    at least one dimension."""
+    return isinstance(leaf, torch.Tensor) and leaf.dim() > 0
+
+
+def default_dynamic_inputs(example_inputs: tuple) -> List[Tuple[Any, torch.Tensor]]:
+    """The (path, tensor) of each input whose dimension 0 :func:`default_dynamic_shapes` makes dynamic."""
+    return [(path, leaf) for path, leaf in pytree.tree_flatten_with_path(tuple(example_inputs))[0]
+            if _dynamic_by_default(leaf)]
+
+
 def default_dynamic_shapes(example_inputs: tuple) -> Any:
     """``dynamic_shapes`` for ``torch.export.export``: dimension 0 of every tensor input with at
     least one dimension dynamic (``Dim.AUTO``: torch.export finds its range and the dimensions it
     must equal), every other dimension fixed."""
-    def spec(leaf):
-        return {0: torch.export.Dim.AUTO} if isinstance(leaf, torch.Tensor) and leaf.dim() > 0 else None
-
-    return tuple(pytree.tree_map(spec, tuple(example_inputs)))
+    return tuple(pytree.tree_map(lambda leaf: {0: torch.export.Dim.AUTO} if _dynamic_by_default(leaf) else None,
+                                 tuple(example_inputs)))
 
 
 def input_names(module: torch.nn.Module, example_inputs: tuple) -> List[str]:
@@ -292,7 +302,7 @@ class _Lowering:
                 for placeholder, operand in zip(inner, operands):
                     self.values[placeholder] = self.single(operand, node) if isinstance(operand, torch.fx.Node) else \
                         self.refuse(node, "a constant operand of a grad-mode region")
-                self.walk(sub.graph, calls, grad_off=grad_off or not enabled)
+                self.walk(sub.graph, calls, grad_off=not enabled)  # the innermost region decides
                 result = next(n for n in sub.graph.nodes if n.op == "output").args[0]
                 self.values[node] = [self.single(v, node) for v in result]
             elif isinstance(target, torch._ops.HigherOrderOperator):

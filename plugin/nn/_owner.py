@@ -37,7 +37,8 @@ class _Native:
 # registration, goes with the module (no code runs then: a finalizer that called an op could run
 # while torch.export traces another module on the same thread, and be traced into its graph)
 _NATIVE: "weakref.WeakKeyDictionary[torch.nn.Module, _Native]" = weakref.WeakKeyDictionary()
-_LOCK = threading.Lock()
+# guards _NATIVE and serializes the exports (torch.export is not thread-safe)
+_LOCK = threading.RLock()
 
 
 def create(module_cls: Any, args: tuple, kwargs: Dict[str, Any], device: str) -> torch.nn.Module:
@@ -48,71 +49,74 @@ def create(module_cls: Any, args: tuple, kwargs: Dict[str, Any], device: str) ->
     return module.to(torch.device(device))
 
 
-def _export_mode(module: torch.nn.Module, native: _Native, training: bool) -> None:
-    """Exports ``module`` in ``training`` mode and gives the program to its handle (once per
-    mode). Leaves the module in that mode."""
+def _install(module: torch.nn.Module, native: _Native, training: bool) -> Any:
+    """Exports ``module`` in ``training`` mode, lowers it and gives the program to its registration
+    (once per mode); returns the output's tree spec. The module is left in the mode it was in when
+    this fails (:class:`_lower.NotNative`)."""
+    was = module.training
     module.train(training)
-    if training in native.modes:
-        return
-    example = tuple(_lower.pytree.tree_map(
-        lambda t: t.to(native.device) if isinstance(t, torch.Tensor) else t, tuple(native.example_inputs)))
-    ep = _lower.export(module, example, native.dynamic_shapes)
-    program, _ = _lower.lower(ep, module, native.params, native.device, native.names)
+    try:
+        example = tuple(_lower.pytree.tree_map(
+            lambda t: t.to(native.device) if isinstance(t, torch.Tensor) else t, tuple(native.example_inputs)))
+        ep = _lower.export(module, example, native.dynamic_shapes)
+        program, out_spec = _lower.lower(ep, module, native.params, native.device, native.names)
+    except BaseException:
+        module.train(was)
+        raise
     program.install(native.handle, training)
     native.modes.add(training)
+    return out_spec
 
 
 def prepare(module_rref: rpc.RRef, example_inputs: tuple, dynamic_shapes: Any, fallback: Optional[str]) -> Dict[str, Any]:
     """Exports the module in its current mode, lowers and registers it: ``{"native": True,
-    "handle", "in_spec", "out_spec"}`` (tree specs as ``treespec_dumps`` writes them). When it
-    cannot run natively: with ``fallback == "python"``, ``{"native": False, "reason"}``; else
-    raises ``RuntimeError`` giving the reason (export's own message, or the node and operator)."""
+    "handle", "in_spec", "out_spec", "name", "training"}`` (tree specs as ``treespec_dumps`` writes
+    them); a module registered already answers with its registration. When it cannot run
+    natively: with ``fallback == "python"``, ``{"native": False, "reason", "name", "training"}``;
+    else raises ``RuntimeError`` giving the reason (export's own message, or the node and
+    operator). One export at a time on this worker (torch.export is not thread-safe)."""
     module = module_rref.local_value()
+    name = type(module).__qualname__
     with _LOCK:
         native = _NATIVE.get(module)
-    if native is not None:
-        return native.info
-    params = list(module.parameters())
-    device = params[0].device if params else next((b.device for b in module.buffers()), torch.device("cpu"))
-    dynamic_shapes = _lower.default_dynamic_shapes(example_inputs) if dynamic_shapes is None else dynamic_shapes
-    name = type(module).__qualname__
-    native = _Native(ops.new_native_module(name, params), tuple(example_inputs), dynamic_shapes, params, device,
-                     _lower.input_names(module, tuple(example_inputs)))
-    try:
-        example = tuple(_lower.pytree.tree_map(
-            lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, tuple(example_inputs)))
-        ep = _lower.export(module, example, dynamic_shapes)
-        program, out_spec = _lower.lower(ep, module, params, device, native.names)
-    except _lower.NotNative as error:
-        if fallback == "python":
-            return {"native": False, "reason": str(error), "name": name}
-        raise RuntimeError(f"{name} cannot run natively: {error}") from None
-    program.install(native.handle, module.training)
-    native.registration.set_training(module.training)
-    native.modes.add(module.training)
-    with _LOCK:
+        if native is not None:
+            return dict(native.info, training=module.training)
+        params = list(module.parameters())
+        device = params[0].device if params else next((b.device for b in module.buffers()), torch.device("cpu"))
+        dynamic_shapes = _lower.default_dynamic_shapes(example_inputs) if dynamic_shapes is None else dynamic_shapes
+        native = _Native(ops.new_native_module(name, params), tuple(example_inputs), dynamic_shapes, params, device,
+                         _lower.input_names(module, tuple(example_inputs)))
+        try:
+            out_spec = _install(module, native, module.training)
+        except _lower.NotNative as error:
+            if fallback == "python":
+                return {"native": False, "reason": str(error), "name": name, "training": module.training}
+            raise RuntimeError(f"{name} cannot run natively: {error}") from None
+        native.registration.set_training(module.training)
         _NATIVE[module] = native
-    in_spec = _lower.pytree.tree_flatten((tuple(example_inputs), {}))[1]
-    native.info = {"native": True, "handle": native.handle, "in_spec": _lower.pytree.treespec_dumps(in_spec),
-                   "out_spec": _lower.pytree.treespec_dumps(out_spec), "name": name}
-    return native.info
+        in_spec = _lower.pytree.tree_flatten((tuple(example_inputs), {}))[1]
+        native.info = {"native": True, "handle": native.handle, "in_spec": _lower.pytree.treespec_dumps(in_spec),
+                       "out_spec": _lower.pytree.treespec_dumps(out_spec), "name": name}
+        return dict(native.info, training=module.training)
 
 
 def set_training(module_rref: rpc.RRef, training: bool) -> None:
     """``module.train(training)``; for a native module, the program of that mode (exported the
-    first time) runs the next forwards."""
+    first time) runs the next forwards. When that export fails, nothing changes."""
     module = module_rref.local_value()
     with _LOCK:
         native = _NATIVE.get(module)
-    if native is None:
+        if native is None:
+            module.train(training)
+            return
+        if training not in native.modes:
+            try:
+                _install(module, native, training)
+            except _lower.NotNative as error:
+                raise RuntimeError(f"{type(module).__qualname__} cannot run natively in "
+                                   f"{'train' if training else 'eval'} mode: {error}") from None
         module.train(training)
-        return
-    try:
-        _export_mode(module, native, training)
-    except _lower.NotNative as error:
-        raise RuntimeError(f"{type(module).__qualname__} cannot run natively in "
-                           f"{'train' if training else 'eval'} mode: {error}") from None
-    native.registration.set_training(training)
+        native.registration.set_training(training)
 
 
 def parameter_rrefs(module_rref: rpc.RRef, recurse: bool) -> List[rpc.RRef]:

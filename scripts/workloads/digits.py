@@ -57,16 +57,20 @@ class Shard(torch.nn.Module):
         return x
 
 
-def shard_specs(args):
-    """Per server: (Shard, its layer sizes, whether it holds the last layer, its seed, whether
-    it clones its weights on each call: for the pickled Python forward); the layers split as
+def shard_sizes(args):
+    """Per server, the sizes of its layers (the first its input's width): the layers split as
     evenly as possible."""
     sizes = layer_sizes(args)
     n = len(sizes) - 1
     bounds = [round(i * n / args.servers) for i in range(args.servers + 1)]
-    return [(Shard, (sizes[bounds[i]: bounds[i + 1] + 1], i == args.servers - 1, args.seed * 100 + i,
-                     args.forward == "python"))
-            for i in range(args.servers)]
+    return [sizes[bounds[i]: bounds[i + 1] + 1] for i in range(args.servers)]
+
+
+def shard_specs(args):
+    """Per server: (Shard, its layer sizes, whether it holds the last layer, its seed, whether
+    it clones its weights on each call: for the pickled Python forward)."""
+    return [(Shard, (sizes, i == args.servers - 1, args.seed * 100 + i, args.forward == "python"))
+            for i, sizes in enumerate(shard_sizes(args))]
 
 
 def forward_shards(args, shards):
@@ -76,12 +80,8 @@ def forward_shards(args, shards):
         return shards
     from plugin.nn import RemoteModule
 
-    sizes = layer_sizes(args)
-    n = len(sizes) - 1
-    bounds = [round(i * n / args.servers) for i in range(args.servers + 1)]
-    return [RemoteModule.init_from_module_rref(f"{rref.owner().name}/cpu", rref,
-                                               example_inputs=(torch.zeros(2, sizes[bounds[i]]),))
-            for i, rref in enumerate(shards)]
+    return [RemoteModule.init_from_module_rref(f"{rref.owner().name}/cpu", rref, example_inputs=(torch.zeros(2, sizes[0]),))
+            for rref, sizes in zip(shards, shard_sizes(args))]
 
 
 def parameters(args):

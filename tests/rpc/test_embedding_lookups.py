@@ -253,8 +253,8 @@ def test_a_lookup_in_a_released_or_unknown_context_raises_on_the_caller_and_reco
     before = rpc.rpc_sync("worker1", graphs.engine_debug_info)["num_torch_contexts"]
     for context_id in (released, released + 10**6):
         with pytest.raises(RuntimeError, match=rf"^lookup_bags_async to 'worker1': no distributed autograd context "
-                                               rf"{context_id} on this worker \('worker0'; released, or never made "
-                                               rf"here\).*nothing was sent$"):
+                                               rf"{context_id} on this worker \(worker 'worker0' \(id 0\); released, or "
+                                               rf"never made here\).*nothing was sent$"):
             plugin.embedding.lookup_bags_async("worker1", context_id, handles, INPUTS, OFFSETS)
     assert rpc.rpc_sync("worker1", optim_remote.contexts_known, args=([released, released + 10**6],)) == []
     assert optim_remote.contexts_known([released, released + 10**6]) == []

@@ -4,7 +4,9 @@ extremes, any number of inputs of any dtype, rank, size, layout and stride, row 
 embedding's range, requires-grad flags of any length) and through RemoteModule.forward. Each
 answer equals the module's eager forward when the request keeps every rule, and is an error of
 the forward's own checks (or of the operator that meets a bad value) when it breaks one; the
-owner answers a valid forward after each example."""
+owner answers a valid forward after each example. A second test sends the requests in a real
+context with a real request id: a valid one is recorded, a refused or failed one leaves no
+context behind on the owner once the caller's is released."""
 import pytest
 import torch
 import torch.distributed.rpc as rpc
@@ -103,6 +105,9 @@ def valid(handle, context_id, message_id, specs, flags):
     x, ids = specs
     if x["layout"] != "dense" or ids["layout"] != "dense":
         return False
+    # an expanded tensor (stride 0 over more than one row) overlaps itself: refused
+    if any(s["stride"] == "expanded" and s["shape"] and s["shape"][0] > 1 and 0 not in s["shape"] for s in specs):
+        return False
     if x["dtype"] != torch.float32 or ids["dtype"] != torch.int64:
         return False
     if len(x["shape"]) != 2 or len(ids["shape"]) != 1 or x["shape"][1] != 6:
@@ -140,8 +145,8 @@ def test_a_forward_answers_as_eager_or_is_refused_and_the_owner_survives(fuzzed,
         assert not (ok and in_range(specs)), f"the owner refused a valid request {request}: {error}"
         if ok:  # only a row id out of range: the embedding's own error, with its node
             assert "index out of range" in text.lower() and "node embedding" in text, text
-        else:
-            assert "remote_forward" in text, f"not refused by the forward's checks: {error}"
+        else:  # the forward's own checks, before any operator ran
+            assert "remote_forward" in text and "node " not in text, f"not refused by the forward's checks: {error}"
 
     # the public call: the same request's tensors, refused on the caller or by the owner (naming
     # both), or answered
@@ -158,3 +163,39 @@ def test_a_forward_answers_as_eager_or_is_refused_and_the_owner_survives(fuzzed,
     # the owner still serves
     x, ids = torch.randn(2, 6), torch.tensor([3, 4])
     torch.testing.assert_close(remote(x, ids), twin(x, ids).detach())
+
+
+@pytest.mark.timeout(240)
+@settings(max_examples=40, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(request=requests())
+def test_a_recorded_forward_is_recorded_or_leaves_nothing(fuzzed, request):
+    """The request's tensors sent to the owner's op in a live context with a request id made here
+    (x requiring grad): a valid request is answered with its output requiring grad and a message
+    id; any other is refused or fails; either way the owner knows no context of ours once the
+    caller's context is released (the caller's release reaches it: it knows the owner)."""
+    import time
+
+    import torch.distributed.autograd as dist_autograd
+    from plugin import ops
+
+    remote, twin = fuzzed
+    _, _, _, specs, _ = request
+    inputs = [build(s) for s in specs]
+    flags = [i == 0 and t.is_floating_point() for i, t in enumerate(inputs)]
+    ok = valid("valid", -1, -1, specs, [False] * len(specs)) and in_range(specs)
+    owner = rpc.get_worker_info("worker1").id
+    with dist_autograd.context() as ctx:
+        _, request_id = ops._begin_call("fuzz", ctx, owner, flags)
+        answer = _rpc_functions.call("worker1", "_nn_forward", (remote._handle, ctx, request_id, inputs, flags, False))
+        try:
+            outputs, requires_grad, answer_id = answer.wait()
+            assert ok, f"the owner answered a bad request: {request}"
+            assert answer_id >= 0 and requires_grad == [True], (answer_id, requires_grad)
+            torch.testing.assert_close(outputs[0], twin(*inputs).detach())
+        except RuntimeError as error:
+            assert not ok, f"the owner refused a valid request {request}: {error}"
+    deadline = time.monotonic() + 10
+    while rpc.rpc_sync("worker1", mods.has_context, args=(ctx,)):
+        assert time.monotonic() < deadline, f"the owner kept context {ctx} after the caller released it"
+        time.sleep(0.05)

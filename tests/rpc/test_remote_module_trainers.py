@@ -62,15 +62,17 @@ def test_a_forward_never_reads_half_a_step(job):
     locks and pausing between parameters; forwards sent meanwhile from two threads each see one
     value in every parameter (an output of that value's form), never a mix."""
     r = job["half_steps"]
-    assert r["writes"] == 8 and r["forwards"] == 40, r
+    assert r["writes"] == 8 and r["forwards"] >= 8 and r["values_seen"] >= 2, r  # the forwards overlapped the writes
     assert r["mixed"] == 0 and r["foreign"] == [], r
 
 
 @pytest.mark.timeout(450)
 def test_buffer_updates_of_concurrent_forwards_do_not_race(job):
-    """Four trainers run train-mode forwards of a module with BatchNorm at the same time: every
-    forward's update of the running statistics lands (num_batches_tracked counts them all), and
-    the statistics stay finite, the variance positive."""
-    r = job["racing_buffers"]
-    assert r["forwards"] == 100 and r["num_batches_tracked"] == 100, r
-    assert r["finite"] and r["variance_positive"], r
+    """Four trainers run train-mode forwards of a module with BatchNorm at the same time (and of
+    one that applies its BatchNorm twice, whose second update reads the first's result): every
+    update of the running statistics lands (num_batches_tracked counts them all), and the
+    statistics stay finite, the variance positive."""
+    for name, per_forward in (("ConvNet", 1), ("DoubleNorm", 2)):  # DoubleNorm applies its BatchNorm twice
+        r = job["racing_buffers"][name]
+        assert r["forwards"] == 100 and r["num_batches_tracked"] == 100 * per_forward, (name, r)
+        assert r["finite"] and r["variance_positive"], (name, r)

@@ -1,6 +1,6 @@
 """The native RPC calls that a backward pass follows (the lookups of plugin.embedding, the
 forwards of plugin.nn.RemoteModule) under faults, in a fresh process run by
-tests/rpc/test_lookup_faults.py and tests/rpc/test_remote_module_faults.py.
+tests/rpc/test_native_call_faults.py.
 
     python -m tests.support.native_call_jobs {lookup,forward} RPC_TIMEOUT
 

@@ -215,7 +215,8 @@ class Uniform(nn.Module):
 
 def write_uniform(module_rref, values: List[float], pause_s: float) -> int:
     """Writes each of `values` into every parameter, holding the parameters' locks (as the
-    library's optimizer steps do), pausing between parameters; returns the writes made."""
+    library's optimizer steps do), pausing between parameters and between two values; returns
+    the writes made."""
     import time
 
     from plugin import ops
@@ -228,6 +229,7 @@ def write_uniform(module_rref, values: List[float], pause_s: float) -> int:
                 for p in params:
                     p.fill_(k)
                     time.sleep(pause_s)
+        time.sleep(4 * pause_s)  # between two steps, as a trainer's iteration leaves
     return len(values)
 
 
@@ -251,3 +253,39 @@ def forwards(remote, times: int, seed: int) -> int:
     for _ in range(times):
         remote(torch.randn(4, 3, 8, 8, generator=generator))
     return times
+
+
+class DoubleNorm(nn.Module):
+    """One BatchNorm applied twice in a forward: the second update of its statistics takes the
+    first update's result (the training IR chains in-place ops on a buffer)."""
+
+    def __init__(self, seed=0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        return self.bn(torch.relu(self.bn(self.conv(x)))).mean((2, 3))
+
+
+_HOLDER = {}
+
+
+def hold_gil(seconds: float) -> float:
+    """Starts a thread that holds this process's GIL for `seconds` (usleep through ctypes.PyDLL:
+    the call keeps the GIL) and returns when the thread will let it go (time.time())."""
+    import ctypes
+    import threading
+    import time
+
+    usleep = ctypes.PyDLL(None).usleep
+    until = time.time() + 0.2 + seconds
+
+    def hold():
+        time.sleep(0.2)
+        while time.time() < until:
+            usleep(50_000)
+
+    threading.Thread(target=hold, daemon=True).start()
+    return until

@@ -97,14 +97,14 @@ def half_steps(n: int = 64) -> dict:
     locks and pausing between parameters; two trainers' forwards run meanwhile."""
     remote = RemoteModule("worker1/cpu", mods.Uniform, (n,), example_inputs=(torch.ones(2, n),))
     values = [float(k) for k in range(1, 9)]
-    writer = rpc.rpc_async("worker1", mods.write_uniform, args=(remote.module_rref, values, 0.002))
+    writer = rpc.rpc_async("worker1", mods.write_uniform, args=(remote.module_rref, values, 0.01))
     outputs = []
 
-    def read(times):
-        for _ in range(times):
+    def read():
+        while not writer.done():  # forwards all the while the writer writes
             outputs.append(remote(torch.ones(2, n)))
 
-    threads = [threading.Thread(target=read, args=(20,)) for _ in range(2)]
+    threads = [threading.Thread(target=read) for _ in range(2)]
     for t in threads:
         t.start()
     for t in threads:
@@ -114,18 +114,23 @@ def half_steps(n: int = 64) -> dict:
     mixed = sum(1 for out in outputs if not torch.all(out == out[0, 0]).item())
     foreign = [out[0, 0].item() for out in outputs
                if not any(abs(out[0, 0].item() - a) <= 1e-3 * max(1.0, abs(a)) for a in allowed)]
-    return {"writes": writes, "forwards": len(outputs), "mixed": mixed, "foreign": foreign}
+    seen = sorted({round(out[0, 0].item(), 3) for out in outputs})
+    return {"writes": writes, "forwards": len(outputs), "mixed": mixed, "foreign": foreign, "values_seen": len(seen)}
 
 
 def racing_buffers(times: int = 25) -> dict:
-    """Four trainers run train-mode forwards of a module with BatchNorm at the same time."""
-    remote = RemoteModule("worker1/cpu", mods.ConvNet, example_inputs=(torch.randn(2, 3, 8, 8),))
-    futures = [rpc.rpc_async(f"worker{w}", mods.forwards, args=(remote, times, w)) for w in range(2, 6)]
-    done = [f.wait() for f in futures]
-    state = rpc.rpc_sync("worker1", mods.state, args=(remote.module_rref,))
-    return {"forwards": sum(done), "num_batches_tracked": state["bn.num_batches_tracked"].item(),
-            "finite": bool(torch.isfinite(state["bn.running_mean"]).all()),
-            "variance_positive": bool((state["bn.running_var"] > 0).all())}
+    """Four trainers run train-mode forwards of modules with BatchNorm at the same time: one that
+    applies it once, one that applies it twice per forward."""
+    out = {}
+    for cls in (mods.ConvNet, mods.DoubleNorm):
+        remote = RemoteModule("worker1/cpu", cls, example_inputs=(torch.randn(2, 3, 8, 8),))
+        futures = [rpc.rpc_async(f"worker{w}", mods.forwards, args=(remote, times, w)) for w in range(2, 6)]
+        done = [f.wait() for f in futures]
+        state = rpc.rpc_sync("worker1", mods.state, args=(remote.module_rref,))
+        out[cls.__name__] = {"forwards": sum(done), "num_batches_tracked": state["bn.num_batches_tracked"].item(),
+                             "finite": bool(torch.isfinite(state["bn.running_mean"]).all()),
+                             "variance_positive": bool((state["bn.running_var"] > 0).all())}
+    return out
 
 
 def main():

@@ -400,7 +400,15 @@ c10::intrusive_ptr<Future> Engine::receiveGradients(
 }
 
 std::vector<int64_t> Engine::reachability(int64_t contextId) {
-  ContextPtr ctx = retrieveContext(contextId);
+  // A worker that a caller knows in a context but that never made it here (a native call that
+  // failed before it recorded anything: rpc/recorded_call.h) holds no send function of it, which
+  // is what an empty table says. A send function the walk needs here is then reported missing.
+  ContextPtr ctx;
+  try {
+    ctx = DistAutogradContainer::getInstance().retrieveContext(contextId);
+  } catch (const c10::Error&) {
+    return {};
+  }
   return flattenTable(computeReachability(ctx, {}));
 }
 

@@ -23,6 +23,7 @@
 #include "python_names.h"
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ScalarOps.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/core/stack.h>
@@ -188,6 +189,32 @@ int64_t intValue(const Arg& arg, const std::vector<c10::IValue>& frame) {
   return arg.kind == Arg::kConst ? arg.value.toInt() : frame[arg.slot].toInt();
 }
 
+// An input's memory, checked before any operator reads it: its elements lie inside its storage
+// (sizes, strides and offset came from another worker), and no two of them share memory (an
+// expanded tensor, stride 0: a few bytes sent would stand for any number of rows to compute).
+void checkMemory(const std::string& prefix, const std::string& name, const at::Tensor& t) {
+  if (t.numel() == 0) {
+    return;
+  }
+  int64_t last = t.storage_offset();  // the index of its last element in the storage
+  bool overflow = last < 0;
+  for (int64_t d = 0; d < t.dim() && !overflow; ++d) {
+    int64_t span = 0;
+    overflow = t.stride(d) < 0 || __builtin_mul_overflow(t.size(d) - 1, t.stride(d), &span) ||
+        __builtin_add_overflow(last, span, &last);
+  }
+  int64_t bytes = 0;
+  overflow = overflow || __builtin_mul_overflow(last + 1, static_cast<int64_t>(t.element_size()), &bytes);
+  TORCH_CHECK_VALUE(
+      !overflow && t.has_storage() && bytes <= static_cast<int64_t>(t.storage().nbytes()), "ValueError: ", prefix,
+      name, " reaches outside its storage (shape ", t.sizes(), ", strides ", t.strides(), ", offset ",
+      t.storage_offset(), ")");
+  TORCH_CHECK_VALUE(
+      at::has_internal_overlap(t) != at::MemOverlap::Yes, "ValueError: ", prefix, name,
+      " overlaps itself (an expanded tensor, with stride 0: strides ", t.strides(),
+      "); send one whose elements each have their own memory (.contiguous())");
+}
+
 // Raises the error `e` of an instruction again, its text first, then where it happened; of
 // the same Python type, which leads the text when it is not RuntimeError (the caller rebuilds
 // it: plugin/_errors.py).
@@ -212,12 +239,16 @@ ForwardProgram::ForwardProgram(std::string module, int64_t numSlots, c10::Device
     : module_(std::move(module)), device_(device) {
   TORCH_CHECK(numSlots >= 0 && numSlots < (int64_t{1} << 24), "ForwardProgram: numSlots out of range: ", numSlots);
   slotKinds_.assign(numSlots, SlotKind::kUnset);
-  bufferSlots_.assign(numSlots, false);
+  marks_.assign(numSlots, 0);
   bound_.resize(numSlots);
 }
 
-void ForwardProgram::setSlot(int64_t slot, SlotKind kind, const std::string& node) {
+void ForwardProgram::checkBuilding(const std::string& node) const {
   TORCH_CHECK(!complete_, "ForwardProgram: the outputs are set already (node ", node, ")");
+}
+
+void ForwardProgram::setSlot(int64_t slot, SlotKind kind, const std::string& node) {
+  checkBuilding(node);
   TORCH_CHECK(
       slot >= 0 && slot < static_cast<int64_t>(slotKinds_.size()), "ForwardProgram: slot ", slot, " of node ", node,
       " out of range [0, ", slotKinds_.size(), ")");
@@ -229,6 +260,7 @@ void ForwardProgram::bindParameter(int64_t slot, int64_t index) {
   TORCH_CHECK(instructions_.empty(), "ForwardProgram: parameters are bound before the instructions");
   TORCH_CHECK(index >= 0, "ForwardProgram: parameter index ", index, " is negative");
   setSlot(slot, SlotKind::kTensor, "parameter " + std::to_string(index));
+  marks_[slot] = kParameter;
   parameters_.emplace_back(slot, index);
 }
 
@@ -236,7 +268,7 @@ void ForwardProgram::bindTensor(int64_t slot, at::Tensor value, bool buffer) {
   TORCH_CHECK(instructions_.empty(), "ForwardProgram: tensors are bound before the instructions");
   TORCH_CHECK(value.defined(), "ForwardProgram: an undefined tensor bound to slot ", slot);
   setSlot(slot, SlotKind::kTensor, buffer ? "a buffer" : "a constant");
-  bufferSlots_[slot] = buffer;
+  marks_[slot] = buffer ? kBuffer : 0;
   bound_[slot] = std::move(value);
 }
 
@@ -266,6 +298,7 @@ void ForwardProgram::addInput(
         d, " has no valid size");
   }
   setSlot(slot, SlotKind::kTensor, "input " + std::to_string(inputs_.size()));
+  marks_[slot] = kInput;
   inputSlots_.push_back(slot);
   inputs_.push_back({name, dtypeNamed(dtype, "ForwardProgram: input " + name), std::move(symbols), std::move(scales), std::move(offsets)});
 }
@@ -278,7 +311,7 @@ Arg ForwardProgram::parseArg(
     const std::vector<double>& floats,
     const std::vector<std::string>& strings,
     const std::string& where,
-    bool* readsBuffer) const {
+    uint8_t* marks) const {
   auto next = [&]() -> int64_t {
     TORCH_CHECK(pos < codes.size(), where, ": the argument codes end early");
     return codes[pos++];
@@ -295,8 +328,8 @@ Arg ForwardProgram::parseArg(
     TORCH_CHECK(
         std::find(kinds.begin(), kinds.end(), slotKinds_[slot]) != kinds.end(), where, ": slot ", slot,
         " does not hold a value of type ", type->str(), " (not set yet, or of another kind)");
-    if (bufferSlots_[slot] && readsBuffer != nullptr) {
-      *readsBuffer = true;
+    if (marks != nullptr) {
+      *marks |= marks_[slot];
     }
     Arg arg;
     arg.kind = Arg::kSlot;
@@ -395,7 +428,7 @@ Arg ForwardProgram::parseArg(
       TORCH_CHECK(n >= 0 && n <= static_cast<int64_t>(codes.size()), where, ": list length ", n, " out of range");
       std::vector<Arg> items;
       for (int64_t i = 0; i < n; ++i) {
-        items.push_back(parseArg(element, nullptr, codes, pos, floats, strings, where, readsBuffer));
+        items.push_back(parseArg(element, nullptr, codes, pos, floats, strings, where, marks));
       }
       const bool constants =
           std::all_of(items.begin(), items.end(), [](const Arg& item) { return item.kind == Arg::kConst; });
@@ -430,12 +463,20 @@ Arg ForwardProgram::parseArg(
           return constant(list);
         }
         case c10::TypeKind::TensorType:
+          for (const auto& item : items) {
+            TORCH_CHECK(item.kind == Arg::kSlot, where, ": an element of a list of tensors that is not a value of the "
+                        "program");
+          }
           arg.listKind = Arg::kTensors;
           break;
         case c10::TypeKind::OptionalType:
           TORCH_CHECK(
               element->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::TensorType, where,
               ": arguments of type ", type->str(), " are not supported");
+          for (const auto& item : items) {
+            TORCH_CHECK(item.kind == Arg::kSlot || item.value.isNone(), where,
+                        ": an element of a list of optional tensors that is neither None nor a value of the program");
+          }
           arg.listKind = Arg::kOptionalTensors;
           break;
         default:
@@ -464,27 +505,26 @@ void ForwardProgram::addCall(
   TORCH_CHECK(handle.has_value(), where, ": no such operator is registered on this worker");
   const auto& schema = handle->schema();
   TORCH_CHECK(!schema.is_vararg() && !schema.is_varret(), where, ": operators with variable arguments are not supported");
+  checkBuilding(node);
   Instruction inst;
   inst.kind = Instruction::kOp;
   inst.node = node;
   inst.what = what;
   inst.gradOff = gradOff;
   size_t pos = 0;
+  std::vector<uint8_t> argMarks;
   for (const auto& argument : schema.arguments()) {
     const c10::IValue* defaultValue = argument.default_value() ? &*argument.default_value() : nullptr;
     const std::string argWhere = where + ", argument " + argument.name();
-    inst.args.push_back(
-        parseArg(argument.real_type(), defaultValue, codes, pos, floats, strings, argWhere, &inst.holdsBuffers));
+    uint8_t marks = 0;
+    inst.args.push_back(parseArg(argument.real_type(), defaultValue, codes, pos, floats, strings, argWhere, &marks));
+    argMarks.push_back(marks);
+    inst.holdsBuffers |= (marks & kBuffer) != 0;
     const auto* alias = argument.alias_info();
-    if (alias != nullptr && alias->isWrite() && inst.args.back().kind == Arg::kSlot) {
-      const int64_t slot = inst.args.back().slot;
-      const bool parameter = std::any_of(
-          parameters_.begin(), parameters_.end(), [&](const auto& p) { return p.first == slot; });
-      const bool input = std::find(inputSlots_.begin(), inputSlots_.end(), slot) != inputSlots_.end();
-      TORCH_CHECK(
-          !parameter && !input, where, ": writes ", parameter ? "a parameter" : "an input", " (argument ",
-          argument.name(), ") in place");
-    }
+    TORCH_CHECK(
+        alias == nullptr || !alias->isWrite() || (marks & (kParameter | kInput)) == 0, where, ": writes ",
+        (marks & kParameter) ? "a parameter" : "an input", " (argument ", argument.name(),
+        ", or a view of it) in place");
   }
   TORCH_CHECK(pos == codes.size(), where, ": ", codes.size() - pos, " argument codes left over");
   TORCH_CHECK(
@@ -492,6 +532,22 @@ void ForwardProgram::addCall(
       schema.returns().size(), " results");
   for (size_t j = 0; j < outputs.size(); ++j) {
     setSlot(outputs[j], kindOfResult(schema.returns()[j].real_type()), node);
+    // A result that aliases an argument (a view, an in-place op's result) carries its marks.
+    const auto* returned = schema.returns()[j].alias_info();
+    if (returned == nullptr) {
+      continue;
+    }
+    for (size_t i = 0; i < schema.arguments().size(); ++i) {
+      const auto* taken = schema.arguments()[i].alias_info();
+      if (taken == nullptr) {
+        continue;
+      }
+      for (const auto& set : returned->beforeSets()) {
+        if (taken->beforeSets().count(set) != 0) {
+          marks_[outputs[j]] |= argMarks[i];
+        }
+      }
+    }
   }
   inst.outputs = outputs;
   inst.op = *handle;
@@ -499,10 +555,12 @@ void ForwardProgram::addCall(
 }
 
 void ForwardProgram::addListItem(const std::string& node, int64_t list, int64_t index, int64_t output) {
+  checkBuilding(node);
   TORCH_CHECK(
       list >= 0 && list < static_cast<int64_t>(slotKinds_.size()) && slotKinds_[list] == SlotKind::kTensorList,
       "ForwardProgram: node ", node, ": slot ", list, " holds no list of tensors");
   setSlot(output, SlotKind::kTensor, node);
+  marks_[output] = marks_[list];  // an element of a list that aliases a buffer (split) aliases it
   Instruction inst;
   inst.kind = Instruction::kListItem;
   inst.node = node;
@@ -521,6 +579,7 @@ void ForwardProgram::addIntOp(
     const std::string& op,
     const std::vector<int64_t>& codes,
     int64_t output) {
+  checkBuilding(node);
   const auto found = intOps().find(op);
   const std::string where = "ForwardProgram: node " + node + " (operator." + op + ")";
   TORCH_CHECK(found != intOps().end(), where, ": not an integer operation this program runs");
@@ -580,6 +639,7 @@ void ForwardProgram::checkInputs(const std::string& prefix, const std::vector<at
         TORCH_CHECK_VALUE(
             t.dim() == static_cast<int64_t>(spec.symbols.size()), "ValueError: ", prefix, name, " must have ",
             spec.symbols.size(), " dimensions (the example's), got ", t.dim(), " (shape ", t.sizes(), ")");
+        checkMemory(prefix, name, t);
       }
       for (size_t d = 0; d < spec.symbols.size(); ++d) {
         const int64_t size = t.size(static_cast<int64_t>(d));
@@ -598,10 +658,11 @@ void ForwardProgram::checkInputs(const std::string& prefix, const std::vector<at
                                        : std::to_string(spec.scales[d]) + "*s" + std::to_string(s) + " + " +
                 std::to_string(spec.offsets[d]);
         if (values[s] == -1) {
-          const int64_t rest = size - spec.offsets[d];
+          int64_t rest = 0;
+          const bool overflow = __builtin_sub_overflow(size, spec.offsets[d], &rest);
           TORCH_CHECK_VALUE(
-              rest >= 0 && rest % spec.scales[d] == 0, "ValueError: ", prefix, name, " dimension ", d, " has size ",
-              size, ", which is not of the form ", form, " the export gives it");
+              !overflow && rest >= 0 && rest % spec.scales[d] == 0, "ValueError: ", prefix, name, " dimension ", d,
+              " has size ", size, ", which is not of the form ", form, " the export gives it");
           values[s] = rest / spec.scales[d];
           setBy[s] = name + " dimension " + std::to_string(d);
           const auto [min, max] = symbolRanges_[s];
@@ -611,8 +672,11 @@ void ForwardProgram::checkInputs(const std::string& prefix, const std::vector<at
               max == -1 ? std::string("inf") : std::to_string(max), "], size ", form, ")");
           continue;
         }
+        int64_t expected = 0;
+        const bool overflow = __builtin_mul_overflow(spec.scales[d], values[s], &expected) ||
+            __builtin_add_overflow(expected, spec.offsets[d], &expected);
         TORCH_CHECK_VALUE(
-            size == spec.scales[d] * values[s] + spec.offsets[d], "ValueError: ", prefix, name, " dimension ", d,
+            !overflow && size == expected, "ValueError: ", prefix, name, " dimension ", d,
             " has size ", size, ", but ", setBy[s], " gives s", s, " = ", values[s], " and the export ties them (",
             name, " dimension ", d, " is ", form, ")");
       }

@@ -12,8 +12,9 @@
 // runs. Besides operators, the program has the few FX nodes torch.export leaves that are not
 // operators: an element of an operator's list result (operator.getitem), integer arithmetic
 // on sizes (operator.add, sub, mul, floordiv, mod, neg on sym_size results), and grad-mode
-// regions (torch.no_grad() becomes wrap_with_set_grad_enabled, whose sub-graph is inlined
-// with its instructions marked to run with grad mode off).
+// regions (torch.no_grad() and torch.enable_grad() become wrap_with_set_grad_enabled, whose
+// sub-graph is inlined: the instructions of the innermost no_grad region run with grad mode
+// off, the others in the call's grad mode).
 //
 // Inputs: the program checks what a caller sends (an untrusted worker) before anything runs:
 // their number; each one defined, dense (strided), of the example's dtype and number of
@@ -22,9 +23,12 @@
 // (range_constraints), one value for all the dimensions that share s. Nothing is read from
 // the inputs' data.
 //
-// Buffers: the instructions that take a buffer (BatchNorm's running statistics, which the
-// training IR updates in place) run one at a time per module, holding a mutex the caller
-// passes, so that the updates of concurrent forwards do not race.
+// Buffers: the instructions that take a buffer, or a view or in-place result of one (the
+// operators' alias annotations say which results alias which arguments), run one at a time
+// per module, holding a mutex the caller passes, so that the updates of concurrent forwards
+// (BatchNorm's running statistics, which the training IR updates in place) do not race. An
+// instruction that writes a parameter or an input in place, directly or through a view, is
+// refused when it is added.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -61,7 +65,7 @@ struct Instruction {
   std::string node;                       // the FX node's name, for errors
   std::string what;                       // the operator or function, for errors
   bool gradOff = false;                   // inside a torch.no_grad() region of the forward
-  bool holdsBuffers = false;              // reads or writes a buffer: runs holding the buffers' mutex
+  bool holdsBuffers = false;              // takes a buffer (or a view of one): runs holding the buffers' mutex
   int64_t code = 0;                       // kListItem: the index; kIntOp: the operation
 };
 
@@ -148,16 +152,23 @@ class ForwardProgram : public torch::CustomClassHolder {
                               std::vector<at::Tensor> inputs, std::mutex& buffersMu) const;
 
  private:
+  // What a slot holds, beside its kind: the module's buffer, parameter or an input, or a view or
+  // an in-place result of one (the schema's alias annotations carry the marks on).
+  enum Mark : uint8_t { kBuffer = 1, kParameter = 2, kInput = 4 };
+
   void setSlot(int64_t slot, SlotKind kind, const std::string& node);
+  void checkBuilding(const std::string& node) const;
+  // One argument of type `type` from `codes` at `pos`; `marks` (optional) gathers the marks of
+  // the slots it reads.
   Arg parseArg(const c10::TypePtr& type, const c10::IValue* defaultValue, const std::vector<int64_t>& codes,
                size_t& pos, const std::vector<double>& floats, const std::vector<std::string>& strings,
-               const std::string& where, bool* readsBuffer) const;
+               const std::string& where, uint8_t* marks) const;
   void checkBuilt() const;
 
   const std::string module_;
   const c10::Device device_;
   std::vector<SlotKind> slotKinds_;
-  std::vector<bool> bufferSlots_;
+  std::vector<uint8_t> marks_;  // per slot: Mark bits
   std::vector<c10::IValue> bound_;                     // per slot: the bound tensors (buffers, constants)
   std::vector<std::pair<int64_t, int64_t>> parameters_;  // (slot, parameter index)
   std::vector<std::pair<int64_t, int64_t>> symbolRanges_;

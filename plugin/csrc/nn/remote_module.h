@@ -19,9 +19,9 @@
 // version counter moves (a step, or any in-place write, bumps it), and then the next forward
 // takes a new one. A forward's graph keeps the snapshot it read, so its backward computes the
 // gradients at the weights that forward used, whatever steps came between (asynchronous SGD's
-// semantics), and no step ever waits for a forward or a backward. Cost: one copy of the
-// parameters per version that some forward reads, and the memory of the versions that some
-// graph still holds.
+// semantics). A step waits for a forward only while that forward copies the parameters, never
+// for a backward. Cost: one copy of the parameters per version that some forward reads, and the
+// memory of the versions that some graph still holds.
 //
 // Buffers: the program reads and writes the live buffers (BatchNorm's running statistics
 // update in place, as in eager mode); the instructions that take a buffer run one at a time

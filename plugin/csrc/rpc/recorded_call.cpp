@@ -1,5 +1,6 @@
 #include "rpc/recorded_call.h"
 
+#include "python_names.h"
 #include "rpc/worker_error.h"
 
 #include <ATen/core/grad_mode.h>
@@ -44,15 +45,24 @@ bool isGroupWorker(int64_t workerId) {
 
 }  // namespace
 
-std::tuple<int64_t, int64_t> beginCall(const std::string& what, const std::vector<bool>& requiresGrad) {
-  const int64_t contextId = dist_autograd::DistAutogradContainer::currentContextId();
-  if (contextId == -1 || !at::GradMode::is_enabled()) {
-    return {-1, -1};
+std::tuple<int64_t, int64_t> beginCall(
+    const std::string& what,
+    int64_t contextId,
+    int64_t callee,
+    const std::vector<bool>& requiresGrad) {
+  if (contextId == -1) {
+    contextId = dist_autograd::DistAutogradContainer::currentContextId();
+    if (contextId == -1 || !at::GradMode::is_enabled()) {
+      return {-1, -1};
+    }
   }
+  auto ctx = liveContext(contextId);
   TORCH_CHECK(
-      liveContext(contextId) != nullptr, what, ": the distributed autograd context ", contextId,
-      " of this thread is no longer live on this worker (", thisWorkerLabel(),
-      "; released inside its `with dist_autograd.context()` block); nothing was sent");
+      ctx != nullptr, what, ": no distributed autograd context ", contextId, " on this worker (", thisWorkerLabel(),
+      "; released, or never made here): call inside the `with dist_autograd.context()` block that created it; "
+      "nothing was sent");
+  TORCH_CHECK(isGroupWorker(callee), what, ": worker id ", callee, " is not a worker of this group");
+  ctx->addKnownWorkerId(static_cast<torch::distributed::rpc::worker_id_t>(callee));
   const bool any = std::any_of(requiresGrad.begin(), requiresGrad.end(), [](bool b) { return b; });
   return {contextId, any ? dist_autograd::DistAutogradContainer::getInstance().newAutogradMessageId() : -1};
 }
@@ -77,7 +87,7 @@ std::vector<at::Tensor> recordCall(
         !answerRequiresGrad[i] || at::isFloatingType(answer[i].scalar_type()) ||
             at::isComplexType(answer[i].scalar_type()),
         what, ": the answer of ", workerLabel(fromWorker), " marks its tensor ", i, " (",
-        c10::toString(answer[i].scalar_type()), ") as requiring grad; only floating point and complex tensors can");
+        dtypeName(answer[i].scalar_type()), ") as requiring grad; only floating point and complex tensors can");
   }
   for (const auto& t : sent) {
     TORCH_CHECK(t.requires_grad(), what, ": a tensor of the request no longer requires grad; nothing was recorded");
@@ -141,9 +151,10 @@ void checkRequestId(const std::string& prefix, int64_t contextId, int64_t reques
       " was not made by a worker of this group (it names worker id ", workerIdOf(requestId), ")");
   if (auto ctx = liveContext(contextId)) {
     const auto recvs = ctx->recvFunctions();
+    const auto sends = ctx->sendFunctions();
     TORCH_CHECK(
-        recvs.find(requestId) == recvs.end(), prefix, "autograd_message_id ", requestId,
-        " is already recorded in distributed autograd context ", contextId, " on this worker");
+        recvs.find(requestId) == recvs.end() && sends.find(requestId) == sends.end(), prefix, "autograd_message_id ",
+        requestId, " is already recorded in distributed autograd context ", contextId, " on this worker");
   }
 }
 
@@ -159,7 +170,6 @@ HeldRequest holdRequest(
   if (requestId < 0 || std::none_of(requiresGrad.begin(), requiresGrad.end(), [](bool b) { return b; })) {
     return held;
   }
-  held.createdContext = liveContext(contextId) == nullptr;
   held.ctx = dist_autograd::DistAutogradContainer::getInstance().getOrCreateContext(contextId);
   std::vector<at::Tensor> marked;
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -200,10 +210,6 @@ int64_t recordCallee(const std::string& prefix, HeldRequest& held, int64_t conte
 }
 
 void dropRequest(HeldRequest& held) {
-  if (held.ctx && held.createdContext && held.ctx->getKnownWorkerIds().empty() && held.ctx->sendFunctions().empty() &&
-      held.ctx->recvFunctions().empty()) {
-    dist_autograd::DistAutogradContainer::getInstance().releaseContextIfPresent(held.contextId);
-  }
   held = HeldRequest();
 }
 
@@ -211,8 +217,8 @@ void dropRequest(HeldRequest& held) {
 
 // Kernels (schemas in ops.cpp).
 TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
-  m.impl("_begin_call", [](const std::string& what, c10::List<bool> requiresGrad) {
-    return gilfree_rpc::beginCall(what, std::vector<bool>(requiresGrad.begin(), requiresGrad.end()));
+  m.impl("_begin_call", [](const std::string& what, int64_t contextId, int64_t callee, c10::List<bool> requiresGrad) {
+    return gilfree_rpc::beginCall(what, contextId, callee, std::vector<bool>(requiresGrad.begin(), requiresGrad.end()));
   });
   m.impl("_record_call", [](const std::string& what, int64_t contextId, int64_t requestId,
                             const std::vector<at::Tensor>& sent, int64_t answerId, int64_t fromWorker,

@@ -12,15 +12,16 @@
 // gradients across them as across torch's own RPCs.
 //
 // The protocol, for a call in context C:
-// 1. The caller makes the request's id (beginCall), if some of its tensors require grad, and
-//    sends the call with C and that id.
+// 1. The caller makes the request's id (beginCall), if some of its tensors require grad, notes
+//    the callee as a worker C knows (its release reaches the callee), and sends the call with C
+//    and that id.
 // 2. The callee checks everything it was sent (checkCallerContextId, checkRequestId), then
 //    gives its copies of the tensors that require grad their recv function (holdRequest: the
 //    context is made here if it is new, as torch's RPC layer's getOrCreateContext makes it)
 //    and runs the call. Only once the call has succeeded does it record anything in the
 //    context: the request's recv function and the answer's send function (recordCallee). A
-//    refused call touches no context; a call that fails while it runs records nothing, and a
-//    context made for it alone is released again (dropRequest).
+//    refused call touches no context; a call that fails while it runs records nothing (a
+//    context made for it is released with the caller's).
 // 3. When the answer arrives, the caller records the request's send function and the
 //    answer's recv function (recordCall), unless the callee recorded nothing (answer id -1).
 //    A failed call records nothing on the caller. When C was released on the caller before
@@ -29,10 +30,11 @@
 //
 // Untrusted input: ids come from another worker, so the callee checks that a context id is
 // -1 or made by a worker of the group, and that a request id is made by a worker of the
-// group and not already recorded in the context.
+// group and recorded in the context neither as a recv function nor as a send function. (It
+// cannot check that the id was made by the worker that sent it: the transport does not tell.)
 //
-// torch internals relied on: compat.h's recordSendFunction, recordRecvFunction and
-// sendContextRelease, workerIdOf (the ids' layout).
+// torch internals relied on: compat.h's recordSendFunction, makeRecvFunction, addRecvFunction,
+// recordRecvFunction and sendContextRelease, workerIdOf (the ids' layout).
 #pragma once
 
 #include "compat.h"
@@ -48,11 +50,18 @@ namespace gilfree_rpc {
 
 // --- the caller -------------------------------------------------------------------------
 
-// Before sending a call to worker `callee`: the current distributed autograd context of this
-// thread and, when grad mode is on and any of `requiresGrad` is true, a new
-// autograd_message_id for the request; (-1, -1) outside a context or with grad mode off.
-// Raises, naming `what`, when the current context was released on this worker.
-std::tuple<int64_t, int64_t> beginCall(const std::string& what, const std::vector<bool>& requiresGrad);
+// Before sending a call to worker `callee` in context `contextId` (-1: this thread's current
+// context): the context to record the call in and, when some of `requiresGrad` is true, a new
+// autograd_message_id for the request; (-1, -1) outside a context or, for the current context,
+// with grad mode off. Makes `callee` a worker the context knows, as torch's RPC layer does when it
+// sends a message with autograd metadata, so that the context's release reaches the callee also
+// when the call fails after the callee recorded it (an answer that comes after the RPC timeout).
+// Raises, naming `what`, when the context is not live on this worker.
+std::tuple<int64_t, int64_t> beginCall(
+    const std::string& what,
+    int64_t contextId,
+    int64_t callee,
+    const std::vector<bool>& requiresGrad);
 
 // When the answer of a call in context `contextId` arrived from worker `fromWorker`: records
 // the send function of request `requestId` over `sent` (the tensors of the request that
@@ -93,7 +102,6 @@ struct HeldRequest {
   int64_t requestId = -1;
   torch::distributed::autograd::ContextPtr ctx;  // null when nothing of the request requires grad
   RecvFunctionPtr recv;
-  bool createdContext = false;  // the context did not exist on this worker before
 };
 // In the caller's context `contextId` (checked), for request `requestId` (checked): replaces each
 // tensor of `tensors` marked in `requiresGrad` by a new tensor over the same data whose history
@@ -112,8 +120,7 @@ HeldRequest holdRequest(
 // released meanwhile here (the caller released it: nothing is recorded for good).
 int64_t recordCallee(const std::string& prefix, HeldRequest& held, int64_t contextId, const std::vector<at::Tensor>& answer);
 
-// After the call failed: forgets a held request. A context that holdRequest made for it and that
-// nothing else has used since is released here (it knows no worker, so the release sends nothing).
+// After the call failed: forgets a held request (nothing of it is in the context).
 void dropRequest(HeldRequest& held);
 
 }  // namespace gilfree_rpc
