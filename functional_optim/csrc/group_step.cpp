@@ -43,6 +43,10 @@ std::vector<size_t> keyCounts(const OptimizerDef& def, at::TensorList params, co
   return counts;
 }
 
+StateKeysFn stateKeysKernel;
+NewStateFn newStateKernel;
+GroupStepFn groupStepKernel;
+
 std::vector<std::string> stateKeysKernel(
     const std::string& optimizer,
     int64_t dim,
@@ -329,7 +333,15 @@ GroupValues::GroupValues(
     const std::vector<double>& values,
     const std::vector<std::string>& tensorNames,
     at::TensorList tensors)
-    : names_(names), values_(values), tensorNames_(tensorNames), tensors_(tensors.begin(), tensors.end()) {}
+    : names_(names), values_(values), tensorNames_(tensorNames), tensors_(tensors.begin(), tensors.end()) {
+  for (size_t t = 0; t < tensorNames_.size(); ++t) {
+    for (size_t i = 0; i < names_.size(); ++i) {
+      if (names_[i] == tensorNames_[t]) {
+        values_[i] = tensors_[t].item<double>();
+      }
+    }
+  }
+}
 
 std::optional<at::Tensor> GroupValues::tensor(const char* name) const {
   for (size_t i = 0; i < tensorNames_.size(); ++i) {
@@ -493,6 +505,12 @@ TORCH_LIBRARY_IMPL(gilfree_optim, Meta, m) {
   m.impl("new_state", TORCH_FN(newStateMeta));
   m.impl("group_step", TORCH_FN(groupStepMeta));
   m.impl("group_step_packed", TORCH_FN(groupStepPackedMeta));
+}
+
+// A step with a sparse gradient on fake tensors dispatches here (its meta tensors' key).
+TORCH_LIBRARY_IMPL(gilfree_optim, SparseMeta, m) {
+  m.impl("new_state", TORCH_FN(newStateMeta));
+  m.impl("group_step", TORCH_FN(groupStepMeta));
 }
 
 }  // namespace gilfree_optim

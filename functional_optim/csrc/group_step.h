@@ -11,6 +11,8 @@
 // a flag as 1.0 or 0.0): the names are functional_optim's (lr, beta1, beta2, amsgrad...).
 #pragma once
 
+#include "group_step_ops.h"
+
 #include <ATen/ATen.h>
 #include <ATen/ScalarOps.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -22,6 +24,9 @@
 
 namespace gilfree_optim {
 
+// A group's values as a step reads them. A hyperparameter given as a Tensor (`tensorNames`,
+// `tensors`) is read from its Tensor when this is made (its value now, as torch.optim reads a
+// Tensor lr at each step), whatever `values` says for it.
 class GroupValues {
  public:
   GroupValues(
@@ -39,7 +44,7 @@ class GroupValues {
 
  private:
   const std::vector<std::string>& names_;
-  const std::vector<double>& values_;
+  std::vector<double> values_;
   std::vector<std::string> tensorNames_;
   std::vector<at::Tensor> tensors_;
 };
