@@ -6,7 +6,8 @@
   (the compiler's baseline) everywhere, AVX2 and AVX512 on x86-64 when the compiler takes their
   flags; the library picks the best one the CPU runs at load (functional_optim/csrc/fused_optim.h).
 * ``plugin._C`` (plugin/csrc): the engine, the native local optimizers and the RPC functions,
-  ``torch.ops.gilfree_rpc``; it calls functional_optim's kernels through the dispatcher.
+  ``torch.ops.gilfree_rpc``; it calls functional_optim's ops through the dispatcher, with the
+  typed entry points of functional_optim/csrc/group_step_ops.h.
 
 Install with ``pip install --no-build-isolation -e .`` so that both are compiled against the
 torch that is already installed. CMakeLists.txt builds the same two libraries.
@@ -133,7 +134,9 @@ setup(
         CppExtension(
             "plugin._C",
             plugin_sources,
-            include_dirs=[os.path.join(HERE, "plugin", "csrc")],
+            # the checkout's root too: functional_optim/csrc/group_step_ops.h, the plugin's one
+            # way to functional_optim's ops (header only: nothing of functional_optim is linked)
+            include_dirs=[os.path.join(HERE, "plugin", "csrc"), HERE],
             extra_compile_args={"cxx": cxx_flags},
             # dlopen: the authenticating transport loads libcrypto at run time
             # (plugin/csrc/rpc/message_auth.h; no OpenSSL headers needed)

@@ -11,9 +11,11 @@ package.
 The ops must be registered before a function that calls them is scripted: this module loads
 the library when it is imported, and every optimizer's functional form has a branch that
 calls its op, so scripting any optimizer needs the library (without it TorchScript reports an
-unknown ``gilfree_optim`` op). Eagerly, a missing library makes the default implementation
-fall back to torch's choice and turns ``fused=True`` into an ``ImportError`` that names the
-file looked for, not into a silent fallback.
+unknown ``gilfree_optim`` op). Eagerly the package imports without it, but every step checks
+its gradients with the library's op (``check_gradients``, the one check the plugin's native
+local optimizers make too), so a step then raises an ``ImportError`` that names the file looked
+for, whatever the implementation (and ``fused=True`` raises it at construction): no silent
+fallback.
 
 Which kernels an optimizer's fused implementation runs is decided in one place, its group
 step (``csrc/steps/<name>.cpp``): torch's fused kernels for SGD, Adam, AdamW and Adagrad (their
@@ -111,8 +113,12 @@ def eager_load() -> None:
 
 
 def op_for(name: str):
-    """The fused kernel ``torch.ops.gilfree_optim.<name>_`` (``name``: ``"adam"``, ``"sparse_sgd"``...,
-    the kernels of ``csrc/cpu``; the optimizers' group steps call them).
+    """This package's kernel ``torch.ops.gilfree_optim.<name>_`` (``name``: ``"rmsprop"``,
+    ``"sparse_adam"``..., the kernels of ``csrc/cpu``), for tests and benchmarks that call a
+    kernel alone. A step does not go through here: an optimizer's group step
+    (``csrc/steps/<name>.cpp``) calls its kernel from C++. The optimizers with a kernel of
+    torch's (SGD, Adam, AdamW, Adagrad: ``torch._fused_<name>_``) have none here, but for
+    SGD's and Adagrad's sparse-gradient kernels (``"sparse_sgd"``, ``"sparse_adagrad"``).
 
     Raises:
         ValueError: no kernel of that name.

@@ -20,8 +20,8 @@ differs between the optimizers is reached through three hooks that each class de
   group step instead, ``GroupedState.group_step``, called here for every class).
 
 The constructor of each class builds its dicts of hyperparameters and options and then calls
-``self._s = self._new_state(params, hparams, options, name)`` (``name`` as in
-:data:`functional_optim._kernels.OPTIMIZERS`) and ``self._init_groups()``. The rest of
+``self._s = self._new_state(params, hparams, options, name)`` (``name``: its group step's name
+in the op library, ``csrc/steps/<name>.cpp``) and ``self._init_groups()``. The rest of
 the state protocol (see :mod:`functional_optim.state_protocol`) and the eager-only conveniences
 live here too.
 """

@@ -47,10 +47,6 @@ __all__ = [
     "flag", "take", "scalar_list", "new_step", "empty_names", "empty_tensors", "foreach_gradients", "fused_step", "no_fresh",
 ]
 
-# torch.optim.SparseAdam's message (RuntimeError) for a dense gradient (written out where it is
-# raised too: TorchScript reads no Python globals).
-DENSE_GRADIENT_ERROR = "SparseAdam does not support dense gradients, please consider Adam instead"
-
 # torch.optim keeps these hyperparameters as tuples; the typed dicts keep their parts. A key is a
 # tuple only for an optimizer that has its parts (:func:`tuple_parts`): Adafactor's ``eps`` is
 # ``(eps1, eps2)``, the others' ``eps`` a float.
@@ -217,6 +213,10 @@ class GroupedState:
         name: str,
     ) -> None:
         self.name = name
+        # torch.optim.SparseAdam's message for a dense gradient (the others take dense ones)
+        self.dense_error: Optional[str] = (
+            "SparseAdam does not support dense gradients, please consider Adam instead" if name == "sparse_adam" else None
+        )
         self.params: List[Tensor] = []
         self.offsets: List[int] = [0]
         self.group_of: List[int] = []
@@ -357,21 +357,14 @@ class GroupedState:
         A group whose gradients are all present gets ``full_indices[g]`` itself (not a copy) as
         its indices: read it, never modify it.
         """
-        result = _validation.check_gradients(
-            self.params, gradients, self.offsets, self.sparse_errors, self.cache_params, self.full_indices
+        return _validation.check_gradients(
+            self.params, gradients, self.offsets, self.sparse_errors, self.cache_params, self.full_indices,
+            self.dense_error,
         )
-        if self.name == "sparse_adam":  # SparseAdam takes sparse gradients only (torch's message)
-            for group_grads in result[1]:
-                for grad in group_grads:
-                    if not grad.is_sparse:
-                        raise RuntimeError("SparseAdam does not support dense gradients, please consider Adam instead")
-        return result
 
     def check_gradient(self, i: int, grad: Tensor) -> None:
         """:func:`functional_optim._validation.check_one_gradient` for flat parameter ``i``."""
-        _validation.check_one_gradient(i, self.params[i], grad, self.sparse_errors[self.group_of[i]])
-        if self.name == "sparse_adam" and not grad.is_sparse:
-            raise RuntimeError("SparseAdam does not support dense gradients, please consider Adam instead")
+        _validation.check_one_gradient(i, self.params[i], grad, self.sparse_errors[self.group_of[i]], self.dense_error)
 
     def params_at(self, indices: List[int]) -> List[Tensor]:
         out: List[Tensor] = []

@@ -16,6 +16,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import Tensor
 
+from . import _kernels, ops
+
 __all__ = [
     "dtype_name",
     "describe",
@@ -61,29 +63,49 @@ def describe(t: Tensor) -> str:
     )
 
 
-def check_one_gradient(index: int, param: Tensor, grad: Tensor, sparse_error: Optional[str]) -> None:
-    """Check that ``grad`` can be the gradient of ``param``.
+def check_one_gradient(
+    index: int, param: Tensor, grad: Tensor, sparse_error: Optional[str], dense_error: Optional[str] = None
+) -> None:
+    """Check that ``grad`` can be the gradient of ``param``: :func:`check_gradients` for one.
 
     Args:
         index: the flat parameter index, used in the message (``"gradients[3]: ..."``).
         param: the parameter.
-        grad: its gradient: same shape, dtype and device as ``param``; sparse COO only when
-            ``sparse_error`` is None.
+        grad: its gradient: a dense or sparse COO tensor of the parameter's shape, dtype and
+            device; sparse only when ``sparse_error`` is None, dense only when ``dense_error``
+            is None.
         sparse_error: the message of the ``RuntimeError`` raised for a sparse gradient (the text
             torch uses, e.g. ``"Adam does not support sparse gradients, ..."``), or ``None`` when
             the parameter's group accepts sparse gradients.
+        dense_error: the message of the ``RuntimeError`` raised for a dense gradient
+            (SparseAdam's), or ``None``.
 
     Raises:
-        ValueError: shape, dtype or device differ, naming the index and both descriptions.
-        RuntimeError: ``grad`` is sparse and its group does not take sparse gradients.
+        ValueError: not a dense or sparse COO tensor, or shape, dtype or device differ, naming
+            the index and both descriptions.
+        RuntimeError: ``grad`` is sparse and its group does not take sparse gradients, or dense
+            where ``dense_error`` is set.
     """
-    if grad.dtype != param.dtype or grad.device != param.device or grad.shape != param.shape:
-        raise ValueError(
-            "gradients[" + str(index) + "]: expected " + describe(param)
-            + " (like its parameter); got " + describe(grad)
-        )
-    if grad.is_sparse and sparse_error is not None:
-        raise RuntimeError(sparse_error)
+    gradients: List[Optional[Tensor]] = [grad]
+    _check([param], gradients, [0, 1], [sparse_error], dense_error, index)
+
+
+def _check(
+    params: List[Tensor], gradients: List[Optional[Tensor]], offsets: List[int], sparse_errors: List[Optional[str]],
+    dense_error: Optional[str], first_index: int,
+) -> None:
+    """The op library's check (``gilfree_optim::check_gradients``): raised by the op eagerly
+    (and under torch.compile), answered by ``gradient_error`` and raised here in TorchScript
+    (where an op's error would lose its type)."""
+    if torch.jit.is_scripting():
+        kind, message = ops.gradient_error(params, gradients, offsets, sparse_errors, dense_error, first_index)
+        if kind == "ValueError":
+            raise ValueError(message)
+        if kind != "":
+            raise RuntimeError(message)
+    else:
+        _kernels.eager_load()  # ImportError naming the library file when it is missing
+        ops.check_gradients(params, gradients, offsets, sparse_errors, dense_error, first_index)
 
 
 def check_gradients(
@@ -93,8 +115,15 @@ def check_gradients(
     sparse_errors: List[Optional[str]],
     groups: List[List[Tensor]],
     group_indices: List[List[int]],
+    dense_error: Optional[str] = None,
 ) -> Tuple[List[List[int]], List[List[Tensor]], List[bool]]:
     """Validate a ``step`` call's gradients and sort the present ones by parameter group.
+
+    The check is the op library's (``gilfree_optim::check_gradients``, ``gradient_error`` in
+    TorchScript: ``csrc/gradient_check.cpp``), the one the plugin's native local optimizers make too: every
+    gradient a dense (strided) or sparse COO tensor of its parameter's shape, dtype and device,
+    sparse only in a group that takes sparse gradients, dense only without ``dense_error``;
+    the first gradient that fails raises, before anything is sorted.
 
     Args:
         params: the optimizer's parameters, flat, in group order.
@@ -105,57 +134,38 @@ def check_gradients(
         group_indices: ``list(range(offsets[g], offsets[g + 1]))`` for each group, made once by
             the caller; returned (not copied) for a group whose gradients are all present, so
             neither the caller nor the receiver may modify these lists.
+        dense_error: the message for a dense gradient (SparseAdam's), or ``None``.
 
     Returns:
         For each group: the flat indices of the parameters that have a gradient, those
         gradients, and whether any of them is sparse.
 
     Raises:
-        ValueError: ``len(gradients) != len(params)``, or a gradient whose shape, dtype or
-            device differs from its parameter (the message names the index).
-        RuntimeError: a sparse gradient in a group that does not take them.
+        ValueError: ``len(gradients) != len(params)``, or a gradient that does not fit its
+            parameter (the message names the index).
+        RuntimeError: a sparse gradient in a group that does not take them, or a dense one
+            where ``dense_error`` is set.
+        ImportError: eagerly, the op library cannot be loaded (naming the file).
 
-    Every step pays for this loop, and TorchScript pays per interpreted instruction, so the
-    common case is kept lean: a gradient that is not sparse (COO) and has its parameter's dtype,
-    device and size costs a few comparisons and no call (``is_same_size`` compares the sizes
-    without building lists; nested tensors, whose sizes it cannot compare, take the slow way, so
-    they fail as before); anything else goes to :func:`check_one_gradient`, which raises (for
-    the first bad index, as it would have alone) or lets an accepted sparse gradient through.
-    A group with a gradient for every parameter gets ``group_indices[g]``. The loops carry no
-    variables (no ``break``, no flags) and the test is written as "bad if any" (fewer ``not``
-    instructions) because the interpreter pays for each on every iteration.
+    Every step pays for the sorting loop, and TorchScript pays per interpreted instruction, so
+    it carries no variables (no ``break``, no flags: a group's sparse gradients are counted in
+    a list) and a group with a gradient for every parameter gets ``group_indices[g]``.
     """
-    if len(gradients) != len(params):
-        raise ValueError(
-            "step: expected " + str(len(params)) + " gradients (one per parameter, None to skip one); got "
-            + str(len(gradients))
-        )
+    _check(params, gradients, offsets, sparse_errors, dense_error, 0)
     indices: List[List[int]] = []
     grads: List[List[Tensor]] = []
     sparse: List[bool] = []
     for g in range(len(offsets) - 1):
         start = offsets[g]
         end = offsets[g + 1]
-        group = groups[g]
         group_gradients = gradients if start == 0 else gradients[start:end]
         group_grads: List[Tensor] = []
         sparse_seen: List[bool] = []
         for k in range(end - start):
             grad = group_gradients[k]
             if grad is not None:
-                param = group[k]
-                # (is_same_size under TorchScript; its bool result would break a torch.compile graph;
-                # it raises for a nested gradient, which check_one_gradient reports)
-                same_size = not grad.is_nested and (
-                    grad.is_same_size(param) if torch.jit.is_scripting() else grad.shape == param.shape
-                )
-                if (
-                    grad.is_nested or grad.is_sparse or not same_size
-                    or grad.dtype != param.dtype or grad.device != param.device
-                ):
-                    check_one_gradient(start + k, param, grad, sparse_errors[g])
-                    if grad.is_sparse:
-                        sparse_seen.append(True)
+                if grad.is_sparse:
+                    sparse_seen.append(True)
                 group_grads.append(grad)
         if len(group_grads) == end - start:
             indices.append(group_indices[g])

@@ -1,19 +1,23 @@
-"""An optimizer's configuration as public values, for code that runs its steps itself.
+"""What code that runs an optimizer's steps itself needs of an optimizer of this package, as
+public functions, so that it reads no private attribute of it.
 
-The plugin's native local optimizers (``plugin/optim/_native.py``) keep an optimizer's
-parameters, values and state in C++ and step them with the op library's group step (the one
-the classes' default implementation runs, ``csrc/group_step.h``). What they need of this
-package is here, so that they read no private attribute of it:
+The plugin's native local optimizers (``plugin/optim/_native.py``) keep an optimizer of this
+package for everything but the steps (its values, their checks, loading and saving state: the
+class's own code) and run its steps in C++, without the GIL, with the op library's group step
+(the one the class's default implementation runs, ``csrc/group_step.h``) on state they hold
+there. What they read and change of the optimizer goes through here:
 
-* :func:`configure`: a configuration as the class's constructor validates and parses it
-  (torch's rules and messages), as a :class:`Configuration`;
+* :func:`optimizer_name`, :func:`step_plans`, :func:`not_fused`, :func:`implementation`,
+  :func:`dense_error`: what a group step needs of each group, and which groups run it;
+* :func:`set_group`: a group's values set at once, Tensors followed, validated first;
 * :func:`check_group`: a group's values checked as the class's ``set_group`` checks them;
 * :func:`group_update`: a group's values updated with ``torch.optim``-named values (a saved
   param group, a scheduler's write), checked;
 * :func:`torch_group`, :func:`torch_state_dict`, :func:`state_entry`, :func:`tuple_parts`,
   :func:`torch_value`: the ``torch.optim`` format of values and state;
 * :func:`check_gradients`: the check every step makes of its gradients (count, shape, dtype,
-  device), with this package's messages.
+  device), with this package's messages (the op library's ``check_gradients``, which the
+  native local optimizers call from C++).
 """
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
@@ -22,91 +26,129 @@ from torch import Tensor
 
 from . import _kernels, _validation
 from ._param_groups import TensorRules, split_values
-from ._state import DENSE_GRADIENT_ERROR, TUPLE_HYPERPARAMETERS, choose_impl, torch_value, tuple_parts
+from ._state import TUPLE_HYPERPARAMETERS, choose_impl, torch_value, tuple_parts
 
 __all__ = [
-    "Configuration", "configure", "check_group", "group_update", "tensor_value", "torch_group", "torch_state_dict", "state_entry",
+    "StepPlan", "optimizer_name", "step_plans", "not_fused", "implementation", "dense_error", "set_group",
+    "check_group", "group_update", "tensor_value", "torch_group", "torch_state_dict", "state_entry",
     "check_gradients", "split_values", "TUPLE_HYPERPARAMETERS", "tuple_parts", "torch_value",
 ]
 
 
-class Configuration(NamedTuple):
-    """A functional optimizer's configuration (:func:`configure` makes it). A named tuple: its
-    arguments, in order, are its fields, read by the same names.
+class StepPlan(NamedTuple):
+    """A parameter group's values as its group step takes them (:func:`step_plans` makes it).
+    A named tuple: its arguments, in order, are its fields, read by the same names.
 
     Raises nothing: a named tuple.
 
     Args:
-        name (str): the optimizer's name in the op library (``"adam"``, ``"sparse_adam"``...):
-            its group step is ``torch.ops.gilfree_optim.group_step(name, ...)``.
-        groups (List[List[Tensor]]): the parameters given (the tensors themselves), group
-            after group; flat indices number them in this order.
-        hyperparameters (List[Dict[str, float]]): each group's numbers by functional name
-            (pairs split: ``beta1``, ``beta2``); a Tensor hyperparameter's current value.
-        options (List[Dict[str, Optional[bool]]]): each group's flags.
-        tensor_hyperparameters (List[Dict[str, Tensor]]): each group's hyperparameters given as
-            1-element Tensors, by functional name (the given Tensor objects): a step reads their
-            value first.
-        extras (List[Dict[str, Any]]): each group's other keys (``'param_names'``...).
-        implementations (List[str]): each group's implementation: ``"fused"`` (the op
-            library's group step), ``"foreach"`` or ``"single"``.
-        not_fused (Optional[str]): why some group does not run the fused implementation, in
-            words (``"foreach=True"``, ``"no fused implementation for RMSprop on cuda"``...);
-            None when every group does.
-        sparse_errors (List[Optional[str]]): each group's ``RuntimeError`` message for a sparse
-            gradient with its fused implementation (None: it takes sparse COO gradients).
-        dense_error (Optional[str]): the message for a dense gradient (SparseAdam's), or None.
-        state (Dict[int, Dict[str, Tensor]]): the state ``torch.optim`` creates at
-            construction (Adagrad's ``'step'``, a 0-dim float32 tensor, and ``'sum'``, of its
-            parameter's shape, dtype and device), by flat index; made once, for the given
-            parameters.
+        names (List[str]), values (List[float]): the group's hyperparameters (functional names,
+            pairs split) then each flag that is set (1.0 or 0.0), as the ops take them
+            (``torch.ops.gilfree_optim.group_step``'s ``names``, ``values``).
+        tensor_names (List[str]), tensor_values (List[Tensor]): the hyperparameters given as
+            1-element Tensors (the Tensor objects the group follows: shape ``[]`` or ``[1]``, any
+            floating dtype, any device): the group step reads their values when it runs.
+        sparse_error (Optional[str]): the ``RuntimeError`` message for a sparse gradient in the
+            group (torch's), or None where it takes sparse COO gradients.
+        implementation (str): what the group's steps run: ``"fused"`` (the op library's group
+            step), ``"foreach"`` or ``"single"``.
     """
 
-    name: str
-    groups: List[List[Tensor]]
-    hyperparameters: List[Dict[str, float]]
-    options: List[Dict[str, Optional[bool]]]
-    tensor_hyperparameters: List[Dict[str, Tensor]]
-    extras: List[Dict[str, Any]]
-    implementations: List[str]
-    not_fused: Optional[str]
-    sparse_errors: List[Optional[str]]
-    dense_error: Optional[str]
-    state: Dict[int, Dict[str, Tensor]]
+    names: List[str]
+    values: List[float]
+    tensor_names: List[str]
+    tensor_values: List[Tensor]
+    sparse_error: Optional[str]
+    implementation: str
 
 
-def configure(functional_class: type, params: Any, *args: Any, **kwargs: Any) -> Configuration:
-    """The configuration ``functional_class(params, *args, **kwargs)`` makes.
+def optimizer_name(optimizer: Any) -> str:
+    """The name of ``optimizer``'s optimizer in the op library (``"adam"``, ``"sparse_adam"``...):
+    its group step is ``torch.ops.gilfree_optim.group_step(name, ...)``.
 
     Args:
-        functional_class (type): one of this package's optimizer classes (``functional_optim.Adam``).
-        params: as for the class: a list of tensors or of param-group dicts (or an iterator).
-        *args: the class's hyperparameters and flags, by position.
-        **kwargs: the class's hyperparameters and flags, by name.
+        optimizer: an eager instance of one of this package's optimizer classes.
 
     Returns:
-        Configuration: see there.
+        str: the name.
+
+    Raises nothing.
+    """
+    return optimizer._s.name
+
+
+def step_plans(optimizer: Any) -> List[StepPlan]:
+    """Each parameter group's values as its group step takes them, now.
+
+    Args:
+        optimizer: an eager instance of one of this package's optimizer classes.
+
+    Returns:
+        List[StepPlan]: one per group, new lists (the Tensor hyperparameters themselves).
+
+    Raises nothing.
+    """
+    s = optimizer._s
+    s.sync_tensor_hparams()
+    return [
+        StepPlan(list(s.op_names[g]), list(s.op_values[g]), list(s.tensor_hparams[g].keys()),
+                 list(s.tensor_hparams[g].values()), s.sparse_errors[g], s.impl[g])
+        for g in range(s.num_groups())
+    ]
+
+
+def dense_error(optimizer: Any) -> Optional[str]:
+    """The ``RuntimeError`` message for a dense gradient (``torch.optim.SparseAdam``'s).
+
+    Args:
+        optimizer: an eager instance of one of this package's optimizer classes.
+
+    Returns:
+        Optional[str]: the message, or None for an optimizer that takes dense gradients.
+
+    Raises nothing.
+    """
+    return optimizer._s.dense_error
+
+
+def implementation(optimizer: Any, group: int, options: Dict[str, Optional[bool]]) -> str:
+    """What group ``group`` of ``optimizer`` would run with flags ``options`` (its whole set of
+    flags): ``"fused"``, ``"foreach"`` or ``"single"``, chosen as the class chooses (explicit
+    flags first; with ``foreach`` and ``fused`` unset, the fused implementation where every
+    parameter is a dense floating-point tensor on a device it takes).
+
+    Args:
+        optimizer: an eager instance of one of this package's optimizer classes.
+        group (int): a param group, from 0.
+        options (Dict[str, Optional[bool]]): flags by name.
+
+    Returns:
+        str: the implementation.
 
     Raises:
-        Exception: what the class's constructor raises (torch's types and messages).
+        ValueError: no such group.
+        ImportError: ``fused=True`` and the op library cannot be loaded (naming the file).
+        RuntimeError: ``fused=True`` with a parameter the fused implementation does not take
+            (torch's message).
     """
-    opt = functional_class(list(params) if not isinstance(params, (list, tuple, Tensor, dict)) else params, *args, **kwargs)
-    s = opt._s
-    extras = []
-    for g, group in enumerate(opt.param_groups):
-        known = torch_group(s.hparams[g], s.options[g])
-        extras.append({k: v for k, v in group.items() if k != "params" and k not in known})
-    sparse_errors = [check_group(functional_class, s.hparams[g], s.options[g]) for g in range(s.num_groups())]
-    return Configuration(
-        name=s.name, groups=[list(group) for group in s.cache_params], hyperparameters=[dict(h) for h in s.hparams],
-        options=[dict(o) for o in s.options], tensor_hyperparameters=[dict(t) for t in s.tensor_hparams],
-        extras=extras, implementations=list(s.impl), not_fused=_not_fused(s, functional_class.__name__),
-        sparse_errors=sparse_errors, dense_error=DENSE_GRADIENT_ERROR if s.name == "sparse_adam" else None,
-        state={i: dict(entry) for i, entry in s.get_state().items()},
-    )
+    optimizer._s.check_group(group)
+    return optimizer._s.choose_group_impl(group, options)
 
 
-def _not_fused(s: Any, class_name: str) -> Optional[str]:
+def not_fused(optimizer: Any) -> Optional[str]:
+    """Why some parameter group of ``optimizer`` does not run the fused implementation, in words.
+
+    Args:
+        optimizer: an eager instance of one of this package's optimizer classes.
+
+    Returns:
+        Optional[str]: ``"foreach=True"``, ``"no fused implementation for RMSprop on cuda"``...
+        (naming the group when there are several); None when every group runs it.
+
+    Raises nothing.
+    """
+    s = optimizer._s
+    class_name = type(optimizer).__name__
     many = s.num_groups() > 1
     for g in range(s.num_groups()):
         if s.impl[g] == "fused":
@@ -135,6 +177,42 @@ def _not_fused(s: Any, class_name: str) -> Optional[str]:
                 reason += f" ({error})"
         return f"{reason} (param group {g})" if many else reason
     return None
+
+
+def set_group(optimizer: Any, group: int, hyperparameters: Dict[str, float], options: Dict[str, Optional[bool]],
+              tensor_hyperparameters: Optional[Dict[str, Tensor]] = None) -> None:
+    """Sets several values of one group of ``optimizer`` at once, validated together first with
+    the class's own checks (torch's messages); nothing changes when they fail. As the class's
+    ``set_group``, and Tensors to follow too.
+
+    Args:
+        optimizer: an eager instance of one of this package's optimizer classes.
+        group (int): the param group, from 0.
+        hyperparameters (Dict[str, float]): numbers by functional name (``lr``, ``beta1``...); a
+            number replaces a Tensor the name followed.
+        options (Dict[str, Optional[bool]]): flags by name; ``None`` only for ``foreach`` and
+            ``fused``.
+        tensor_hyperparameters (Dict[str, Tensor]): Tensors to follow, by functional name: one
+            element each (shape ``[]`` or ``[1]``), any dtype and device, read before every
+            step, as ``torch.optim`` reads a Tensor ``lr``.
+
+    Raises:
+        ValueError: no such group or name, an invalid value (torch's messages).
+        RuntimeError: ``fused`` with ``foreach`` (torch's message), or a Tensor value torch
+            refuses with the group's flags.
+    """
+    s = optimizer._s
+    tensors = dict(tensor_hyperparameters or {})
+    s.check_group(group)
+    for name in tensors:
+        if name not in s.hparams[group]:
+            raise ValueError(f"unknown hyperparameter '{name}'; this optimizer has {list(s.hparams[group])}")
+    foreach = options.get("foreach", s.options[group].get("foreach"))
+    read = {name: tensor_value(type(optimizer), name, value, foreach) for name, value in tensors.items()}
+    optimizer.set_group(group, dict(hyperparameters, **read), options)
+    for name, value in tensors.items():
+        s.bind_tensor(group, name, value)
+    s.refresh_param_group(group)
 
 
 def check_group(functional_class: type, hyperparameters: Dict[str, float],

@@ -8,15 +8,19 @@ op and does nothing more, so it behaves exactly as the op does. They compile wit
 kernel). A group's values go to the ops by name (``names``, ``values``: the hyperparameters,
 then each flag that is set as 1.0 or 0.0; functional names).
 
-The fused kernels themselves (``torch.ops.gilfree_optim.<name>_``, ``csrc/cpu``) are reached
-by name with :func:`functional_optim._kernels.op_for`; the group steps call them.
+This package's kernels (``torch.ops.gilfree_optim.<name>_``, ``csrc/cpu``), which the group
+steps call for the optimizers torch has no fused kernel for, are reached by name with
+:func:`functional_optim._kernels.op_for` (tests and benchmarks).
 """
-from typing import List
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
 
-__all__ = ["group_step", "group_step_packed", "new_state", "state_keys", "group_step_devices"]
+__all__ = [
+    "group_step", "group_step_packed", "new_state", "state_keys", "group_step_devices", "check_gradients",
+    "gradient_error",
+]
 
 
 def group_step(
@@ -129,3 +133,56 @@ def group_step_devices(optimizer: str) -> List[str]:
     Raises nothing.
     """
     return torch.ops.gilfree_optim.group_step_devices(optimizer)
+
+
+def check_gradients(
+    params: List[Tensor], gradients: List[Optional[Tensor]], offsets: List[int], sparse_errors: List[Optional[str]],
+    dense_error: Optional[str], first_index: int = 0,
+) -> None:
+    """The op ``gilfree_optim::check_gradients``: the check every step makes of its gradients,
+    before anything changes (``csrc/gradient_check.cpp``; :func:`gradient_error` is the same
+    check, answering instead of raising).
+
+    Args:
+        params (List[Tensor]): the parameters, flat, group after group.
+        gradients (List[Optional[Tensor]]): one per parameter (None skips one).
+        offsets (List[int]): group ``g`` holds the flat indices ``offsets[g] <= i < offsets[g + 1]``
+            (from 0 to ``len(params)``).
+        sparse_errors (List[Optional[str]]): per group, the ``RuntimeError`` message for a sparse
+            gradient (torch's text), or None where the group takes sparse COO gradients.
+        dense_error (Optional[str]): the ``RuntimeError`` message for a dense gradient
+            (SparseAdam's), or None.
+        first_index (int): the flat index of ``params[0]`` in the messages (``gradients[i]``).
+
+    Raises:
+        ValueError: ``len(gradients) != len(params)``; a gradient that is not a dense or sparse
+            COO tensor of its parameter's shape, dtype and device (naming its index and both
+            descriptions: ``"gradients[3]: expected shape [4, 5], dtype torch.float32, device
+            cpu (like its parameter); got ..."``); offsets that do not fit.
+        RuntimeError: a sparse gradient in a group that does not take them, or a dense one where
+            ``dense_error`` is set (the message given).
+    """
+    torch.ops.gilfree_optim.check_gradients(params, gradients, offsets, sparse_errors, dense_error, first_index)
+
+
+def gradient_error(
+    params: List[Tensor], gradients: List[Optional[Tensor]], offsets: List[int], sparse_errors: List[Optional[str]],
+    dense_error: Optional[str], first_index: int = 0,
+) -> Tuple[str, str]:
+    """The op ``gilfree_optim::gradient_error``: :func:`check_gradients`' check, whose first
+    failure it answers instead of raising it, for code that raises it itself (TorchScript: an
+    op's error would reach the caller as a plain ``RuntimeError`` there; the plugin's native
+    local optimizers call it from C++).
+
+    Args:
+        params, gradients, offsets, sparse_errors, dense_error, first_index: as for
+            :func:`check_gradients` (tensors of any shape, dtype and device: the check compares
+            each gradient's with its parameter's).
+
+    Returns:
+        Tuple[str, str]: ``("", "")`` when every gradient passes; else the Python exception type
+        :func:`check_gradients` raises (``"ValueError"`` or ``"RuntimeError"``) and its message.
+
+    Raises nothing.
+    """
+    return torch.ops.gilfree_optim.gradient_error(params, gradients, offsets, sparse_errors, dense_error, first_index)

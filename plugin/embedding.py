@@ -19,6 +19,15 @@ when the caller's context is released before the answer arrives (the caller then
 nothing and tells the owner to release its side). A lookup is checked on the caller before it
 is sent and again on the owner, which answers a bad request with an error and keeps serving;
 every error of a lookup names the owner.
+
+Steps between a lookup and its backward pass. An optimizer's step moves the version counter
+of every parameter it writes, so a backward pass through weights that a step changed after the
+forward pass saved them raises autograd's error (docs: "Version counters"). A lookup's backward
+pass needs no such guard: the gradient of an embedding bag in ``"sum"`` or ``"mean"`` mode is
+the bag's gradient spread over the rows its indices name (divided by the bag's size for
+``"mean"``), computed from the indices and offsets alone, never from the table's values; so a
+step of the table between a lookup and its backward pass changes nothing of that backward
+pass's result, and the lookups save no version of the table.
 """
 from typing import List, Optional
 

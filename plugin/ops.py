@@ -1,7 +1,7 @@
-"""The op library's ops and class, one typed Python function each: the library's Python face.
+"""The op library's ops and classes, one typed Python function each: the library's Python face.
 
 Every op the library declares (``plugin/csrc/ops.cpp``, as ``torch.ops.gilfree_rpc.<name>``)
-and its custom classes (``torch.classes.gilfree_rpc.StepLock``, ``RejectOnExit``) are named here and nowhere
+and its custom classes (``torch.classes.gilfree_rpc.StepLock``, ``LocalOptimizer``) are named here and nowhere
 else in the package: the other modules call these functions. Each function calls its op
 directly and does nothing more, so it behaves exactly as the op does (same errors, no extra
 checks); the friendlier entry points are :mod:`plugin.autograd` and :mod:`plugin.optim`.
@@ -11,10 +11,9 @@ a scripted function that calls one compiles it too, and the compiled graph calls
 itself (``gilfree_rpc::<name>``), without Python and without the GIL. The names
 ``torch.ops.gilfree_rpc.*`` keep working; calling them or these functions is the same.
 
-The library also declares the fused CPU optimizer ops, ``torch.ops.gilfree_optim.<name>_``
-(schemas in the same file, kernels in ``plugin/csrc/cpu/fused_*.cpp``); their Python face is
-``functional_optim/_kernels.py``, because ``functional_optim`` calls them and must not import
-this package.
+``functional_optim``'s ops (``torch.ops.gilfree_optim``: the group steps and its kernels) are
+its own library's, with their own Python face (``functional_optim/ops.py``); this library's C++
+calls them through ``functional_optim/csrc/group_step_ops.h``.
 
 Functions whose names start with an underscore wrap the engine's RPC handlers and
 bookkeeping ops, and the distributed optimizer's; they are for the package's own modules
@@ -64,8 +63,8 @@ def _backward_and_step(context_id: int, roots: List[Tensor], retain_graph: bool,
 def _step_outcomes(context_id: int, workers: List[int]) -> List[int]:
     """The op ``gilfree_rpc::_step_outcomes``, on the worker that called
     :func:`_backward_and_step`, after the pass: each worker's outcome of its step, in the order of
-    ``workers`` (RPC worker ids): 0 applied, 2 the deadline had passed, 3 its optimizer refused
-    the gradients, 4 no part of the pass ran there (nothing applied for 2, 3 and 4)."""
+    ``workers`` (RPC worker ids), a status of :func:`_step_statuses`' table (``applied``,
+    ``late``, ``refused`` or ``not_reached``)."""
     return torch.ops.gilfree_rpc._step_outcomes(context_id, workers)
 
 
@@ -218,33 +217,32 @@ def _scale_gradients(context_id: int, params: List[Any], coefficient: Tensor) ->
 
 # --- the native local optimizers (plugin/csrc/optim/local_optimizer.h; plugin.optim.LocalOptimizer)
 # Each op reaches one by its handle; errors begin with the Python type they stand for
-# ("ValueError: ..."); the steps return a StepStatus (0 applied, 1 the gradients changed since
-# the backward pass checked them, 2 the deadline passed). Schemas and contracts: ops.cpp.
+# ("ValueError: ..."); the steps return a status of the table _step_statuses gives. Schemas and
+# contracts: ops.cpp.
 
 
-def new_local_optimizer(
-    name: str, groups: List[List[Tensor]], hparams: List[Dict[str, float]], options: List[Dict[str, Optional[bool]]],
-    tensor_hparams: List[Dict[str, Tensor]], sparse_errors: List[Optional[str]], dense_error: Optional[str],
-    state: Dict[int, Dict[str, Tensor]],
-) -> torch.ScriptObject:
-    """A new ``torch.classes.gilfree_rpc.LocalOptimizer``.
+def new_local_optimizer(name: str, groups: List[List[Tensor]], dense_error: Optional[str]) -> torch.ScriptObject:
+    """A new ``torch.classes.gilfree_rpc.LocalOptimizer``: the steps of a native local optimizer.
 
     Args:
-        name, groups, hparams, options, tensor_hparams, sparse_errors, dense_error, state: the
-            fields of a ``functional_optim.configuration.Configuration`` (the parameters: any
-            shape, a floating dtype, a device the optimizer's group step takes; the Tensor
-            hyperparameters: one element each; the state: as the optimizer keeps it).
+        name (str): the optimizer's name in the op library (``"adam"``...).
+        groups (List[List[Tensor]]): the parameters, group after group (any shape, a floating
+            dtype, a device the optimizer's group step takes).
+        dense_error (Optional[str]): the ``RuntimeError`` message for a dense gradient
+            (SparseAdam's), or None.
 
     Returns:
-        torch.ScriptObject: the object; ``handle()`` gives its handle.
+        torch.ScriptObject: the object, without plans yet: ``configure(groups, names, values,
+        tensor_names, tensor_values, sparse_errors, state)`` sets the plans of ``groups`` (the
+        fields of ``functional_optim.configuration.StepPlan``, one list per group) and, when
+        ``state`` is not None, replaces all state (flat index -> {key: Tensor}, the tensors
+        themselves), under the parameters' locks; ``state()`` gives copies of the state;
+        ``handle()`` its handle.
 
     Raises:
-        ValueError, RuntimeError: lists that do not fit the groups, an empty parameter list,
-            a group that does not run the fused implementation (the text starts with the type).
+        ValueError: an empty parameter list (the text starts with the type).
     """
-    return torch.classes.gilfree_rpc.LocalOptimizer(
-        name, groups, hparams, options, tensor_hparams, sparse_errors, dense_error, state
-    )
+    return torch.classes.gilfree_rpc.LocalOptimizer(name, groups, dense_error)
 
 
 def _native(op: str, *args: Any) -> Any:
@@ -286,31 +284,14 @@ def _optimizer_step_gradients(handle: int, gradients: List[Optional[Tensor]]) ->
     _native("_optimizer_step_gradients", handle, gradients)
 
 
-def _optimizer_state(handle: int) -> Tuple[Dict[int, Dict[str, Tensor]], List[Dict[str, float]], List[Dict[str, Optional[bool]]]]:
-    """The op ``gilfree_rpc::_optimizer_state``: copies of the state, each group's values."""
-    return _native("_optimizer_state", handle)
-
-
-def _optimizer_load_state(handle: int, state: Dict[int, Dict[str, Tensor]], hparams: List[Dict[str, float]],
-                          options: List[Dict[str, Optional[bool]]], sparse_errors: List[Optional[str]]) -> bool:
-    """The op ``gilfree_rpc::_optimizer_load_state``; whether it now takes sparse gradients."""
-    return _native("_optimizer_load_state", handle, state, hparams, options, sparse_errors)
-
-
-def _optimizer_hyperparameters(handle: int) -> Tuple[List[Dict[str, float]], List[Dict[str, Optional[bool]]]]:
-    """The op ``gilfree_rpc::_optimizer_hyperparameters``: each group's values."""
-    return _native("_optimizer_hyperparameters", handle)
-
-
-def _optimizer_set_group(handle: int, group: int, hparams: Dict[str, float], options: Dict[str, Optional[bool]],
-                         tensor_hparams: Dict[str, Tensor], sparse_error: Optional[str]) -> bool:
-    """The op ``gilfree_rpc::_optimizer_set_group``; whether it now takes sparse gradients."""
-    return _native("_optimizer_set_group", handle, group, hparams, options, tensor_hparams, sparse_error)
-
-
-def _optimizer_accepts_sparse(handle: int) -> bool:
-    """The op ``gilfree_rpc::_optimizer_accepts_sparse``."""
-    return _native("_optimizer_accepts_sparse", handle)
+def _step_statuses() -> Dict[str, int]:
+    """The op ``gilfree_rpc::_step_statuses``: the table of an owner's outcomes of a step
+    (``plugin/csrc/optim/step_status.h``), each status by name: ``applied``, ``changed`` (the
+    gradients changed since the backward pass checked them), ``late`` (the owner reached its
+    locks after the deadline), ``refused`` (its optimizer refused the gradients, in the
+    backward pass), ``not_reached`` (no part of the pass ran there); nothing applied but for
+    ``applied``."""
+    return torch.ops.gilfree_rpc._step_statuses()
 
 
 def _configure_auth_transport(key: str, crypto_library: str, listen_host: str) -> None:

@@ -28,9 +28,10 @@ in-place ``add_`` (reads two tensors, writes one).
 Each optimizer is timed in a fresh process (``--same-process`` times all in this one): what
 memory a 64 MB tensor gets depends on what the process allocated before.
 
-Fused kernels (issue 12, ``--kernels``, written to ``results/bench_optim_kernels.json``): for
-each optimizer, with 1 and 2 intra-op threads, our fused op
-``torch.ops.gilfree_optim.<name>_`` called directly (``ours-kernel``), torch's fused step where
+Fused implementation (``--kernels``, written to ``results/bench_optim_kernels.json``): for
+each optimizer, with 1 and 2 intra-op threads, the op our fused implementation runs, the group
+step ``torch.ops.gilfree_optim.group_step`` called directly (``ours-kernel``: torch's fused kernels
+in pieces for SGD, Adam, AdamW and Adagrad, this package's kernels for the others), torch's fused step where
 torch has one, torch's fused Adam on workload B (the per-byte anchor) and, when ``deepspeed`` is
 installed, ``DeepSpeedCPUAdam`` for Adam/AdamW; each row gives the median step against the
 bandwidth floor (bytes the step must move / in-place ``add_`` bandwidth measured with the same
@@ -229,68 +230,28 @@ def build_variants(name: str, shapes: List[Tuple[int, ...]], fused_phase: bool) 
     return variants
 
 
-# --- Fused CPU kernels (torch.ops.gilfree_optim): one op call per step -------------------------
+# --- The fused implementation's op (torch.ops.gilfree_optim.group_step): one op call per step ----
 
 def kernel_step(name: str, params: List[torch.Tensor], grads: List[torch.Tensor]) -> Callable[[], None]:
-    """A step of our fused op ``gilfree_optim.<name>_`` with the hyperparameters of OPTIMIZERS.
+    """A step of the op the fused implementation runs, called directly: the group step of
+    optimizer ``name`` (``gilfree_optim::group_step``, ``functional_optim/csrc/steps``), which
+    calls torch's fused kernels for SGD, Adam, AdamW and Adagrad and this package's for the
+    others, with the hyperparameters of OPTIMIZERS.
 
-    State is created as torch.optim creates it (zeros; Rprop's step sizes = lr; NAdam's
-    mu_product = 1), so the op moves the same bytes as torch's step.
+    State is made by the op library's ``new_state``, as torch.optim makes it (zeros; Rprop's
+    step sizes = lr; NAdam's mu_product = 1), so the op moves the same bytes as torch's step.
     """
-    from functional_optim import _kernels
+    from functional_optim import configuration, ops
 
-    op = _kernels.op_for(name.lower())
-    z = lambda: [torch.zeros_like(p) for p in params]  # noqa: E731
-    steps = [torch.tensor(0.0) for _ in params]
-    lr = OPTIMIZERS[name][2]["lr"]
-    adam = dict(lr=lr, beta1=0.9, beta2=0.999, eps=1e-8, maximize=False)
-    if name == "SGD":
-        bufs = z()
-        first = [True]
+    optimizer = OPTIMIZERS[name][1](params, **OPTIMIZERS[name][2])  # its values (its own state stays empty)
+    plan, op_name = configuration.step_plans(optimizer)[0], configuration.optimizer_name(optimizer)
+    state = ops.new_state(op_name, params, grads, plan.names, plan.values)
+    first = [True]
 
-        def step() -> None:
-            op(params, grads, bufs, lr=lr, weight_decay=0.0, momentum=0.9, dampening=0.0, nesterov=False,
-               maximize=False, is_first_step=first[0])
-            first[0] = False
-        return step
-    if name in ("Adam", "AdamW"):
-        m, v = z(), z()
-        wd = 0.01 if name == "AdamW" else 0.0
-        return lambda: op(params, grads, m, v, [], steps, weight_decay=wd, amsgrad=False, **adam)
-    if name == "Adagrad":
-        sums = z()
-        return lambda: op(params, grads, sums, steps, lr=lr, lr_decay=0.0, weight_decay=0.0, eps=1e-10, maximize=False)
-    if name == "RMSprop":
-        sq = z()
-        return lambda: op(params, grads, sq, [], [], steps, lr=lr, alpha=0.99, eps=1e-8, weight_decay=0.0,
-                          momentum=0.0, centered=False, maximize=False)
-    if name == "Adamax":
-        m, u = z(), z()
-        return lambda: op(params, grads, m, u, steps, lr=lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0,
-                          maximize=False)
-    if name == "Adadelta":
-        sq, acc = z(), z()
-        return lambda: op(params, grads, sq, acc, steps, lr=lr, rho=0.9, eps=1e-6, weight_decay=0.0, maximize=False)
-    if name == "Rprop":
-        prev = z()
-        sizes = [torch.full_like(p, lr) for p in params]
-        return lambda: op(params, grads, prev, sizes, steps, step_size_min=1e-6, step_size_max=50.0, etaminus=0.5,
-                          etaplus=1.2, maximize=False)
-    if name == "NAdam":
-        m, v = z(), z()
-        mus = [torch.tensor(1.0) for _ in params]
-        return lambda: op(params, grads, m, v, mus, steps, weight_decay=0.0, momentum_decay=4e-3,
-                          decoupled_weight_decay=False, **adam)
-    if name == "RAdam":
-        m, v = z(), z()
-        return lambda: op(params, grads, m, v, steps, weight_decay=0.0, decoupled_weight_decay=False, **adam)
-    if name == "ASGD":
-        ax = z()
-        etas = [torch.tensor(lr) for _ in params]
-        mus = [torch.tensor(1.0) for _ in params]
-        return lambda: op(params, grads, ax, mus, etas, steps, lambd=1e-4, lr=lr, t0=0.0, alpha=0.75,
-                          weight_decay=0.0, maximize=False)
-    raise KeyError(name)
+    def step() -> None:
+        ops.group_step(op_name, params, grads, state, [first[0]] * len(params), plan.names, plan.values, [], [])
+        first[0] = False
+    return step
 
 
 def print_kernel_targets(kernels: Dict[str, Any]) -> None:
@@ -909,7 +870,7 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
 
 
 def active_isa() -> str:
-    """The instruction-set build our fused kernels run (plugin/csrc/fused_optim.h)."""
+    """The instruction-set build our fused kernels run (functional_optim/csrc/fused_optim.h)."""
     import ctypes
 
     from functional_optim import _kernels

@@ -43,6 +43,18 @@ std::vector<size_t> keyCounts(const OptimizerDef& def, at::TensorList params, co
   return counts;
 }
 
+StateKeysFn stateKeysKernel;
+NewStateFn newStateKernel;
+GroupStepFn groupStepKernel;
+
+// What an in-place op does to a tensor it writes, as torch's ADInplaceOrView kernels do
+// (increment_version): bump its version counter, but in inference mode or for an inference tensor.
+void bumpVersion(const at::Tensor& t) {
+  if (!c10::InferenceMode::is_enabled() && !t.is_inference()) {
+    t.unsafeGetTensorImpl()->bump_version();
+  }
+}
+
 std::vector<std::string> stateKeysKernel(
     const std::string& optimizer,
     int64_t dim,
@@ -119,15 +131,27 @@ void groupStepKernel(
     at += counts[k];
   }
   at::NoGradGuard noGrad;
-  // The kernels this step calls (this library's fused ops, torch's _fused_* and _foreach_*)
-  // run below autograd: under no_grad its kernel has nothing to record, and this library's
-  // ops, which have no autograd kernel, went through torch's boxed fallback, which copies
-  // every list into a boxed stack and back (0.1 to 0.2 us per parameter: 200 parameters of
-  // 16 floats, one thread, ASGD 327 -> 283 us per call, Adadelta 284 -> 245). ADInplaceOrView
-  // stays, so in-place ATen ops (the sparse paths, Muon, Adafactor) bump version counters as
-  // before (checked: every optimizer's parameter and state versions unchanged).
-  at::AutoDispatchBelowAutograd belowAutograd;
-  def.step(group, v);
+  {
+    // The kernels this step calls (this library's fused ops, torch's _fused_* and _foreach_*)
+    // run below autograd: under no_grad its kernel has nothing to record, and this library's
+    // ops, which have no autograd kernel, went through torch's boxed fallback, which copies
+    // every list into a boxed stack and back (0.1 to 0.2 us per parameter: 200 parameters of
+    // 16 floats, one thread, ASGD 327 -> 283 us per call, Adadelta 284 -> 245). And below
+    // ADInplaceOrView: the step's ops bump no version counter (torch's fused kernels bump none
+    // on the CPU, its other ops one or more per tensor, this library's none)...
+    at::AutoDispatchBelowADInplaceOrView below;
+    def.step(group, v);
+  }
+  // ...the group step bumps each tensor it writes once, as one in-place op over them does (a
+  // parameter's, whatever the optimizer: a backward pass that saved it before the step then
+  // raises torch's error instead of using the new values; its state's too). Before it returns:
+  // a caller holding the parameters' locks bumps them before it releases them.
+  for (size_t k = 0; k < group.params.size(); ++k) {
+    bumpVersion(group.params[k]);
+    for (const auto& t : group.state[k]) {
+      bumpVersion(t);
+    }
+  }
 }
 
 // The state of a packed group (functional_optim/_state.py, GroupedState.pack): its tensors
@@ -329,7 +353,15 @@ GroupValues::GroupValues(
     const std::vector<double>& values,
     const std::vector<std::string>& tensorNames,
     at::TensorList tensors)
-    : names_(names), values_(values), tensorNames_(tensorNames), tensors_(tensors.begin(), tensors.end()) {}
+    : names_(names), values_(values), tensorNames_(tensorNames), tensors_(tensors.begin(), tensors.end()) {
+  for (size_t t = 0; t < tensorNames_.size(); ++t) {
+    for (size_t i = 0; i < names_.size(); ++i) {
+      if (names_[i] == tensorNames_[t]) {
+        values_[i] = tensors_[t].item<double>();
+      }
+    }
+  }
+}
 
 std::optional<at::Tensor> GroupValues::tensor(const char* name) const {
   for (size_t i = 0; i < tensorNames_.size(); ++i) {
@@ -412,7 +444,6 @@ void countSteps(at::TensorList steps) {
     if (s.device().is_cpu() && s.layout() == at::kStrided && s.numel() == 1 && !s.requires_grad() &&
         (s.scalar_type() == at::kFloat || s.scalar_type() == at::kDouble)) {
       incrementStep(s);
-      s.unsafeGetTensorImpl()->bump_version();
     } else {
       others.push_back(s);
     }
@@ -493,6 +524,12 @@ TORCH_LIBRARY_IMPL(gilfree_optim, Meta, m) {
   m.impl("new_state", TORCH_FN(newStateMeta));
   m.impl("group_step", TORCH_FN(groupStepMeta));
   m.impl("group_step_packed", TORCH_FN(groupStepPackedMeta));
+}
+
+// A step with a sparse gradient on fake tensors dispatches here (its meta tensors' key).
+TORCH_LIBRARY_IMPL(gilfree_optim, SparseMeta, m) {
+  m.impl("new_state", TORCH_FN(newStateMeta));
+  m.impl("group_step", TORCH_FN(groupStepMeta));
 }
 
 }  // namespace gilfree_optim

@@ -11,6 +11,8 @@
 // a flag as 1.0 or 0.0): the names are functional_optim's (lr, beta1, beta2, amsgrad...).
 #pragma once
 
+#include "group_step_ops.h"
+
 #include <ATen/ATen.h>
 #include <ATen/ScalarOps.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -22,6 +24,9 @@
 
 namespace gilfree_optim {
 
+// A group's values as a step reads them. A hyperparameter given as a Tensor (`tensorNames`,
+// `tensors`) is read from its Tensor when this is made (its value now, as torch.optim reads a
+// Tensor lr at each step), whatever `values` says for it.
 class GroupValues {
  public:
   GroupValues(
@@ -39,7 +44,7 @@ class GroupValues {
 
  private:
   const std::vector<std::string>& names_;
-  const std::vector<double>& values_;
+  std::vector<double> values_;
   std::vector<std::string> tensorNames_;
   std::vector<at::Tensor> tensors_;
 };
@@ -70,7 +75,8 @@ struct OptimizerDef {
   std::vector<at::Tensor> (*create)(const at::Tensor& param, const at::Tensor& grad, const GroupValues& v);
   // One step of `group` (checked by the caller: every gradient fits its parameter, sparse
   // only where the optimizer takes sparse gradients; every state tensor present). Runs
-  // under no_grad.
+  // under no_grad, below autograd and ADInplaceOrView: its ops bump no version counter (the
+  // group step bumps each parameter and state tensor once when it returns).
   void (*step)(Group& group, const GroupValues& v);
   // The device types whose tensors `step` takes ("cpu"; "cuda" too where it calls torch's
   // fused kernels, which have CUDA builds).
@@ -87,7 +93,7 @@ const OptimizerDef& optimizerNamed(const std::string& name);
 at::Tensor newStep(const at::Tensor& param);
 // `step += 1` for each step counter, as torch's `torch._foreach_add_(state_steps, 1)`
 // before its fused kernels: a float32/float64 counter on the CPU in place (in its own
-// dtype, its version counter bumped as add_ does), the others (CUDA) with _foreach_add_ (a dispatcher
+// dtype), the others (CUDA) with _foreach_add_ (a dispatcher
 // call per 0-dim tensor costs microseconds: 0.14 ms for 50 counters, as much as a fused
 // step of 50 x 16K floats).
 void countSteps(at::TensorList steps);

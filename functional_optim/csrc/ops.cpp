@@ -1,33 +1,25 @@
-// The schemas of functional_optim's ops, declared in one place: the fused CPU optimizer
-// steps (kernels: fused_optim.h and one file per optimizer, cpu/fused_<name>.cpp, compiled
-// once per instruction set; each also has a meta kernel that only checks its arguments).
+// The schemas of functional_optim's ops, declared in one place.
 //
-// functional_optim loads this library itself (functional_optim/_kernels.py); the plugin's
-// native local optimizers call these ops through the dispatcher. Each op performs one
-// whole step of `params` in place: it checks every list before mutating anything,
-// increments the step counters (`state_steps`, float32/float64 CPU scalars, one per
-// parameter) and updates parameters and state with torch.optim's single-tensor math. Tensors of one parameter share its dtype (float32, float64,
-// bfloat16, float16: the last two with float32 math), device and shape; optional state
-// lists are empty when their option is off. Schemas mark what each op mutates, so the
-// default alias analysis (from the schema) applies.
+// * The group steps (group_step.h): state_keys, new_state, group_step, group_step_packed and
+//   group_step_devices serve every optimizer by name; check_gradients is the check every step
+//   makes first (gradient_check.cpp). functional_optim's Python calls them (ops.py); the
+//   plugin's native local optimizers call them from C++ through group_step_ops.h.
+// * This package's kernels, <name>_ (fused_optim.h and one file per optimizer,
+//   cpu/fused_<name>.cpp, compiled once per instruction set; each also has a meta kernel that
+//   only checks its arguments): the group steps of the optimizers that torch has no fused
+//   kernel for call them (SGD, Adam, AdamW and Adagrad run torch's). Each performs one whole
+//   step of `params` in place: it checks every list before mutating anything, increments the
+//   step counters (`state_steps`, float32/float64 CPU scalars, one per parameter) and updates
+//   parameters and state with torch.optim's single-tensor math. Tensors of one parameter share
+//   its dtype (float32, float64, bfloat16, float16: the last two with float32 math), device and
+//   shape; optional state lists are empty when their option is off.
+//
+// Schemas mark what each op mutates, so the default alias analysis (from the schema) applies,
+// but for check_gradients, which returns nothing and mutates nothing: CONSERVATIVE, so that
+// TorchScript never drops a call of it as dead code.
 #include <torch/library.h>
 
 TORCH_LIBRARY(gilfree_optim, m) {
-  m.def(
-      "sgd_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] momentum_buffers, *, float lr, "
-      "float weight_decay, float momentum, float dampening, bool nesterov, bool maximize, "
-      "bool is_first_step) -> ()");
-  m.def(
-      "adam_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
-      "Tensor(d!)[] max_exp_avg_sqs, Tensor(e!)[] state_steps, *, float lr, float beta1, float beta2, "
-      "float weight_decay, float eps, bool amsgrad, bool maximize) -> ()");
-  m.def(
-      "adamw_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
-      "Tensor(d!)[] max_exp_avg_sqs, Tensor(e!)[] state_steps, *, float lr, float beta1, float beta2, "
-      "float weight_decay, float eps, bool amsgrad, bool maximize) -> ()");
-  m.def(
-      "adagrad_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] state_sums, Tensor(c!)[] state_steps, "
-      "*, float lr, float lr_decay, float weight_decay, float eps, bool maximize) -> ()");
   m.def(
       "rmsprop_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] square_avgs, Tensor(c!)[] grad_avgs, "
       "Tensor(d!)[] momentum_buffers, Tensor(e!)[] state_steps, *, float lr, float alpha, float eps, "
@@ -93,4 +85,17 @@ TORCH_LIBRARY(gilfree_optim, m) {
   m.def(
       "group_step_packed(str optimizer, Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] buffers, Tensor layout, "
       "bool[] fresh, str[] names, float[] values, str[] tensor_names, Tensor[] tensor_values) -> ()");
+  // The check every step makes of its gradients (gradient_check.cpp): every gradient fits its
+  // parameter (group_step_ops.h: gradientFits) and its group's rule: a sparse one only where
+  // sparse_errors[g] is None, a dense one only where dense_error is None. `offsets`: group g
+  // holds params offsets[g] <= i < offsets[g + 1]; messages name gradient `first_index + i`.
+  // gradient_error answers the first failure as (its Python exception type, "ValueError" or
+  // "RuntimeError", its message), ("", "") when none fails; check_gradients raises it.
+  m.def(
+      "gradient_error(Tensor[] params, Tensor?[] gradients, int[] offsets, str?[] sparse_errors, str? dense_error, "
+      "int first_index=0) -> (str, str)");
+  m.def(torch::schema(
+      "check_gradients(Tensor[] params, Tensor?[] gradients, int[] offsets, str?[] sparse_errors, str? dense_error, "
+      "int first_index=0) -> ()",
+      c10::AliasAnalysisKind::CONSERVATIVE));
 }

@@ -127,9 +127,8 @@ TORCH_LIBRARY(gilfree_rpc, m) {
   // those owners needs no validation round.
   def(m, "_checked_versions(int context_id, int[] workers, bool accept_sparse) -> int[]");
   // On the worker that called backward with steps in the pass's hook arguments, after the
-  // pass: each worker's StepStatus (optim/pass_end.h) in the order of `workers`: 0 applied,
-  // 2 the deadline had passed, 3 its optimizer refused the gradients, 4 no part of the
-  // pass ran there (nothing applied for 2, 3 and 4).
+  // pass: each worker's StepStatus (optim/step_status.h; optim/pass_end.h) in the order of
+  // `workers`: applied, late, refused or not_reached.
   def(m, "_step_outcomes(int context_id, int[] workers) -> int[]");
   // The two phases of a multi-owner optimizer step (prepared_steps.h): park validated
   // gradients for at most lease_ms and get a token; take them back to apply them; or
@@ -169,11 +168,13 @@ TORCH_LIBRARY(gilfree_rpc, m) {
   // writes parameters, state or hyperparameters holds the parameters' locks (step_lock.h).
   // Errors begin with the Python exception type they stand for ("ValueError: ...").
   //
-  // The steps return a StepStatus (local_optimizer.h): 0 applied; 1 the gradients changed
-  // since the backward pass checked them; 2 the locks were reached after deadline_ms (ms since
-  // the Unix epoch; -1: none); nothing applied for 1 and 2. Before applying, each checks the
-  // gradients (functional_optim's check_gradients: count, shape, dtype, device, sparse) and
-  // raises when one does not fit, changing nothing; then it runs functional_optim's group step.
+  // The steps return a StepStatus (optim/step_status.h): applied; changed (the gradients
+  // changed since the backward pass checked them); late (the locks were reached after
+  // deadline_ms, ms since the Unix epoch; -1: none); nothing applied but for applied. Before
+  // applying, each checks the gradients (functional_optim's op check_gradients: count, shape,
+  // dtype, device, sparse) and raises when one does not fit, changing nothing; then it runs
+  // functional_optim's group step. The optimizer's values and state are the Python's business
+  // (plugin/optim/_native.py), which hands them to the object (torch.classes.gilfree_rpc.LocalOptimizer).
   //
   // One round trip: the context's gradients here (gradients_for: an unknown context gives
   // none, nothing happens) when version is -1, else the engine's gradients if still at
@@ -188,45 +189,21 @@ TORCH_LIBRARY(gilfree_rpc, m) {
   def(m, "_optimizer_drop(int handle, int token) -> bool");
   // A step with the given gradients (one per parameter, flat order; None skips one).
   def(m, "_optimizer_step_gradients(int handle, Tensor?[] gradients) -> ()");
-  // Copies of the state (flat index -> {key: tensor}, parameters that have state only), and
-  // each group's hyperparameters (Tensor ones read now) and flags.
-  def(m,
-      "_optimizer_state(int handle) -> (Dict(int, Dict(str, Tensor)), Dict(str, float)[], "
-      "Dict(str, bool?)[])");
-  // Replaces all state with copies of `state` (torch's casting rules) and sets each group's
-  // hyperparameters (a number unbinds a Tensor of that name), flags and sparse-gradient rule
-  // (the RuntimeError message for a sparse gradient, None: taken), at once; checks every index,
-  // shape and name first and changes nothing when one fails. Values validated by the caller.
-  // Returns whether the optimizer now takes sparse gradients (as _optimizer_accepts_sparse:
-  // the caller's checked step needs it, and the new values may change it).
-  def(m,
-      "_optimizer_load_state(int handle, Dict(int, Dict(str, Tensor)) state, Dict(str, float)[] hparams, "
-      "Dict(str, bool?)[] options, str?[] sparse_errors) -> bool");
-  // Each group's hyperparameters (functional names; Tensor ones read now) and flags.
-  def(m, "_optimizer_hyperparameters(int handle) -> (Dict(str, float)[], Dict(str, bool?)[])");
-  // Sets values of one group: numbers (unbinding a Tensor of that name), flags, Tensors to
-  // follow (1 element each, read before every step) and its sparse-gradient rule. Validated by
-  // the caller; unknown group or name, or flags that would take the group off the fused
-  // implementation, raise. Returns whether the optimizer now takes sparse gradients.
-  def(m,
-      "_optimizer_set_group(int handle, int group, Dict(str, float) hparams, Dict(str, bool?) options, "
-      "Dict(str, Tensor) tensor_hparams, str? sparse_error) -> bool");
-  // Whether every group takes sparse gradients.
-  def(m, "_optimizer_accepts_sparse(int handle) -> bool");
-  // torch.classes.gilfree_rpc.LocalOptimizer(name, groups, hparams, options, tensor_hparams,
-  // sparse_errors, dense_error, state): see local_optimizer.h.
+  // The table of the steps' statuses (optim/step_status.h): {name: value}, what the Python's
+  // status constants are (plugin/optim/_status.py).
+  def(m, "_step_statuses() -> Dict(str, int)");
+  // torch.classes.gilfree_rpc.LocalOptimizer(name, groups, dense_error): a native local
+  // optimizer's steps (local_optimizer.h); configure(groups, names, values, tensor_names,
+  // tensor_values, sparse_errors, state) sets the plans of `groups` (and all state, when given),
+  // state() gives copies of the state, handle() its handle.
   m.class_<gilfree_rpc::LocalOptimizer>("LocalOptimizer")
-      .def(torch::init([](const std::string& name,
-                          const std::vector<std::vector<at::Tensor>>& groups,
-                          const c10::List<gilfree_rpc::Hyperparameters>& hparams,
-                          const c10::List<gilfree_rpc::Options>& options,
-                          const c10::List<gilfree_rpc::TensorHyperparameters>& tensorHparams,
-                          const std::vector<std::optional<std::string>>& sparseErrors,
-                          const std::optional<std::string>& denseError,
-                          const gilfree_rpc::OptimizerState& state) {
-        return gilfree_rpc::LocalOptimizer::registered(c10::make_intrusive<gilfree_rpc::LocalOptimizer>(
-            name, groups, hparams, options, tensorHparams, sparseErrors, denseError, state));
+      .def(torch::init([](const std::string& name, const std::vector<std::vector<at::Tensor>>& groups,
+                          const std::optional<std::string>& denseError) {
+        return gilfree_rpc::LocalOptimizer::registered(
+            c10::make_intrusive<gilfree_rpc::LocalOptimizer>(name, groups, denseError));
       }))
+      .def("configure", &gilfree_rpc::LocalOptimizer::configure)
+      .def("state", &gilfree_rpc::LocalOptimizer::state)
       .def("handle", &gilfree_rpc::LocalOptimizer::handle);
 
   // torch.classes.gilfree_rpc.StepLock(params): the per-parameter locks of a set of

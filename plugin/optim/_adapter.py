@@ -2,7 +2,8 @@
 step reaches them (their adapters to ``_owners.Owner``, the caller's one owner interface; the
 native kind answers the same calls in C++). A subclass keeps ``_params`` (its parameters, in
 order) and defines ``_apply_before(gradients, deadline_ms) -> int``, which applies the gradients
-under the parameters' locks unless the deadline has passed (then 2), and ``prepare_step``.
+under the parameters' locks unless the deadline has passed (then ``LATE``; ``_status.py``), and
+``prepare_step``.
 """
 from typing import List, Optional
 
@@ -64,7 +65,7 @@ class StepAdapter:
             deadline_ms (int): ms since the Unix epoch on the system clock, or -1 (none).
 
         Returns:
-            int: 0 applied, 2 the deadline passed (nothing applied).
+            int: ``APPLIED``, or ``LATE``: the deadline passed (nothing applied; ``_status.py``).
 
         Raises:
             ValueError, Exception: as :meth:`step`.
@@ -83,7 +84,7 @@ class StepAdapter:
             deadline_ms (int): ms since the Unix epoch on the system clock, or -1 (none).
 
         Returns:
-            int: 0 applied, 2 the deadline passed (nothing applied).
+            int: ``APPLIED``, or ``LATE``: the deadline passed (nothing applied; ``_status.py``).
 
         Raises:
             RuntimeError: the token is unknown or its lease expired (nothing is applied).

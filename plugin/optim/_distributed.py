@@ -3,10 +3,10 @@ are each written once here, over the one owner interface of ``_owners.py``: the 
 step (:meth:`~DistributedOptimizer.step`, :meth:`~DistributedOptimizer.step_async`) and the step
 inside the backward pass (:meth:`~DistributedOptimizer.backward_and_step`). Both bound every
 owner's part by the one deadline rule (``_owners.deadline_ms``) and read its outcome in the one
-status table (``_owners.APPLIED`` ...).
+status table (``_status.py``, the op library's).
 """
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import torch
 import torch.distributed.rpc as rpc
@@ -18,10 +18,11 @@ from functional_optim.torch_optimizer import TorchOptimizerFace
 from .. import ops
 from . import _local, _param_groups
 from ._owners import (
-    APPLIED, LATE, NOT_REACHED, REFUSED, STATUS_TEXT, Owner, check_context, check_rrefs, deadline_ms, gather, lease_ms,
+    STATUS_TEXT, Owner, check_context, check_rrefs, deadline_ms, gather, lease_ms,
     owners_of, raise_failures, send_python, wait_all,
 )
 from ._python import uses_python_step, warn_once
+from ._status import APPLIED, LATE, NOT_REACHED, REFUSED
 
 __all__ = ["DistributedOptimizer"]
 
@@ -101,7 +102,7 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         )
         built = wait_all(futures, "building the local optimizer")
         self._owners: "OrderedDict[str, Owner]" = OrderedDict(
-            (owner, Owner(owner, b.kind, b.rref, b.handle, b.accepts_sparse, b.optimizer)) for owner, b in built.items()
+            (owner, Owner(owner, b.kind, b.rref, b.handle, b.accepts_sparse)) for owner, b in built.items()
         )
         # the owners' RPC worker ids, for what the backward pass reports (see step)
         self._owner_ids = [rpc.get_worker_info(owner).id for owner in self._owners]
@@ -167,6 +168,7 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         """
         what = f"step({context_id})"
         check_context(context_id, f"DistributedOptimizer: {what}", "call it")
+        self._push_tensor_changes()
         versions = self._checked_versions(context_id)
         if versions or len(self._owners) == 1:
             self._checked_step(context_id, versions or [-1], what)
@@ -252,6 +254,7 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         """
         what = f"step({context_id})"
         check_context(context_id, f"DistributedOptimizer: {what}", "call it")
+        self._push_tensor_changes()
         done = torch.futures.Future()
         try:
             tokens = self._prepare(context_id, what)
@@ -335,6 +338,7 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
             raise ValueError(f'backward_and_step(): mode must be "smart" or "fast", got "{mode}"')
         what = f"backward_and_step({context_id})"
         check_context(context_id, f"DistributedOptimizer: {what}", "call it")
+        self._push_tensor_changes()
         if not all(owner.native for owner in self._owners.values()):
             autograd.backward(context_id, list(roots), retain_graph, mode)
             self.step(context_id)
@@ -430,14 +434,14 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
             )
         saved_ids = list(groups[0]["params"])
         hyper = {k: v for k, v in groups[0].items() if k != "params"}
-        values = self._checked_update(lambda h, o: _local.checked_group_update(self._optimizer_class, h, o, hyper))
+        self._check_first(lambda h, o: _local.check_group_update(self._optimizer_class, h, o, hyper))
         futures = OrderedDict()
         for owner, indices in self._indices.items():
             local_state = {
                 n: state_dict["state"][saved_ids[i]] for n, i in enumerate(indices) if saved_ids[i] in state_dict["state"]
             }
             local_sd = {"state": local_state, "param_groups": [dict(hyper, params=list(range(len(indices))))]}
-            futures[owner] = self._owners[owner].load_state(local_sd, values)
+            futures[owner] = self._owners[owner].load_state(local_sd)
         self._note_accepts_sparse(wait_all(futures, "load_state_dict()"))
         # torch.optim takes the saved group's keys wholesale: keep those the owners do not hold
         self._forget_param_groups(extras=hyper)
@@ -459,29 +463,31 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         self._set_group({name: float(value)}, {}, f"set_hyperparameter({name!r})")
         self._forget_param_groups()
 
-    def _checked_update(self, update: Any) -> Optional[Tuple[Dict[str, float], Dict[str, Optional[bool]], Optional[str]]]:
-        """``update(hparams, options)`` of a native owner's current group values (functional
-        names), which checks the new values as the optimizer's own ``set_group`` does, before
-        anything is sent; None when no owner is native (the owners check)."""
+    def _check_first(self, check: Any) -> None:
+        """``check(hparams, options)`` with a native owner's current group values (functional
+        names): the new values checked as the optimizer's own ``set_group`` or
+        ``load_state_dict`` checks them, before anything is sent (every owner checks again);
+        nothing when no owner is native (the owners check)."""
         native = next((owner for owner in self._owners.values() if owner.native), None)
         if native is None:
-            return None
+            return
         hparams, options = _param_groups.functional_values(
             wait_all(OrderedDict([(native.name, native.hyperparameters())]), "reading the hyperparameters")[native.name]
         )
-        return update(hparams, options)
+        check(hparams, options)
 
-    def _set_group(self, hparams: Dict[str, float], options: Dict[str, Optional[bool]], what: str) -> None:
-        """Sets hyperparameters (functional names) and flags on every owner; returns when all
-        have them. Checked first, before anything is sent, when an owner is native."""
+    def _set_group(self, hparams: Dict[str, Any], options: Dict[str, Optional[bool]], what: str) -> None:
+        """Sets hyperparameters (functional names; numbers, or 1-element Tensors to follow) and
+        flags on every owner; returns when all have them. Checked first, before anything is
+        sent, when an owner is native."""
+        numbers = {name: float(value) for name, value in hparams.items()}  # (a Tensor: its value)
         try:
-            values = self._checked_update(
-                lambda h, o: _local.checked_group(self._optimizer_class, dict(h, **hparams), dict(o, **options)))
+            self._check_first(
+                lambda h, o: _local.check_group(self._optimizer_class, dict(h, **numbers), dict(o, **options)))
         except (ValueError, TypeError, RuntimeError) as e:
             raise type(e)(f"DistributedOptimizer: {what}: {e} (checked before anything was sent; no owner "
                           f"changed)") from e
-        sparse_error = values[2] if values is not None else None
-        futures = OrderedDict((name, owner.set_group(hparams, options, sparse_error)) for name, owner in self._owners.items())
+        futures = OrderedDict((name, owner.set_group(hparams, options)) for name, owner in self._owners.items())
         self._note_accepts_sparse(wait_all(futures, what))
 
     def _note_accepts_sparse(self, answers: "OrderedDict[str, Any]") -> None:
@@ -549,6 +555,12 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         # before the group is read from the owners, the keys of a loaded state dict (the
         # optimizer's own among them: callers give the owners' values precedence)
         return self._group.extras() if self._group is not None else dict(self._group_extras)
+
+    def _push_tensor_changes(self) -> None:
+        """Before a step: the Tensor hyperparameters of :attr:`param_groups` changed in place
+        since the owners had them (a scheduler's ``fill_``), sent to the owners."""
+        if self._group is not None:
+            self._group.push_tensor_changes()
 
     def _forget_param_groups(self, extras: Optional[Dict[str, Any]] = None) -> None:
         """The owners' values changed by another route: read them again at the next use."""

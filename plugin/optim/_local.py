@@ -2,11 +2,11 @@
 owner builds (:func:`build`, run by RPC, once: native where the registry maps the class to a
 ``functional_optim`` class whose fused implementation every param group runs; TorchScript for a
 functional class the user registered, where torch still compiles it; Python otherwise, with the
-reason), the Python functions by which the caller reaches the Python and TorchScript kinds (their
-adapters to ``_owners.Owner``; the native kind's ops have native RPC functions), and a native
-owner's answers in the caller's form.
+reason), and the Python functions by which the caller reaches each kind (their adapters to
+``_owners.Owner``: the steps of the Python and TorchScript kinds, and every kind's state and
+values; the native kind's steps have native RPC functions).
 """
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional
 
 import torch
 import torch.distributed.rpc as rpc
@@ -20,7 +20,7 @@ from ._native import LocalOptimizer
 from ._python import PythonLocalOptimizer
 from ._scripted import ScriptLocalOptimizer, _commit, _prepare, _step, interface_type, scripted_functions
 
-__all__ = ["Built", "build", "prepare_caller", "function_for", "native_state_dict", "group_of", "checked_group_update", "checked_group"]
+__all__ = ["Built", "build", "prepare_caller", "function_for", "group_of", "check_group_update", "check_group"]
 
 
 class Built(NamedTuple):
@@ -31,7 +31,6 @@ class Built(NamedTuple):
     handle: int  # the native local optimizer's handle, -1 for the others
     accepts_sparse: bool  # whether it takes sparse gradients (native only)
     reason: Optional[str]  # why it steps in Python (None when it does not)
-    optimizer: str  # a native one's optimizer name in the op library ("" for the others)
 
 
 def _python_class(optimizer_class: type, functional_class: Optional[type]) -> Optional[type]:
@@ -66,18 +65,18 @@ def build(optimizer_class: type, params_rref: List[Any], args: tuple, kwargs: di
     elif functional_optim.torch_optimizer_for(functional_class) is not None:
         local, reason = LocalOptimizer.build(functional_class, params, *args, **kwargs)
         if local is not None:
-            return Built("native", rpc.RRef(local), local.handle, local.accepts_sparse(), None, local.name)
+            return Built("native", rpc.RRef(local), local.handle, local.accepts_sparse(), None)
     else:  # a functional class the user registered: TorchScript, where torch still compiles it
         try:
             module = ScriptLocalOptimizer.create(optimizer_class, params, *args, **kwargs)
             scripted_functions()
-            return Built("torchscript", rpc.RRef(module, interface_type()), -1, False, None, "")
+            return Built("torchscript", rpc.RRef(module, interface_type()), -1, False, None)
         except Exception as e:  # noqa: BLE001 (TorchScript gone, or the class does not compile)
             if _python_class(optimizer_class, functional_class) is None:
                 raise
             reason = f"TorchScript did not compile its functional class here ({type(e).__name__}: {e})"
     local = PythonLocalOptimizer(_python_class(optimizer_class, functional_class), params, *args, **kwargs)
-    return Built("python", rpc.RRef(local), -1, False, reason, "")
+    return Built("python", rpc.RRef(local), -1, False, reason)
 
 
 def prepare_caller(optimizer_class: type) -> None:
@@ -147,10 +146,36 @@ def _script_hyperparameters(rref: Any) -> Dict[str, Any]:
         return group_of(module.optimizer.hyperparameters(), module.optimizer.options())
 
 
-def _script_set_group(rref: Any, hparams: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
+def _script_set_group(rref: Any, hparams: Dict[str, Any], options: Dict[str, Optional[bool]]) -> None:
     module = rref.local_value()
-    with ops._holding(module._lock):
-        module.optimizer.set_group(0, hparams, options)
+    with ops._holding(module._lock):  # (TorchScript takes numbers: a Tensor's value)
+        module.optimizer.set_group(0, {name: float(value) for name, value in hparams.items()}, options)
+
+
+# The native kind's state and values, in Python on its owner (its LocalOptimizer keeps them with
+# functional_optim's optimizer; its steps are native RPC functions). A change answers whether it
+# now takes sparse gradients (Adagrad's weight_decay, SGD's fused flag change it).
+def _native_state(rref: Any) -> Dict[str, Any]:
+    return rref.local_value().state_dict()
+
+
+def _native_load_state(rref: Any, state_dict: Dict[str, Any]) -> bool:
+    local = rref.local_value()
+    local.load_state_dict(state_dict)
+    return local.accepts_sparse()
+
+
+def _native_hyperparameters(rref: Any) -> Dict[str, Any]:
+    local = rref.local_value()
+    return group_of(local.hyperparameters(), local.options(), local.tensor_hyperparameters())
+
+
+def _native_set_group(rref: Any, hparams: Dict[str, Any], options: Dict[str, Optional[bool]]) -> bool:
+    local = rref.local_value()
+    tensors = {name: value for name, value in hparams.items() if isinstance(value, Tensor)}
+    numbers = {name: value for name, value in hparams.items() if not isinstance(value, Tensor)}
+    local.set_group(0, numbers, options, tensors)
+    return local.accepts_sparse()
 
 
 _PYTHON = {
@@ -160,13 +185,19 @@ _PYTHON = {
 }
 _TORCHSCRIPT = dict(_PYTHON, _optimizer_state=_script_state, _optimizer_load_state=_script_load_state,
                     _optimizer_hyperparameters=_script_hyperparameters, _optimizer_set_group=_script_set_group)
+_NATIVE = {"_optimizer_state": _native_state, "_optimizer_load_state": _native_load_state,
+           "_optimizer_hyperparameters": _native_hyperparameters, "_optimizer_set_group": _native_set_group}
 
 
 def function_for(kind: str, op: str) -> Any:
-    """The function that stands for the native op ``op`` with a local optimizer of ``kind``
-    (``"python"`` or ``"torchscript"``: the TorchScript kind's steps are TorchScript functions,
-    its state and values Python functions that reach its optimizer's state protocol); it takes
-    the local optimizer's RRef first, then the op's arguments after the handle."""
+    """The Python function that stands for the native op ``op`` with a local optimizer of
+    ``kind``: for ``"python"`` and ``"torchscript"`` every op (the TorchScript kind's steps are
+    TorchScript functions, its state and values Python functions that reach its optimizer's
+    state protocol), for ``"native"`` the state and values ones (its steps are native RPC
+    functions); it takes the local optimizer's RRef first, then the op's arguments after the
+    handle."""
+    if kind == "native":
+        return _NATIVE[op]
     if kind == "torchscript" and op in ("_optimizer_step", "_optimizer_prepare", "_optimizer_commit"):
         return scripted_functions()[op]
     return (_TORCHSCRIPT if kind == "torchscript" else _PYTHON)[op]
@@ -175,39 +206,33 @@ def function_for(kind: str, op: str) -> Any:
 # --- a native owner's answers, in the caller's terms ----------------------------------------
 
 
-def group_of(hparams: List[Dict[str, float]], options: List[Dict[str, Optional[bool]]]) -> Dict[str, Any]:
-    """The first parameter group under ``torch.optim``'s names (tuples joined), with the
-    functional names of its numeric hyperparameters and flags (what
-    :class:`~plugin.optim._param_groups.DistributedParamGroup` reads)."""
-    return {"group": configuration.torch_group(dict(hparams[0]), dict(options[0])), "hparam_names": list(hparams[0]),
+def group_of(hparams: List[Dict[str, float]], options: List[Dict[str, Optional[bool]]],
+             tensors: Optional[List[Dict[str, Tensor]]] = None) -> Dict[str, Any]:
+    """The first parameter group under ``torch.optim``'s names (tuples joined; a hyperparameter
+    followed as a Tensor, in ``tensors``, as that Tensor), with the functional names of its
+    numeric hyperparameters and flags (what :class:`~plugin.optim._param_groups.DistributedParamGroup`
+    reads)."""
+    bound = tensors[0] if tensors else {}
+    shown = {name: bound.get(name, value) for name, value in hparams[0].items()}
+    return {"group": configuration.torch_group(shown, dict(options[0])), "hparam_names": list(hparams[0]),
             "option_names": list(options[0])}
 
 
-def native_state_dict(optimizer: str, raw: Tuple[Dict[int, Dict[str, Tensor]], List[Dict[str, float]],
-                                                   List[Dict[str, Optional[bool]]]]) -> Dict[str, Any]:
-    """A native local optimizer's ``_optimizer_state`` answer (one group) as a ``torch.optim``
-    state dict (local indices; the group's ``'params'`` left to the caller, which numbers them)."""
-    state, hparams, options = raw
-    group = configuration.torch_group(dict(hparams[0]), dict(options[0]))
-    return configuration.torch_state_dict(optimizer, {int(i): dict(e) for i, e in state.items()}, [group])
-
-
-def checked_group_update(optimizer_class: type, hparams: Dict[str, float], options: Dict[str, Optional[bool]],
-                         values: Dict[str, Any]) -> Tuple[Dict[str, float], Dict[str, Optional[bool]], Optional[str]]:
-    """A native local optimizer's group (functional names) updated with ``values`` (torch's
-    names), checked as ``load_state_dict`` checks them, with its sparse-gradient rule.
+def check_group_update(optimizer_class: type, hparams: Dict[str, float], options: Dict[str, Optional[bool]],
+                       values: Dict[str, Any]) -> None:
+    """Checks a native local optimizer's group (functional names) updated with ``values``
+    (torch's names) as ``load_state_dict`` checks them (the caller's check before anything is
+    sent; each owner's ``functional_optim`` optimizer checks again).
 
     Raises:
         TypeError, ValueError, RuntimeError: as ``functional_optim``'s ``load_state_dict``.
     """
     functional_class = functional_optim.functional_optimizer_for(optimizer_class)
-    updates_h, updates_o, _ = configuration.group_update(functional_class, hparams, options, values)
-    return checked_group(optimizer_class, dict(hparams, **updates_h), dict(options, **updates_o))
+    configuration.group_update(functional_class, hparams, options, values)
 
 
-def checked_group(optimizer_class: type, hparams: Dict[str, float], options: Dict[str, Optional[bool]]
-                  ) -> Tuple[Dict[str, float], Dict[str, Optional[bool]], Optional[str]]:
-    """A native local optimizer's new group values (functional names), checked as its
-    ``set_group`` checks them (raising its errors), with the group's sparse-gradient rule."""
+def check_group(optimizer_class: type, hparams: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
+    """Checks a native local optimizer's new group values (functional names) as its
+    ``set_group`` checks them (raising its errors; the caller's check before anything is sent)."""
     functional_class = functional_optim.functional_optimizer_for(optimizer_class)
-    return hparams, options, configuration.check_group(functional_class, hparams, options)
+    configuration.check_group(functional_class, hparams, options)

@@ -2,15 +2,19 @@
 stepped in C++ (``torch.classes.gilfree_rpc.LocalOptimizer``, ``plugin/csrc/optim/local_optimizer.h``)
 through ``functional_optim``'s group steps, without the GIL and without TorchScript.
 
-:class:`LocalOptimizer` takes the configuration as ``functional_optim.configuration.configure``
-validates and parses it, builds the C++ object from it and keeps only that. Its methods call
-the C++ object's ops by its handle (``plugin.ops``): the same ops another worker calls by RPC
-(``plugin/csrc/rpc/rpc_functions.cpp``). Nothing here names a particular optimizer or calls
-``torch.jit``.
+:class:`LocalOptimizer` keeps an optimizer of ``functional_optim`` (the class's own code keeps
+the values, checks them, loads and saves state) and a C++ object that keeps what the steps
+need: the parameters, each group's plan (``functional_optim.configuration.step_plans``) and the
+state. After every change of values it hands the C++ object the new plans, and after a load
+the state ``functional_optim`` checked and cast; the C++ object makes the state of a
+parameter's first step itself (the op library's ``new_state``). Steps go to the C++ object's
+ops by its handle (``plugin.ops``): the same ops another worker calls by RPC
+(``plugin/csrc/rpc/rpc_functions.cpp``); everything else runs here, in Python. Nothing here
+names a particular optimizer or calls ``torch.jit``.
 """
-import copy
 import inspect
-from typing import Any, Dict, List, Optional, Tuple
+import threading
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from torch import Tensor
 
@@ -37,6 +41,13 @@ def _given_flags(functional_class: type, params: Any, args: tuple, kwargs: dict)
         if bound.get(flag) or any(g.get(flag) for g in groups):
             return f"{flag}=True"
     return None
+
+
+def _optimizer(functional_class: type, params: Any, args: tuple, kwargs: dict) -> Any:
+    """``functional_class(params, *args, **kwargs)`` (an iterator of parameters read once)."""
+    if not isinstance(params, (list, tuple, Tensor, dict)):
+        params = list(params)
+    return functional_class(params, *args, **kwargs)
 
 
 class LocalOptimizer:
@@ -81,7 +92,7 @@ class LocalOptimizer:
 
     @classmethod
     def build(cls, functional_class: type, params: Any, *args: Any, **kwargs: Any) -> Tuple[Optional["LocalOptimizer"], Optional[str]]:
-        """A local optimizer, or why there is none, configuring once.
+        """A local optimizer, or why there is none, building the ``functional_optim`` optimizer once.
 
         Args:
             functional_class (type), params, *args, **kwargs: as for the constructor.
@@ -98,26 +109,21 @@ class LocalOptimizer:
         return (local, None) if reason is None else (None, reason)
 
     def _init(self, functional_class: type, params: Any, args: tuple, kwargs: dict) -> Optional[str]:
-        """Configures once and builds the C++ object; or builds nothing and returns why not."""
+        """Builds the ``functional_optim`` optimizer and the C++ object; or builds nothing and
+        returns why not."""
         reason = _given_flags(functional_class, params, args, kwargs)
-        config = configuration.configure(functional_class, params, *args, **kwargs)
-        reason = reason or config.not_fused
+        optimizer = _optimizer(functional_class, params, args, kwargs)
+        reason = reason or configuration.not_fused(optimizer)
         if reason is not None:
             return reason
         self._class = functional_class
-        self._name = config.name
-        self._indices: List[List[int]] = []
-        start = 0
-        for group in config.groups:
-            self._indices.append(list(range(start, start + len(group))))
-            start += len(group)
-        self._tensors: List[Dict[str, Tensor]] = [dict(t) for t in config.tensor_hyperparameters]
-        self._extras: List[Dict[str, Any]] = [dict(e) for e in config.extras]
-        self._object = ops.new_local_optimizer(
-            config.name, config.groups, config.hyperparameters, config.options, config.tensor_hyperparameters,
-            config.sparse_errors, config.dense_error, config.state,
-        )
+        self._optim = optimizer
+        self._name = configuration.optimizer_name(optimizer)
+        self._lock = threading.Lock()  # the functional_optim optimizer's, between this process's threads
+        groups = [list(group["params"]) for group in optimizer.param_groups]
+        self._object = ops.new_local_optimizer(self._name, groups, configuration.dense_error(optimizer))
         self._handle: int = self._object.handle()
+        self._configure(range(len(groups)), with_state=True)
         return None
 
     @staticmethod
@@ -144,7 +150,7 @@ class LocalOptimizer:
         if reason is not None:
             return reason
         try:
-            return configuration.configure(functional_class, params, *args, **kwargs).not_fused
+            return configuration.not_fused(_optimizer(functional_class, params, args, kwargs))
         except Exception:  # noqa: BLE001 (the constructor raises it again, with its message)
             return None
 
@@ -165,9 +171,10 @@ class LocalOptimizer:
             bool: True for SGD and Adagrad unless a group has ``fused=True`` (Adagrad: or
             ``weight_decay != 0``), and SparseAdam; False for the others.
 
-        Raises nothing for a live optimizer.
+        Raises nothing.
         """
-        return ops._optimizer_accepts_sparse(self._handle)
+        with self._lock:
+            return all(plan.sparse_error is None for plan in configuration.step_plans(self._optim))
 
     # --- steps ------------------------------------------------------------------------------
 
@@ -201,39 +208,31 @@ class LocalOptimizer:
         """
         ops._optimizer_step_gradients(self._handle, gradients)
 
-    # --- state and values ---------------------------------------------------------------------
+    # --- state and values: functional_optim's, in Python ------------------------------------
 
     def state_dict(self) -> Dict[str, Any]:
-        """The state in the matching ``torch.optim`` class's format, under the locks.
+        """The state in the matching ``torch.optim`` class's format.
 
         Returns:
             Dict[str, Any]: ``{'state': {flat index: {key: Tensor}}, 'param_groups': [...]}``:
-            torch's keys, shapes, dtypes and devices, copies; each group with torch's names
-            (tuples joined), a Tensor hyperparameter as the Tensor it follows, the group's
-            other keys (``'param_names'``, a scheduler's ``'initial_lr'``) and ``'params'`` last.
+            torch's keys, shapes, dtypes and devices, copies taken under the parameters' locks;
+            the groups as the ``functional_optim`` class saves them (torch's names, a Tensor
+            hyperparameter as the Tensor it follows, the group's other keys: ``'param_names'``,
+            a scheduler's ``'initial_lr'``; ``'params'`` last).
 
         Raises nothing for a live optimizer.
         """
-        state, hparams, options = ops._optimizer_state(self._handle)
-        groups = []
-        for g, indices in enumerate(self._indices):
-            packed = configuration.torch_group(dict(hparams[g]), dict(options[g]))
-            shown = {name: self._tensors[g].get(name, value) for name, value in hparams[g].items()}
-            for key, value in configuration.torch_group(shown, {}).items():
-                if isinstance(value, Tensor) or (isinstance(value, tuple) and any(isinstance(v, Tensor) for v in value)):
-                    packed[key] = value
-            for key, value in self._extras[g].items():
-                packed.setdefault(key, value)
-            packed["params"] = list(indices)
-            groups.append(packed)
-        return configuration.torch_state_dict(self._name, state, groups)
+        with self._lock:
+            groups = self._optim.state_dict()["param_groups"]  # (it keeps no state: the C++ object does)
+            return configuration.torch_state_dict(self._name, self._object.state(), groups)
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Loads a ``torch.optim``-format state dict (saved from this class, the eager
-        ``functional_optim`` class or the ``torch.optim`` class), as ``functional_optim``'s
-        ``load_state_dict`` does: parameters matched by position, state tensors copied and cast
-        to each parameter's device and dtype, each group's saved hyperparameters and flags set
-        (saved Tensors followed as copies), other saved keys kept in the group.
+        ``functional_optim`` class or the ``torch.optim`` class) with the ``functional_optim``
+        class's ``load_state_dict``: parameters matched by position, state tensors copied and
+        cast to each parameter's device and dtype, each group's saved hyperparameters and flags
+        set (saved Tensors followed as copies), other saved keys kept in the group. The new
+        values and state reach the steps at once, under the parameters' locks.
 
         Args:
             state_dict (Dict[str, Any]): ``{'state': {index: {key: Tensor}}, 'param_groups':
@@ -247,37 +246,14 @@ class LocalOptimizer:
             RuntimeError: flags that would take a group off the fused implementation, or
                 ``fused`` with ``foreach`` (torch's message).
         """
-        saved_groups = state_dict["param_groups"]
-        if len(saved_groups) != len(self._indices):
-            raise ValueError("loaded state dict has a different number of parameter groups")
-        if any(len(g) != len(s["params"]) for g, s in zip(self._indices, saved_groups)):
-            raise ValueError(
-                "loaded state dict contains a parameter group that doesn't match the size of optimizer's group"
-            )
-        id_map = {}
-        for saved, indices in zip(saved_groups, self._indices):
-            id_map.update(zip(saved["params"], indices))
-        new_state = {id_map[i]: configuration.state_entry(i, e) for i, e in state_dict["state"].items() if i in id_map}
-        current_h, current_o = self._values()
-        updates_h, updates_o, errors, bound = [], [], [], []
-        for g, saved in enumerate(saved_groups):
-            values = {k: v for k, v in saved.items() if k != "params"}
-            h, o, tensors = configuration.group_update(self._class, current_h[g], current_o[g], values)
-            errors.append(configuration.check_group(self._class, dict(current_h[g], **h), dict(current_o[g], **o)))
-            updates_h.append(h)
-            updates_o.append(o)
-            bound.append(_functional_names({k: copy.deepcopy(v) for k, v in tensors.items()}))
-        ops._optimizer_load_state(self._handle, new_state, updates_h, updates_o, errors)
-        for g, saved in enumerate(saved_groups):
-            for name in updates_h[g]:
-                self._tensors[g].pop(name, None)
-            if bound[g]:
-                ops._optimizer_set_group(self._handle, g, {}, {}, bound[g], errors[g])
-                self._tensors[g].update(bound[g])
-            known = configuration.torch_group(current_h[g], current_o[g])
-            for key, value in saved.items():
-                if key != "params" and key not in known and (key not in self._extras[g] or key == "param_names"):
-                    self._extras[g][key] = list(value) if key == "param_names" else value
+        with self._lock:
+            hparams, options = self._optim.hyperparameters(), self._optim.options()
+            for g, saved in enumerate(state_dict["param_groups"][: len(hparams)]):
+                values = {k: v for k, v in saved.items() if k != "params"}
+                _, updates, _ = configuration.group_update(self._class, hparams[g], options[g], values)
+                self._check_fused(g, dict(options[g], **updates))
+            self._optim.load_state_dict(state_dict)
+            self._configure(range(len(hparams)), with_state=True)
 
     def hyperparameters(self) -> List[Dict[str, float]]:
         """Each group's numeric hyperparameters.
@@ -288,7 +264,8 @@ class LocalOptimizer:
 
         Raises nothing for a live optimizer.
         """
-        return self._values()[0]
+        with self._lock:
+            return self._optim.hyperparameters()
 
     def options(self) -> List[Dict[str, Optional[bool]]]:
         """Each group's flags.
@@ -299,7 +276,21 @@ class LocalOptimizer:
 
         Raises nothing for a live optimizer.
         """
-        return self._values()[1]
+        with self._lock:
+            return self._optim.options()
+
+    def tensor_hyperparameters(self) -> List[Dict[str, Tensor]]:
+        """Each group's hyperparameters given as Tensors, which its steps follow.
+
+        Returns:
+            List[Dict[str, Tensor]]: one new dict per group, functional names, the Tensors
+            themselves (1 element each, any floating dtype and device; changed in place, they
+            take effect at the next step).
+
+        Raises nothing for a live optimizer.
+        """
+        with self._lock:
+            return [dict(zip(plan.tensor_names, plan.tensor_values)) for plan in configuration.step_plans(self._optim)]
 
     def set_group(self, group: int, hparams: Dict[str, Any], options: Dict[str, Optional[bool]],
                   tensor_hparams: Optional[Dict[str, Tensor]] = None) -> None:
@@ -321,28 +312,14 @@ class LocalOptimizer:
             RuntimeError: ``fused`` with ``foreach`` (torch's message), or flags that would take
                 the group off the fused implementation (``foreach=True``, ``fused=False``...).
         """
-        tensors = dict(tensor_hparams or {})
-        n = len(self._indices)
-        if not 0 <= group < n:
-            raise ValueError(f"parameter group {group} does not exist (the optimizer has {n} groups)")
-        current_h, current_o = self._values()
-        for name in list(hparams) + list(tensors):
-            if name not in current_h[group]:
-                raise ValueError(f"unknown hyperparameter '{name}'; this optimizer has {list(current_h[group])}")
-        for name, value in options.items():
-            if name not in current_o[group]:
-                raise ValueError(f"unknown option '{name}'; this optimizer has {list(current_o[group])}")
-            if value is None and name not in ("foreach", "fused"):
-                raise ValueError(f"option '{name}' must be True or False, not None")
-        numbers = {k: float(v) for k, v in hparams.items()}
-        foreach = options.get("foreach", current_o[group].get("foreach"))
-        read = {k: configuration.tensor_value(self._class, k, v, foreach) for k, v in tensors.items()}
-        error = configuration.check_group(self._class, dict(current_h[group], **numbers, **read),
-                                           dict(current_o[group], **options))
-        ops._optimizer_set_group(self._handle, group, numbers, dict(options), tensors, error)
-        for name in numbers:
-            self._tensors[group].pop(name, None)
-        self._tensors[group].update(tensors)
+        with self._lock:
+            n = len(self._optim.param_groups)
+            if not 0 <= group < n:
+                raise ValueError(f"parameter group {group} does not exist (the optimizer has {n} groups)")
+            self._check_fused(group, dict(self._optim.options()[group], **options))
+            configuration.set_group(self._optim, group, {k: float(v) for k, v in hparams.items()}, options,
+                                    tensor_hparams)
+            self._configure([group], with_state=False)
 
     def set_hyperparameter(self, group: int, name: str, value: float) -> None:
         """:meth:`set_group` of one number (``set_hyperparameter(0, "lr", 0.01)``).
@@ -359,23 +336,33 @@ class LocalOptimizer:
 
     # --- helpers ----------------------------------------------------------------------------
 
-    def _values(self) -> Tuple[List[Dict[str, float]], List[Dict[str, Optional[bool]]]]:
-        hparams, options = ops._optimizer_hyperparameters(self._handle)
-        return [dict(h) for h in hparams], [dict(o) for o in options]
+    def _check_fused(self, group: int, options: Dict[str, Optional[bool]]) -> None:
+        """Raises ``RuntimeError`` unless group ``group`` with flags ``options`` runs the fused
+        implementation (the one the C++ object steps)."""
+        if configuration.implementation(self._optim, group, options) != "fused":
+            shown = {k: options.get(k) for k in ("foreach", "fused")}
+            raise RuntimeError(
+                f"parameter group {group} would no longer run the fused implementation with "
+                f"foreach={shown['foreach']} and fused={shown['fused']}; a native local optimizer steps only fused groups"
+            )
+
+    def _configure(self, groups: Iterable[int], with_state: bool) -> None:
+        """Hands the C++ object the plans of ``groups`` and, ``with_state``, the state
+        ``functional_optim`` made (at construction: Adagrad's) or loaded, which the C++ object
+        keeps from then on (the ``functional_optim`` optimizer keeps none). The caller holds
+        ``self._lock`` (or is the constructor)."""
+        plans = configuration.step_plans(self._optim)
+        groups = list(groups)
+        state = None
+        if with_state:
+            state = {int(i): dict(entry) for i, entry in self._optim.get_state().items()}
+        self._object.configure(
+            groups, [plans[g].names for g in groups], [plans[g].values for g in groups],
+            [plans[g].tensor_names for g in groups], [plans[g].tensor_values for g in groups],
+            [plans[g].sparse_error for g in groups], state,
+        )
+        if with_state:
+            self._optim.set_state({})
 
     def __repr__(self) -> str:
         return f"LocalOptimizer({self._class.__name__}, handle={self._handle})"
-
-
-def _functional_names(tensors: Dict[str, Any]) -> Dict[str, Tensor]:
-    """Tensor hyperparameters under torch's names (a tuple may hold them) as functional names."""
-    out: Dict[str, Tensor] = {}
-    for key, value in tensors.items():
-        parts = configuration.TUPLE_HYPERPARAMETERS.get(key)
-        if parts is None or not isinstance(value, (tuple, list)):
-            out[key] = value
-        else:
-            for half, v in zip(parts, value):
-                if isinstance(v, Tensor):
-                    out[half] = v
-    return out

@@ -1,11 +1,12 @@
 """The caller's side of the distributed optimizer's RPCs: one interface to every owner's
 local optimizer, the fan-out to all of them (send, wait, name who failed), the one deadline
-rule and the one status table of the step protocols.
+rule, and the status table of the step protocols (``_status.py``, the op library's).
 
 :class:`Owner` presents the three kinds of local optimizer (``_local.py``) alike: the caller
-never branches on the kind, only on :attr:`Owner.native` (native ones answer by native RPC
-functions, without the owner's GIL, and can step inside the backward pass and in one round trip
-on gradients the engine's pass vouched for). Every method returns a ``torch.futures.Future`` at
+never branches on the kind, only on :attr:`Owner.native` (native ones answer the steps by
+native RPC functions, without the owner's GIL, and can step inside the backward pass and in one
+round trip on gradients the engine's pass vouched for). State and values go to a Python
+function on the owner for every kind (``_local.function_for``). Every method returns a ``torch.futures.Future`` at
 once; :func:`gather` waits for a set of them and sorts the outcomes. A failure's kind
 (``ops._failure_kind``: timeout, unreachable, raised) is read from the future, never from its
 message.
@@ -18,11 +19,10 @@ import torch
 import torch.distributed.autograd as dist_autograd
 import torch.distributed.rpc as rpc
 
-from functional_optim import configuration
-
 from .. import _rpc_functions, ops
 from .._errors import raise_on_worker, remote_error_summary
 from . import _local
+from ._status import APPLIED, CHANGED, LATE, NOT_REACHED, REFUSED
 
 __all__ = [
     "Owner", "Failure", "gather", "raise_failures", "wait_all", "lease_ms", "deadline_ms", "send_python",
@@ -30,9 +30,7 @@ __all__ = [
     "APPLIED", "CHANGED", "LATE", "REFUSED", "NOT_REACHED", "STATUS_TEXT",
 ]
 
-# The outcome of an owner's part of a step: one table for every protocol (the C++'s
-# StepStatus, plugin/csrc/optim/local_optimizer.h). Nothing is applied but for APPLIED.
-APPLIED, CHANGED, LATE, REFUSED, NOT_REACHED = 0, 1, 2, 3, 4
+# What the caller's error says of an owner's status other than APPLIED.
 STATUS_TEXT = {
     CHANGED: "the context's gradients there changed after the backward pass checked them (another backward pass of "
              "the context, started elsewhere or from another thread); nothing was applied there",
@@ -130,19 +128,16 @@ class Owner:
         handle (int): a native local optimizer's handle on its owner (``-1`` for the others).
         accepts_sparse (bool): whether the local optimizer takes sparse gradients (decides
             whether the backward pass can vouch for a pass that found sparse ones).
-        optimizer (str): a native one's optimizer name in the op library (its state format).
 
     Raises nothing itself; its futures complete with the owner's errors.
     """
 
-    def __init__(self, name: str, kind: str, rref: Any, handle: int = -1, accepts_sparse: bool = False,
-                 optimizer: str = "") -> None:
+    def __init__(self, name: str, kind: str, rref: Any, handle: int = -1, accepts_sparse: bool = False) -> None:
         self.name = name
         self.kind = kind
         self.rref = rref
         self.handle = handle
         self.accepts_sparse = accepts_sparse
-        self.optimizer = optimizer
 
     @property
     def native(self) -> bool:
@@ -154,11 +149,11 @@ class Owner:
         return f"Owner({self.name!r}, {self.kind})"
 
     def _call(self, op: str, *args: Any) -> torch.futures.Future:
-        if self.native:
+        if self.native and op in _NATIVE_STEP_OPS:
             return _rpc_functions.call(self.name, op, (self.handle,) + args)
         return send_python(self.name, _local.function_for(self.kind, op), (self.rref,) + args)
 
-    # The protocols. Each step's future completes with a status of the table above.
+    # The protocols. Each step's future completes with a status of the table (_status.py).
     def step(self, context_id: int, version: int, deadline: int) -> torch.futures.Future:
         """One round trip: the owner reads the context's gradients (``version`` -1) or those
         the backward pass checked (``version``: its version of them), checks them, applies
@@ -177,38 +172,29 @@ class Owner:
         """Forgets the prepared step ``token``."""
         return self._call("_optimizer_drop", token)
 
-    # State and values, in one form for every kind: a torch.optim state dict of one group
-    # (local indices), and the group's values by functional name.
+    # State and values, in one form for every kind, in Python on the owner: a torch.optim state
+    # dict of one group (local indices), and the group's values by functional name. A native
+    # owner answers a change with whether its local optimizer now takes sparse gradients.
     def state(self) -> torch.futures.Future:
         """The local optimizer's ``torch.optim``-format state dict (copies of its tensors;
         local indices)."""
-        fut = self._call("_optimizer_state")
-        if not self.native:
-            return fut
-        return fut.then(lambda f: _local.native_state_dict(self.optimizer, f.wait()))
+        return self._call("_optimizer_state")
 
-    def load_state(self, state_dict: Dict[str, Any], values: Optional[Tuple[Any, ...]]) -> torch.futures.Future:
-        """Loads a ``torch.optim``-format state dict of one group (local indices); ``values``: the
-        group's new values as ``_local.checked_group_update`` made them (native owners)."""
-        if self.native:
-            state = {int(i): configuration.state_entry(i, entry) for i, entry in state_dict["state"].items()}
-            hparams, options, sparse_error = values
-            return self._call("_optimizer_load_state", state, [hparams], [options], [sparse_error])
+    def load_state(self, state_dict: Dict[str, Any]) -> torch.futures.Future:
+        """Loads a ``torch.optim``-format state dict of one group (local indices)."""
         return self._call("_optimizer_load_state", state_dict)
 
     def hyperparameters(self) -> torch.futures.Future:
         """The group's values: ``_local.group_of``'s form."""
-        fut = self._call("_optimizer_hyperparameters")
-        if not self.native:
-            return fut
-        return fut.then(lambda f: _local.group_of(*f.wait()))
+        return self._call("_optimizer_hyperparameters")
 
-    def set_group(self, hparams: Dict[str, float], options: Dict[str, Optional[bool]],
-                  sparse_error: Optional[str]) -> torch.futures.Future:
+    def set_group(self, hparams: Dict[str, float], options: Dict[str, Optional[bool]]) -> torch.futures.Future:
         """Sets hyperparameters (functional names) and flags of the local optimizer's group."""
-        if self.native:
-            return self._call("_optimizer_set_group", 0, hparams, options, {}, sparse_error)
         return self._call("_optimizer_set_group", hparams, options)
+
+
+# The ops a native owner answers by native RPC functions (no GIL there): the steps.
+_NATIVE_STEP_OPS = ("_optimizer_step", "_optimizer_prepare", "_optimizer_commit", "_optimizer_drop")
 
 
 # --- waiting --------------------------------------------------------------------------------

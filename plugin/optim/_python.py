@@ -19,6 +19,7 @@ from functional_optim.configuration import TUPLE_HYPERPARAMETERS, check_gradient
 
 from .. import ops
 from ._adapter import StepAdapter
+from ._status import APPLIED, LATE
 
 __all__ = ["PythonLocalOptimizer", "PythonStepWarning", "uses_python_step", "warn_once"]
 
@@ -172,13 +173,13 @@ class PythonLocalOptimizer(StepAdapter):
         return ops._park_step(gradients, lease_ms)
 
     def _apply_before(self, gradients: List[Optional[Tensor]], deadline_ms: int) -> int:
-        """Under the locks, :meth:`_run` keeping the step (0), unless the system clock reached
-        ``deadline_ms`` (-1: none; then 2, nothing applied)."""
+        """Under the locks, :meth:`_run` keeping the step (``APPLIED``), unless the system clock
+        reached ``deadline_ms`` (-1: none; then ``LATE``, nothing applied)."""
         with ops._holding(self._lock):
             if 0 <= deadline_ms <= ops._wall_clock_ms():
-                return 2
+                return LATE
             self._run(gradients, keep=True)
-        return 0
+        return APPLIED
 
     def _run(self, gradients: List[Optional[Tensor]], keep: bool) -> None:
         """The optimizer's step with ``gradients`` in ``.grad``; the caller holds the locks.
@@ -267,8 +268,9 @@ class PythonLocalOptimizer(StepAdapter):
 
     def torch_group(self) -> Dict[str, Any]:
         """The parameter group as :class:`plugin.optim.DistributedOptimizer`'s ``param_groups``
-        shows it: the keys whose values are numbers (a 0-dim tensor shows as its number), bools
-        or ``None``, and tuples of numbers for torch's tuple keys (``'betas'``, ``'etas'``,
+        shows it: the keys whose values are numbers (a 1-element floating-point Tensor as a copy
+        of it, as ``torch.optim`` keeps a Tensor ``lr``), bools or ``None``, and tuples of them
+        for torch's tuple keys (``'betas'``, ``'etas'``,
         ``'step_sizes'``, ``'ns_coefficients'``...); with the names of the numeric ones (tuples
         split, as the functional optimizers name them) and of the flags. Other keys stay on the owner only.
 
@@ -279,21 +281,19 @@ class PythonLocalOptimizer(StepAdapter):
         """
         with ops._holding(self._lock):
             items = [(k, v) for k, v in self.optimizer.param_groups[0].items() if k != "params"]
+            # a Tensor hyperparameter as a copy of it (what a scheduler changes in place)
+            items = [(k, _copy_tensors(v)) for k, v in items]
         group, hparams, options = {}, [], []
         for key, value in items:
-            if isinstance(value, Tensor) and value.dim() == 0 and not value.is_complex():
-                value = value.item()
-            if value is None or isinstance(value, bool):
-                group[key] = value
-                options.append(key)
-            elif isinstance(value, (int, float)):
+            if _is_number(value):
                 group[key] = value
                 hparams.append(key)
+            elif value is None or isinstance(value, bool):
+                group[key] = value
+                options.append(key)
             elif key in TUPLE_HYPERPARAMETERS and isinstance(value, (tuple, list)) and len(value) == len(
                 TUPLE_HYPERPARAMETERS[key]
-            ) and all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
-            ):
+            ) and all(_is_number(v) for v in value):
                 group[key] = tuple(value)
                 hparams.extend(TUPLE_HYPERPARAMETERS[key])
         return {"group": group, "hparam_names": hparams, "option_names": options}
@@ -346,6 +346,19 @@ class PythonLocalOptimizer(StepAdapter):
             ValueError: the group has no such hyperparameter.
         """
         self.set_group({name: value}, {})
+
+
+def _is_number(value: Any) -> bool:
+    """A hyperparameter's value: a Python number (not a bool) or a 1-element floating-point Tensor."""
+    if isinstance(value, Tensor):
+        return value.numel() == 1 and value.is_floating_point()
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _copy_tensors(value: Any) -> Any:
+    if isinstance(value, Tensor):
+        return value.detach().clone()
+    return tuple(_copy_tensors(v) for v in value) if isinstance(value, tuple) else value
 
 
 def _like(current: Any, value: float) -> Any:

@@ -17,6 +17,7 @@ from functional_optim.scripting import OptimizerModule, script, script_class
 
 from .. import ops
 from ._adapter import StepAdapter
+from ._status import APPLIED, LATE
 
 __all__ = ["ScriptLocalOptimizer", "scripted_functions", "interface_type"]
 
@@ -54,8 +55,12 @@ class ScriptLocalOptimizer(torch.nn.Module, StepAdapter):
     :meth:`commit_step`) for steps over several owners.
     """
 
+    _applied: torch.jit.Final[int]
+    _late: torch.jit.Final[int]
+
     def __init__(self, optimizer_class: type, params: List[Tensor], *args: Any, **kwargs: Any) -> None:
         super().__init__()
+        self._applied, self._late = APPLIED, LATE
         functional_class = functional_optim.functional_optimizer_for(optimizer_class)
         self._params = list(params)
         self.optimizer = OptimizerModule(functional_class(self._params, *args, **kwargs))
@@ -111,13 +116,15 @@ class ScriptLocalOptimizer(torch.nn.Module, StepAdapter):
         return ops._park_step(gradients, lease_ms)
 
     def _apply_before(self, gradients: List[Optional[Tensor]], deadline_ms: int) -> int:
-        """Under the locks, the optimizer's step (0), unless the system clock reached
-        ``deadline_ms`` (-1: none; then 2, nothing applied)."""
+        """Under the locks, the optimizer's step (``APPLIED``), unless the system clock reached
+        ``deadline_ms`` (-1: none; then ``LATE``, nothing applied). (The statuses are the
+        module's constants, which TorchScript compiles as such: read from the op library's
+        table when the package loaded.)"""
         with self._lock:
             if deadline_ms >= 0 and ops._wall_clock_ms() >= deadline_ms:
-                return 2
+                return self._late
             self.optimizer.step(gradients)
-        return 0
+        return self._applied
 
     def forward(self, context_id: int) -> None:
         """The same as :meth:`step`: calling the module steps it.

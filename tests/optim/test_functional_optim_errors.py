@@ -224,9 +224,17 @@ def test_step_param_errors_change_nothing(info, scripted):
 
 
 # ----------------------------------------------------------------------------- gradient check
+def _describe(t):
+    """``_validation.describe``'s form, a nested tensor's shape as ``(nested)``."""
+    shape = "(nested)" if t.is_nested else str(list(t.shape))
+    return f"shape {shape}, dtype {_validation.dtype_name(t.dtype)}, device {t.device}" + (", sparse" if t.is_sparse else "")
+
+
 def _reference_check_gradients(params, gradients, offsets, sparse_errors):
     """The straightforward gradient check (one full check per gradient, in index order) that
-    ``_validation.check_gradients`` must agree with, result for result and error for error."""
+    ``_validation.check_gradients`` must agree with, result for result and error for error:
+    each gradient a dense (strided, not nested) or sparse COO tensor of its parameter's shape,
+    dtype and device (a CSR or nested one is refused as one of another kind)."""
     if len(gradients) != len(params):
         raise ValueError(
             "step: expected " + str(len(params)) + " gradients (one per parameter, None to skip one); got "
@@ -239,11 +247,11 @@ def _reference_check_gradients(params, gradients, offsets, sparse_errors):
             grad = gradients[i]
             if grad is not None:
                 param = params[i]
-                if grad.dtype != param.dtype or grad.device != param.device or grad.shape != param.shape:
-                    raise ValueError(
-                        "gradients[" + str(i) + "]: expected " + _validation.describe(param)
-                        + " (like its parameter); got " + _validation.describe(grad)
-                    )
+                kind_fits = (grad.layout == torch.strided and not grad.is_nested) or grad.layout == torch.sparse_coo
+                if (not kind_fits or grad.dtype != param.dtype or grad.device != param.device
+                        or grad.shape != param.shape):
+                    raise ValueError("gradients[" + str(i) + "]: expected " + _describe(param)
+                                     + " (like its parameter); got " + _describe(grad))
                 if grad.is_sparse and sparse_errors[g] is not None:
                     raise RuntimeError(sparse_errors[g])
                 group_sparse = group_sparse or grad.is_sparse
@@ -328,6 +336,6 @@ def test_check_gradients_agrees_with_reference(scripted):
         # The same tensors come back (ids compared): TorchScript keeps a tensor's Python object.
         assert _outcome(check, params, gradients, offsets, sparse_errors, groups, full) == expected
         outcomes.add(expected[0] if expected[0] == "ok" else expected[1])
-        nested_seen = nested_seen or (expected[0] == "raised" and "Nested" in expected[2])
+        nested_seen = nested_seen or (expected[0] == "raised" and "(nested)" in expected[2])
     assert outcomes == {"ok", "ValueError", "RuntimeError"}
     assert nested_seen

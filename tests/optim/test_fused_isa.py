@@ -1,6 +1,6 @@
 """Each instruction-set build of the fused kernels gives DEFAULT's results, bit for bit.
 
-The kernels under plugin/csrc/cpu/ are compiled once per instruction set (DEFAULT, AVX2,
+The kernels under functional_optim/csrc/cpu/ are compiled once per instruction set (DEFAULT, AVX2,
 AVX512) and the library runs the best build the CPU supports, or the one ATen's
 ``ATEN_CPU_CAPABILITY`` names. Every build rounds alike (no FMA contraction; +, -, *, /
 and sqrt are exactly rounded), so each build this CPU runs must give the DEFAULT build's

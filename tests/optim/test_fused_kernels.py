@@ -1,4 +1,5 @@
-"""The fused CPU optimizer ops (``torch.ops.gilfree_optim.<name>_``) against torch.optim.
+"""This package's CPU kernels (``torch.ops.gilfree_optim.<name>_``: the optimizers torch has no
+fused kernel for; SGD's, Adam's, AdamW's and Adagrad's group steps run torch's) against torch.optim.
 
 * float32 / float64: 50 steps of the op and of ``torch.optim.<Class>(foreach=False)`` (the
   single-tensor reference) from the same start, every parameter and state tensor compared
@@ -33,21 +34,6 @@ def _combos(**options: List[Any]) -> List[Dict[str, Any]]:
 
 # name -> (torch class, list of constructor kwargs)
 CASES: Dict[str, Any] = {
-    "sgd": (torch.optim.SGD, [
-        {"lr": 0.05, **c} for c in _combos(weight_decay=[0.0, 0.1], momentum=[0.0, 0.9], maximize=[False, True])
-    ] + [
-        {"lr": 0.05, "momentum": 0.9, "dampening": 0.3},
-        {"lr": 0.05, "momentum": 0.9, "nesterov": True, "weight_decay": 0.01},
-    ]),
-    "adam": (torch.optim.Adam, [
-        {"lr": 0.01, **c} for c in _combos(weight_decay=[0.0, 0.1], amsgrad=[False, True], maximize=[False, True])
-    ]),
-    "adamw": (torch.optim.AdamW, [
-        {"lr": 0.01, **c} for c in _combos(weight_decay=[0.0, 0.1], amsgrad=[False, True], maximize=[False, True])
-    ]),
-    "adagrad": (torch.optim.Adagrad, [
-        {"lr": 0.05, **c} for c in _combos(weight_decay=[0.0, 0.1], lr_decay=[0.0, 0.01], maximize=[False, True])
-    ] + [{"lr": 0.05, "initial_accumulator_value": 0.5}]),
     "rmsprop": (torch.optim.RMSprop, [
         {"lr": 0.01, **c}
         for c in _combos(centered=[False, True], momentum=[0.0, 0.9], weight_decay=[0.0, 0.1], maximize=[False, True])
@@ -81,18 +67,9 @@ def _case_ids():
 
 
 def init_state(name: str, p: torch.Tensor, kw: Dict[str, Any]) -> Dict[str, torch.Tensor]:
-    """The state torch.optim creates for ``p`` before its first step (SGD: zeros; the op fills it)."""
+    """The state torch.optim creates for ``p`` before its first step."""
     step = torch.tensor(0.0)
     z = lambda: torch.zeros_like(p, memory_format=torch.preserve_format)  # noqa: E731
-    if name == "sgd":
-        return {"momentum_buffer": z()} if kw.get("momentum", 0.0) != 0 else {}
-    if name in ("adam", "adamw"):
-        s = {"step": step, "exp_avg": z(), "exp_avg_sq": z()}
-        if kw.get("amsgrad", False):
-            s["max_exp_avg_sq"] = z()
-        return s
-    if name == "adagrad":
-        return {"step": step, "sum": torch.full_like(p, kw.get("initial_accumulator_value", 0.0))}
     if name == "rmsprop":
         s = {"step": step, "square_avg": z()}
         if kw.get("momentum", 0.0) > 0:
@@ -122,19 +99,7 @@ def call_op(name: str, params, grads, states, kw: Dict[str, Any], first_step: bo
     wd = kw.get("weight_decay", 0.0)
     maximize = kw.get("maximize", False)
     betas = kw.get("betas", (0.9, 0.999))
-    if name == "sgd":
-        op(params, grads, col("momentum_buffer"), lr=kw["lr"], weight_decay=wd, momentum=kw.get("momentum", 0.0),
-           dampening=kw.get("dampening", 0.0), nesterov=kw.get("nesterov", False), maximize=maximize,
-           is_first_step=first_step)
-    elif name in ("adam", "adamw"):
-        default_wd = 0.01 if name == "adamw" else 0.0
-        op(params, grads, col("exp_avg"), col("exp_avg_sq"), col("max_exp_avg_sq"), col("step"), lr=kw["lr"],
-           beta1=betas[0], beta2=betas[1], weight_decay=kw.get("weight_decay", default_wd), eps=kw.get("eps", 1e-8),
-           amsgrad=kw.get("amsgrad", False), maximize=maximize)
-    elif name == "adagrad":
-        op(params, grads, col("sum"), col("step"), lr=kw["lr"], lr_decay=kw.get("lr_decay", 0.0), weight_decay=wd,
-           eps=kw.get("eps", 1e-10), maximize=maximize)
-    elif name == "rmsprop":
+    if name == "rmsprop":
         op(params, grads, col("square_avg"), col("grad_avg"), col("momentum_buffer"), col("step"), lr=kw["lr"],
            alpha=kw.get("alpha", 0.99), eps=kw.get("eps", 1e-8), weight_decay=wd, momentum=kw.get("momentum", 0.0),
            centered=kw.get("centered", False), maximize=maximize)
@@ -255,8 +220,6 @@ def _torch_step_float32(name, kw, param, grad, state, first_step):
     p32.grad = grad.float()
     opt = torch_class([p32], foreach=False, **kw)
     st = {k: (v.float() if v.dim() > 0 or k not in ("step", "mu_product") else v.clone()) for k, v in state.items()}
-    if name == "sgd" and first_step:
-        st = {}
     if st:
         opt.state[p32] = st
     opt.step()
@@ -325,17 +288,19 @@ def test_errors_name_the_argument_and_mutate_nothing(name):
 
 
 def test_state_list_of_wrong_length_is_rejected():
-    kw, params, grads, states = _sample("adam")
-    with pytest.raises(RuntimeError, match=r"amsgrad=True needs one max_exp_avg_sqs tensor per parameter"):
-        torch.ops.gilfree_optim.adam_(
-            params, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [],
-            [s["step"] for s in states], lr=0.1, beta1=0.9, beta2=0.99, weight_decay=0.0, eps=1e-8,
-            amsgrad=True, maximize=False)
+    kw = {"lr": 0.01, "momentum": 0.9}
+    params = _params([(3, 2), (7,)], torch.float32)
+    grads = _grads(0, [(3, 2), (7,)], torch.float32)
+    states = [init_state("rmsprop", p, kw) for p in params]
+    with pytest.raises(RuntimeError, match=r"momentum > 0 needs one momentum_buffers tensor per parameter"):
+        torch.ops.gilfree_optim.rmsprop_(
+            params, grads, [s["square_avg"] for s in states], [], [], [s["step"] for s in states], lr=0.1,
+            alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.9, centered=False, maximize=False)
     with pytest.raises(RuntimeError, match=r"state_steps\[0\] must be a one-element tensor"):
-        torch.ops.gilfree_optim.adam_(
-            params, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [],
-            [torch.zeros(2), torch.zeros(())], lr=0.1, beta1=0.9, beta2=0.99, weight_decay=0.0, eps=1e-8,
-            amsgrad=False, maximize=False)
+        torch.ops.gilfree_optim.rmsprop_(
+            params, grads, [s["square_avg"] for s in states], [], [s["momentum_buffer"] for s in states],
+            [torch.zeros(2), torch.zeros(())], lr=0.1, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.9,
+            centered=False, maximize=False)
 
 
 def test_non_contiguous_gradient_is_read_correctly():
@@ -343,11 +308,11 @@ def test_non_contiguous_gradient_is_read_correctly():
     kw = {"lr": 0.01}
     p = _params([(6, 5)], torch.float64)[0]
     g = torch.randn(5, 6, dtype=torch.float64).t()
-    state = init_state("adam", p, kw)
+    state = init_state("radam", p, kw)
     ref = torch.nn.Parameter(p.clone())
     ref.grad = g.contiguous()
-    torch.optim.Adam([ref], foreach=False, **kw).step()
-    call_op("adam", [p], [g], [state], kw)
+    torch.optim.RAdam([ref], foreach=False, **kw).step()
+    call_op("radam", [p], [g], [state], kw)
     torch.testing.assert_close(p, ref.detach(), rtol=1e-10, atol=0)
 
 

@@ -138,7 +138,7 @@ def test_steps_match_functional_optim_bitwise(case):
         if step == 1 and isinstance(kwargs.get("lr"), torch.Tensor):
             # a scheduler's change of a Tensor lr, in place: followed by both from the next step on
             eager.param_groups[0]["lr"].fill_(0.005)
-            native._tensors[0]["lr"].fill_(0.005)
+            native.state_dict()["param_groups"][0]["lr"].fill_(0.005)  # the Tensor it follows, as torch's
         assert_same(eager, eager_params, native, native_params)
     assert native.hyperparameters() == eager.hyperparameters()
     assert native.options() == eager.options()
@@ -405,13 +405,13 @@ def test_a_handle_whose_optimizer_is_gone_raises_naming_it():
     handle = native.handle
     other = LocalOptimizer(F.Adam, make_params(), lr=0.1)
     assert other.handle != handle
-    torch.ops.gilfree_rpc._optimizer_hyperparameters(handle)
+    torch.ops.gilfree_rpc._optimizer_step_gradients(handle, [None] * 4)
     del native
     gc.collect()
     with pytest.raises(RuntimeError, match=rf"there is no local optimizer with handle {handle} here"):
-        torch.ops.gilfree_rpc._optimizer_hyperparameters(handle)
+        torch.ops.gilfree_rpc._optimizer_step_gradients(handle, [None] * 4)
     with pytest.raises(RuntimeError, match=rf"handle {handle} "):
-        torch.ops.gilfree_rpc._optimizer_step_gradients(handle, [])
+        torch.ops.gilfree_rpc._optimizer_step(handle, 0, -1, -1)
     assert other.hyperparameters()[0]["lr"] == 0.1
 
 
@@ -446,6 +446,18 @@ def build_on_owner(name: str, cls: type, kwargs: dict) -> int:
     """On the owner: a native local optimizer over its parameter ``name``; returns its handle."""
     _LOCAL[name] = LocalOptimizer(cls, [optim_remote.PARAMS[name]], **kwargs)
     return _LOCAL[name].handle
+
+
+def state_dict_on_owner(name: str) -> dict:
+    return _LOCAL[name].state_dict()
+
+
+def set_group_on_owner(name: str, hparams: dict, options: dict) -> None:
+    _LOCAL[name].set_group(0, hparams, options)
+
+
+def load_state_dict_on_owner(name: str, state_dict: dict) -> None:
+    _LOCAL[name].load_state_dict(state_dict)
 
 
 def forget_on_owner(name: str) -> None:
@@ -492,10 +504,6 @@ def call(owner, op, *args):
     return _rpc_functions.call(owner, op, args).wait()
 
 
-# the sparse-gradient rule the caller sends with new values (functional_optim.configuration.check_group)
-ADAM_SPARSE = "Adam does not support sparse gradients, please consider SparseAdam instead"
-
-
 def test_ops_by_rpc_on_an_owner(cluster):
     owner, name = "worker1", "native_a"
     rref = rpc.rpc_sync(owner, optim_remote.make_param, args=(name, (3, 4), 7, torch.float64))
@@ -523,28 +531,30 @@ def test_ops_by_rpc_on_an_owner(cluster):
                 assert call(owner, "_optimizer_step", handle, ctx, versions[0], -1) == 0
         reference.step([grad])
         assert torch.equal(rref.to_here(), reference_param.detach()), f"step {step}"
-    state, hparams, options = call(owner, "_optimizer_state", handle)
-    assert_same_state(reference.get_state(), state)
-    assert hparams == reference.hyperparameters() and options == reference.options()
-    call(owner, "_optimizer_set_group", handle, 0, {"lr": 0.05}, {"amsgrad": True}, {}, ADAM_SPARSE)
-    assert call(owner, "_optimizer_hyperparameters", handle)[0][0]["lr"] == 0.05
-    loaded = {0: {k: v * 2 for k, v in state[0].items()}}
-    call(owner, "_optimizer_load_state", handle, loaded, [{"lr": 0.2}], [{"amsgrad": False}], [ADAM_SPARSE])
-    state2, hparams2, options2 = call(owner, "_optimizer_state", handle)
-    assert_same_state(loaded, state2)
-    assert hparams2[0]["lr"] == 0.2 and options2[0]["amsgrad"] is False
-    # errors come back with their type first, naming nothing changed
-    with pytest.raises(RuntimeError, match=r"ValueError: set_state: state\[0\]\['exp_avg'\] has shape \[7\]"):
-        call(owner, "_optimizer_load_state", handle, {0: {"exp_avg": torch.zeros(7)}}, [{}], [{}], [ADAM_SPARSE])
+    # its values and state: Python on the owner (functional_optim's optimizer there)
+    saved = rpc.rpc_sync(owner, state_dict_on_owner, args=(name,))
+    assert_same_state(reference.get_state(), saved["state"])
+    assert saved["param_groups"] == functional_optim.state_dict(reference)["param_groups"]
+    rpc.rpc_sync(owner, set_group_on_owner, args=(name, {"lr": 0.05}, {"amsgrad": True}))
+    loaded = {"state": {0: {k: v * 2 for k, v in saved["state"][0].items()}},
+              "param_groups": [dict(saved["param_groups"][0], lr=0.2, amsgrad=False)]}
+    rpc.rpc_sync(owner, load_state_dict_on_owner, args=(name, loaded))
+    again = rpc.rpc_sync(owner, state_dict_on_owner, args=(name,))
+    assert_same_state(loaded["state"], again["state"])
+    assert again["param_groups"][0]["lr"] == 0.2 and again["param_groups"][0]["amsgrad"] is False
+    # errors come back with their type (the steps': their text starts with it), nothing changed
+    with pytest.raises(ValueError, match=r"set_state: state\[0\]\['exp_avg'\] has shape \[7\]"):
+        rpc.rpc_sync(owner, load_state_dict_on_owner,
+                     args=(name, dict(loaded, state={0: {"exp_avg": torch.zeros(7)}})))
     with pytest.raises(RuntimeError, match=r"RuntimeError: Adam does not support sparse gradients"):
         with dist_autograd.context() as ctx:
             bad = rpc.rpc_sync(owner, optim_remote.use_param_sparse, args=(torch.tensor([0, 1]), name))
             plugin.autograd.backward(ctx, [bad.sum()])
             call(owner, "_optimizer_step", handle, ctx, -1, -1)
-    assert_same_state(loaded, call(owner, "_optimizer_state", handle)[0])
+    assert_same_state(loaded["state"], rpc.rpc_sync(owner, state_dict_on_owner, args=(name,))["state"])
     rpc.rpc_sync(owner, forget_on_owner, args=(name,))
     with pytest.raises(RuntimeError, match=rf"worker 'worker1' \(id 1\).*no local optimizer with handle {handle} here"):
-        call(owner, "_optimizer_hyperparameters", handle)
+        call(owner, "_optimizer_drop", handle, 1)
 
 
 @pytest.mark.parametrize("phases", ["step", "prepare-commit", "checked"])

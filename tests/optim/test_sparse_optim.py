@@ -419,3 +419,40 @@ def test_distributed_sparse_adam_steps_natively_with_the_checked_step(cluster):
     fresh.load_state_dict(reference.state_dict())
     train(fresh, 2)
     assert fresh.state_dict()["state"][1]["step"] == 5
+
+
+@pytest.mark.parametrize("lr_dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+def test_distributed_sparse_adam_with_a_tensor_lr_and_a_scheduler_equals_torch_bitwise(cluster, lr_dtype):
+    """A Tensor lr through a DistributedOptimizer over native owners, changed by a scheduler
+    between steps (in place, as torch's schedulers change a Tensor lr): its param_groups show
+    the Tensor as torch.optim's do, the owners follow its new value as a Tensor, and the
+    float64 tables equal torch.optim.SparseAdam's element by element (torch computes the step
+    size in the Tensor's dtype; a Python float instead is ~1e-10 off)."""
+    import torch.distributed.autograd as dist_autograd
+    import torch.distributed.rpc as rpc
+
+    import plugin
+    from plugin.optim import DistributedOptimizer
+    from tests.support import optim_remote
+
+    owner, name = "worker1", f"sparse_adam_tensor_lr_{str(lr_dtype)[6:]}"
+    rref = rpc.rpc_sync(owner, optim_remote.make_param, args=(name, (20, 3), 7))
+    local = rpc.rpc_sync(owner, optim_remote.param_value, args=(name,)).requires_grad_()
+    opt = DistributedOptimizer(torch.optim.SparseAdam, [rref], lr=torch.tensor(0.01, dtype=lr_dtype))
+    reference = torch.optim.SparseAdam([local], lr=torch.tensor(0.01, dtype=lr_dtype))
+    assert isinstance(opt.param_groups[0]["lr"], torch.Tensor) and opt.param_groups[0]["lr"].dtype == lr_dtype
+    schedulers = [torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=5) for o in (opt, reference)]
+    gen = torch.Generator().manual_seed(0)
+    for step in range(5):
+        idx = torch.randint(0, 20, (5,), generator=gen)
+        with dist_autograd.context() as ctx:
+            rows = rpc.rpc_sync(owner, optim_remote.use_param_sparse, args=(idx, name))
+            plugin.autograd.backward(ctx, [(rows * rows).sum()])
+            opt.step(ctx)
+        reference.zero_grad()
+        (torch.nn.functional.embedding(idx, local, sparse=True) ** 2).sum().backward()
+        reference.step()
+        for scheduler in schedulers:
+            scheduler.step()
+        assert torch.equal(opt.param_groups[0]["lr"], reference.param_groups[0]["lr"])
+        assert torch.equal(rpc.rpc_sync(owner, optim_remote.param_value, args=(name,)), local.detach()), step

@@ -24,6 +24,11 @@ def param_value(name: str) -> Tensor:
     return PARAMS[name].detach().clone()
 
 
+def param_version(name: str) -> int:
+    """The parameter's version counter (``_version``)."""
+    return PARAMS[name]._version
+
+
 def set_param(name: str, value: Tensor) -> None:
     with torch.no_grad():
         PARAMS[name].copy_(value)

@@ -1,4 +1,4 @@
-// The owners' part of gradient clipping by total norm (plugin/optim/clip.py), as two ops
+// The owners' part of gradient clipping by total norm (plugin/optim/_clip.py), as two ops
 // that the caller calls on every owner by RPC (rpc_functions.h): the norm of each
 // parameter's gradient in a context, and scaling those gradients in place. torch's
 // torch.nn.utils.clip_grad_norm_ computes the same norms, with torch._foreach_norm per

@@ -1,29 +1,30 @@
-// The native local optimizer: one owner's share of a DistributedOptimizer, stepped in C++
-// without the GIL and without TorchScript. It keeps the parameters, each group's values and
-// each parameter's state as functional_optim's GroupedState does, and steps a group through
-// its optimizer's group step (the ops gilfree_optim::new_state and group_step, by name, through
-// the dispatcher: functional_optim/csrc/group_step.h), which the functional_optim class runs by
-// default: its results are bitwise the class's.
+// The native local optimizer's steps: one owner's share of a DistributedOptimizer, stepped in C++
+// without the GIL and without TorchScript.
 //
-// The constructor takes what functional_optim.configure() gives (plugin/optim/_native.py): the
-// parameters in groups; each group's hyperparameters (functional names), flags, Tensor
-// hyperparameters (read with .item() before every step) and sparse-gradient RuntimeError
-// message (None: taken); the dense-gradient message (None: taken); the state torch creates at
-// construction (Adagrad's), kept as it is.
+// It keeps what the steps need and nothing else: the parameters, each group's values as its
+// group step takes them (functional_optim.configuration.StepPlan: names, values, the Tensor
+// hyperparameters it follows, the sparse-gradient rule), each parameter's state tensors, and the
+// state keys the op library gives for them. Everything else (the values as the optimizer class
+// keeps them, their checks, loading and saving state) is functional_optim's, in Python, on the
+// owner (plugin/optim/_native.py), which hands this object a group's plan whenever the group's
+// values change (configure), and reads and replaces the state through it. A step checks the
+// gradients, makes the state a parameter lacks and runs the group step, all with
+// functional_optim's ops (group_step_ops.h: check_gradients, new_state, group_step), so its
+// results are bitwise the functional_optim class's default (fused) implementation's.
 //
 // Each object has a handle (unique in the process, never reused) in a registry of weak
 // references; it lives as long as the Python LocalOptimizer (kept by its caller's RRef), and the
-// ops reach it by handle, locally and by RPC (rpc/rpc_functions.h). Every call that reads or
-// writes the parameters, their state or the group values holds the parameters' locks
-// (step_lock.h), but prepare, which only reads and checks. Errors (see ops.cpp) begin with the
-// Python exception type, which the caller rebuilds from the text (plugin/_errors.py); the
-// messages are functional_optim's; nothing changes when a check fails.
+// step ops reach it by handle, locally and by RPC (rpc/rpc_functions.h). Every call that reads or
+// writes the parameters, their state or the plans holds the parameters' locks (step_lock.h), but
+// prepare, which only reads and checks. Errors of the steps (see ops.cpp) begin with the Python
+// exception type, which the caller rebuilds from the text (plugin/_errors.py); nothing changes
+// when a check fails.
 #pragma once
 
 #include "optim/step_lock.h"
+#include "optim/step_status.h"
 
 #include <ATen/core/Dict.h>
-#include <ATen/core/List.h>
 #include <torch/custom_class.h>
 
 #include <chrono>
@@ -32,20 +33,9 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <vector>
 
 namespace gilfree_rpc {
-
-// The outcome of an owner's part of a step, one table for every protocol (the caller's
-// Python mirrors it: plugin/optim/_owners.py).
-enum StepStatus : int64_t {
-  kApplied = 0,
-  kChanged = 1,     // the gradients changed since the backward pass checked them: nothing applied
-  kLate = 2,        // the owner reached its locks after the deadline: nothing applied
-  kRefused = 3,     // the optimizer's check failed (step in the pass): nothing applied
-  kNotReached = 4,  // no part of the pass ran there (step in the pass): no gradient to apply
-};
 
 // Milliseconds since the Unix epoch on the system clock: what a step's deadline is compared with.
 inline int64_t wallClockMs() {
@@ -54,23 +44,15 @@ inline int64_t wallClockMs() {
 }
 
 using ParamState = c10::Dict<std::string, at::Tensor>;
-using Hyperparameters = c10::Dict<std::string, double>;
-using Options = c10::Dict<std::string, std::optional<bool>>;
-using TensorHyperparameters = c10::Dict<std::string, at::Tensor>;
 using OptimizerState = c10::Dict<int64_t, ParamState>;
 using MaybeGradients = std::vector<std::optional<at::Tensor>>;
 
 class LocalOptimizer : public torch::CustomClassHolder {
  public:
-  LocalOptimizer(
-      std::string name,
-      const std::vector<std::vector<at::Tensor>>& groups,
-      const c10::List<Hyperparameters>& hparams,
-      const c10::List<Options>& options,
-      const c10::List<TensorHyperparameters>& tensorHparams,
-      const std::vector<std::optional<std::string>>& sparseErrors,
-      std::optional<std::string> denseError,
-      const OptimizerState& state);
+  // `name`: the optimizer's name in the op library; `groups`: the parameters, group after group
+  // (flat indices number them in this order); `denseError`: the RuntimeError message for a dense
+  // gradient (SparseAdam's), or none. The groups' plans come with configure.
+  LocalOptimizer(std::string name, const std::vector<std::vector<at::Tensor>>& groups, std::optional<std::string> denseError);
 
   // Adds `self` to the registry under its handle (called once, right after construction).
   static c10::intrusive_ptr<LocalOptimizer> registered(c10::intrusive_ptr<LocalOptimizer> self);
@@ -94,51 +76,46 @@ class LocalOptimizer : public torch::CustomClassHolder {
   int64_t commit(int64_t token, int64_t deadlineMs);
   void stepGradients(const MaybeGradients& gradients);
 
-  std::tuple<OptimizerState, c10::List<Hyperparameters>, c10::List<Options>> state();
-  // Replaces all state with copies of `state` (torch's casting rules) and sets each group's
-  // values; checks every index, shape and name first.
-  void loadState(
-      const OptimizerState& state,
-      const c10::List<Hyperparameters>& hparams,
-      const c10::List<Options>& options,
-      const std::vector<std::optional<std::string>>& sparseErrors);
-  std::tuple<c10::List<Hyperparameters>, c10::List<Options>> hyperparameters();
-  void setGroup(
-      int64_t group,
-      const Hyperparameters& hparams,
-      const Options& options,
-      const TensorHyperparameters& tensorHparams,
-      std::optional<std::string> sparseError);
-  bool acceptsSparse();
+  // Under the locks, at once: the plans of `groups` (a group's names and values, the Tensor
+  // hyperparameters it follows, its sparse-gradient rule: functional_optim's StepPlan), and,
+  // when given, all state (flat index -> {key: tensor}: the tensors themselves, as
+  // functional_optim made, checked and cast them). Called by plugin.optim.LocalOptimizer only,
+  // with values functional_optim validated; checks only that the lists fit.
+  void configure(
+      const std::vector<int64_t>& groups,
+      const std::vector<std::vector<std::string>>& names,
+      const std::vector<std::vector<double>>& values,
+      const std::vector<std::vector<std::string>>& tensorNames,
+      const std::vector<std::vector<at::Tensor>>& tensorValues,
+      const std::vector<std::optional<std::string>>& sparseErrors,
+      const std::optional<OptimizerState>& state);
+  // Copies of the state (parameters that have some), under the locks.
+  OptimizerState state();
 
  private:
-  struct Checked {
-    std::vector<std::vector<size_t>> present;  // per group: flat indices with a gradient
+  struct Plan {
+    std::vector<std::string> names;
+    std::vector<double> values;
+    std::vector<std::string> tensorNames;
+    std::vector<at::Tensor> tensorValues;
   };
 
-  // check_gradients: the count, then each gradient in flat order (shape, dtype, device;
-  // sparse only where the group's sparse error is None; dense only without a dense error).
-  Checked check(const MaybeGradients& gradients, const std::vector<std::optional<std::string>>& sparseErrors) const;
+  // Raises unless every gradient fits (functional_optim's check_gradients), the error's text
+  // led by its Python type.
+  void check(const MaybeGradients& gradients, const std::vector<std::optional<std::string>>& sparseErrors) const;
   // Checks and applies; the caller holds the locks.
   void applyLocked(const MaybeGradients& gradients);
   // Takes the locks; then applyLocked unless the deadline has passed. kApplied or kLate.
   int64_t applyBefore(const MaybeGradients& gradients, int64_t deadlineMs);
-  void syncTensorHyperparametersLocked();
-  std::tuple<c10::List<Hyperparameters>, c10::List<Options>> valuesLocked() const;
-  // The state keys of every parameter of group `g` with its current values.
+  // The state keys of every parameter of group `g` with its current plan.
   void setKeysLocked(size_t g);
-  int64_t groupOf(int64_t index) const;
-  Hyperparameters updatedHyperparameters(int64_t group, const Hyperparameters& updates) const;
-  Options updatedOptions(int64_t group, const Options& updates) const;
 
   const int64_t handle_;
   const std::string name_;
-  std::vector<at::Tensor> params_;  // flat
-  std::vector<int64_t> offsets_;    // group g: offsets_[g] <= i < offsets_[g + 1]
-  std::vector<Hyperparameters> hparams_;
-  std::vector<Options> options_;
-  std::vector<TensorHyperparameters> tensorHparams_;
-  std::vector<ParamState> state_;              // per flat index
+  const std::vector<at::Tensor> params_;  // flat
+  std::vector<int64_t> offsets_;          // group g: offsets_[g] <= i < offsets_[g + 1]
+  std::vector<Plan> plans_;               // per group
+  std::vector<ParamState> state_;         // per flat index
   std::vector<std::vector<std::string>> keys_;  // per flat index: its state keys, in order
   const std::optional<std::string> denseError_;
   const std::vector<std::shared_ptr<ParamLock>> locks_;

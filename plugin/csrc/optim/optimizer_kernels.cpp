@@ -6,6 +6,7 @@
 #include "optim/pass_end.h"
 #include "optim/prepared_steps.h"
 #include "optim/step_lock.h"
+#include "optim/step_status.h"
 #include "rpc/transport.h"
 
 #include <torch/csrc/distributed/autograd/context/container.h>
@@ -32,6 +33,14 @@ void failureKindKernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
   torch::jit::push(*stack, std::move(kind));
 }
 
+c10::Dict<std::string, int64_t> stepStatusesKernel() {
+  c10::Dict<std::string, int64_t> table;
+  for (const auto& [name, status] : kStepStatuses) {
+    table.insert(name, status);
+  }
+  return table;
+}
+
 c10::Dict<std::string, int64_t> optimizerDebugInfoKernel() {
   c10::Dict<std::string, int64_t> info;
   info.insert("num_param_locks", numParamLocks());
@@ -54,6 +63,7 @@ TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
   m.impl("_wall_clock_ms", TORCH_FN(wallClockMs));
   m.impl("_failure_kind", torch::CppFunction::makeFromBoxedFunction<&failureKindKernel>());
   m.impl("_optimizer_debug_info", TORCH_FN(optimizerDebugInfoKernel));
+  m.impl("_step_statuses", TORCH_FN(stepStatusesKernel));
   // the optimizer sends its step RPCs with no current context (see compat.h)
   m.impl("_swap_current_context", TORCH_FN(swapCurrentContext));
 }

@@ -4,25 +4,23 @@
 #include "engine/part_end.h"
 #include "rpc/transport.h"
 
+#include "functional_optim/csrc/group_step_ops.h"
+
 #include <unordered_set>
 
 namespace gilfree_rpc {
 namespace {
 
 // kGradientsFit (| kSomeSparse) when the engine holds gradients of the context here and
-// every one fits its leaf; 0 otherwise. The dicts are not summed: a sum of gradients that
-// each fit their leaf fits it too (a sparse and a dense one sum to a dense one).
+// every one fits its leaf (functional_optim's rule, the one its check_gradients applies:
+// gradientFits); 0 otherwise. The dicts are not summed: a sum of gradients that each fit their
+// leaf fits it too (a sparse and a dense one sum to a dense one).
 int64_t finding(const StoredGradients& stored) {
   bool any = false, fits = true, sparse = false;
   for (const auto& dict : stored.dicts) {
     for (const auto& item : dict) {
-      const auto& leaf = item.key();
-      const auto& grad = item.value();
-      const bool isDense = grad.defined() && grad.layout() == c10::kStrided && !grad.is_nested();
-      const bool isSparse = grad.defined() && grad.layout() == c10::kSparse;
-      fits = fits && (isDense || isSparse) && grad.sizes().equals(leaf.sizes()) && grad.dtype() == leaf.dtype() &&
-          grad.device() == leaf.device();
-      sparse = sparse || isSparse;
+      fits = fits && gilfree_optim::gradientFits(item.key(), item.value());
+      sparse = sparse || (item.value().defined() && item.value().is_sparse());
       any = true;
     }
   }

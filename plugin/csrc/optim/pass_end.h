@@ -28,6 +28,7 @@
 #pragma once
 
 #include "optim/local_optimizer.h"
+#include "optim/step_status.h"
 
 #include <cstdint>
 #include <vector>
@@ -44,7 +45,7 @@ constexpr int64_t kSomeSparse = 2;
 std::vector<int64_t> checkedVersions(int64_t contextId, const std::vector<int64_t>& workers, bool acceptSparse);
 
 // On the worker that called backward with steps, after a pass that ended everywhere: each
-// worker's StepStatus (local_optimizer.h) in `workers`' order (a worker that answered twice shows its worst).
+// worker's StepStatus (step_status.h) in `workers`' order (a worker that answered twice shows its worst).
 std::vector<int64_t> stepOutcomes(int64_t contextId, const std::vector<int64_t>& workers);
 
 }  // namespace gilfree_rpc

@@ -20,15 +20,12 @@ constexpr RpcOp kRpcOps[] = {
     {"_receive_gradients", true},
     {"_reachability", false},
     {"_abort_pass", false},
-    // the native local optimizers (local_optimizer.h)
+    // the native local optimizers' steps (local_optimizer.h; their values and state are read
+    // and changed by Python functions on the owner: plugin/optim/_local.py)
     {"_optimizer_step", false},
     {"_optimizer_prepare", false},
     {"_optimizer_commit", false},
     {"_optimizer_drop", false},
-    {"_optimizer_state", false},
-    {"_optimizer_load_state", false},
-    {"_optimizer_hyperparameters", false},
-    {"_optimizer_set_group", false},
     // embedding-bag lookups (remote_lookup.h)
     {"_lookup_bags", false},
     // remote modules' forward (nn/remote_module.h)
