@@ -74,8 +74,8 @@ def test_training_equals_eager(cluster, case):
     remote = RemoteModule("worker1/cpu", cls, args, example_inputs=make(4))
     assert remote.native, remote.reason
     twin = local_twin(remote, cls, *args)
-    opt = DistributedOptimizer(torch.optim.Adam, remote.remote_parameters(), lr=0.01, foreach=True)
-    local_opt = torch.optim.Adam(twin.parameters(), lr=0.01, foreach=True)
+    opt = DistributedOptimizer(torch.optim.Adam, remote.remote_parameters(), lr=0.01)
+    local_opt = torch.optim.Adam(twin.parameters(), lr=0.01)
     for step, batch in enumerate((4, 7, 3)):
         inputs = make(batch)
         a, b = with_grad(inputs), with_grad(inputs)
