@@ -16,7 +16,7 @@ import torch.distributed.rpc as rpc
 import functional_optim
 import plugin
 from plugin import _rpc_functions, ops
-from plugin.optim import LocalOptimizer
+from plugin.optim import LocalOptimizer, _status
 from tests.support import optim_remote
 
 F = functional_optim
@@ -525,10 +525,10 @@ def test_ops_by_rpc_on_an_owner(cluster):
             else:
                 versions = ops._checked_versions(ctx, [1], False)
                 assert len(versions) == 1
-                if step == 3:  # a deadline in the past: refused, nothing applied
-                    assert call(owner, "_optimizer_step", handle, ctx, versions[0], 1) == 2
-                    assert call(owner, "_optimizer_step", handle, ctx, versions[0] + 1, -1) == 1
-                assert call(owner, "_optimizer_step", handle, ctx, versions[0], -1) == 0
+                if step == 3:  # a deadline in the past: late; other gradients: changed; nothing applied
+                    assert call(owner, "_optimizer_step", handle, ctx, versions[0], 1) == _status.LATE
+                    assert call(owner, "_optimizer_step", handle, ctx, versions[0] + 1, -1) == _status.CHANGED
+                assert call(owner, "_optimizer_step", handle, ctx, versions[0], -1) == _status.APPLIED
         reference.step([grad])
         assert torch.equal(rref.to_here(), reference_param.detach()), f"step {step}"
     # its values and state: Python on the owner (functional_optim's optimizer there)
@@ -574,7 +574,7 @@ def test_an_owner_steps_while_a_thread_holds_its_gil(cluster, phases):
         elif phases == "prepare-commit":
             call(owner, "_optimizer_commit", handle, call(owner, "_optimizer_prepare", handle, ctx, 10_000), -1)
         else:
-            assert call(owner, "_optimizer_step", handle, ctx, versions[0], -1) == 0
+            assert call(owner, "_optimizer_step", handle, ctx, versions[0], -1) == _status.APPLIED
         stepped_at = time.time()
     done_at = rpc.rpc_sync(owner, gil_hog_done_at)
     assert stepped_at < done_at
