@@ -600,8 +600,8 @@ inline at::Tensor ownedTensor(const c10::intrusive_ptr<c10::RRefInterface>& rref
 // error type for it (getRPCErrorType says UNKNOWN_ERROR); TensorPipe ends such futures
 // with its own error text, which always carries "(this error originated at
 // tensorpipe/...)" (tensorpipe/common/error.h). Checked on torch 2.13. The errors of this
-// library's own transport (auth_transport.cpp) name "tensorpipe transport gilfree_auth" as
-// their origin, so they read the same.
+// library's own transport (rpc/auth_transport_framing.cpp, transportError) name "tensorpipe
+// transport gilfree_auth" as their origin, so they read the same.
 inline bool isPeerUnreachable(const c10::ivalue::Future& done) {
   return done.hasError() && !isRpcTimeout(done) &&
       done.tryRetrieveErrorMessage().find("originated at tensorpipe") != std::string::npos;

@@ -17,7 +17,7 @@ OUTSIDER = os.path.join(ROOT, "tests", "support", "security_outsider.py")
 KEY = "0123456789abcdef0123456789abcdef"
 
 
-# The first bytes of the authenticating transport's handshake (plugin/csrc/rpc/auth_transport.cpp).
+# The first bytes of the authenticating transport's handshake (plugin/csrc/rpc/auth_transport_link.cpp).
 MAGIC = b"GFRPCAU2"
 
 

@@ -32,6 +32,12 @@
 // Blocking sockets, a reader and a writer thread per connection, an accept thread per
 // listener: connection counts are small (one per pipe plus one per channel). IPv4 and
 // IPv6 (addresses as TensorPipe's uv transport writes them: "[::1]:port").
+//
+// The code, by role: auth_transport_framing.h (the byte level: the frame's layout, socket
+// addresses and I/O, the transport's errors and log), auth_transport_link.h (the
+// authenticated link: the handshake, then sealed frames), auth_transport.cpp (TensorPipe's
+// glue: its Connection, Listener and Context over links, its objects through the mirror of
+// tensorpipe_abi.h, configuration and registration).
 #pragma once
 
 #include <string>
@@ -42,8 +48,8 @@ namespace gilfree_rpc {
 constexpr const char* kAuthTransportName = "gilfree_auth";
 
 // Sets the key (raw bytes; empty: none), the libcrypto to load, and the address the
-// transport listens on (a numeric IPv4 or IPv6 address), for the agent started next; registers the transport the first
-// time. Throws when libcrypto cannot be loaded.
+// transport listens on (a numeric IPv4 or IPv6 address), for the agent started next;
+// registers the transport the first time. Throws when libcrypto cannot be loaded.
 void configureAuthTransport(const std::string& key, const std::string& cryptoLibrary, const std::string& listenHost);
 
 }  // namespace gilfree_rpc
