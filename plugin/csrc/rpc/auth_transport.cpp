@@ -49,6 +49,59 @@ std::mutex configMutex;
 std::string configuredKey;  // empty: none
 std::string configuredHost = "127.0.0.1";
 
+// --- TensorPipe's objects ------------------------------------------------------------------
+
+// Why a frame of `length` bytes at `data` is refused as a TensorPipe object: "" when it holds
+// exactly one whole libnop value (tensorpipe_abi.h, nopValueSize).
+std::string refuseObject(const uint8_t* data, size_t length) {
+  auto size = tp_abi::nopValueSize(data, length);
+  if (size && *size == length) {
+    return "";
+  }
+  return "a frame of " + std::to_string(length) + " bytes does not hold one whole TensorPipe object" +
+      (size ? " (one of " + std::to_string(*size) + " bytes, then more)" : "");
+}
+
+// A connection's first frame must be TensorPipe's hello (tensorpipe_abi.h, isTensorPipeHello):
+// TensorPipe's listener decodes it, and ends when it cannot.
+std::string refuseHello(const uint8_t* data, size_t length) {
+  std::string refused = refuseObject(data, length);
+  if (refused.empty() && !tp_abi::isTensorPipeHello(data, length)) {
+    refused = "its first frame (" + std::to_string(length) + " bytes) is no TensorPipe hello";
+  }
+  return refused;
+}
+
+// Decodes the frame of `length` bytes at `data` (from `peer`) into `holder` with TensorPipe's
+// own code, once refuseObject has found one whole value in it: so TensorPipe's reader, which
+// checks no bounds, reads only within the frame. A frame refused, or one TensorPipe cannot
+// decode, is logged once per address and returned as an error (the caller closes the link).
+Error decodeObject(tp_abi::NopHolderAbi& holder, const uint8_t* data, size_t length, const std::string& peer) {
+  std::string refused = refuseObject(data, length);
+  if (refused.empty()) {
+    tp_abi::NopReaderAbi reader{data, length, nullptr, 0};
+    int error = 0;  // nop::ErrorStatus
+    try {
+      error = holder.read(reader).error;
+    } catch (const std::exception&) {
+      error = -1;  // libnop's containers allocate: a bad_alloc, say
+    }
+    if (error != 0) {
+      refused = "a frame of " + std::to_string(length) + " bytes holds no TensorPipe object of the type expected";
+    } else if (reader.ptr1 != data + length || reader.len1 != 0) {
+      // One whole value decoded leaves nothing: TensorPipe's NopReader is not the mirror's.
+      return transportError("TensorPipe decoded an object of " + std::to_string(length) +
+                            " bytes but left the reader elsewhere than at its end: its NopReader differs from "
+                            "tensorpipe_abi.h's NopReaderAbi");
+    }
+  }
+  if (refused.empty()) {
+    return Error();
+  }
+  logRejected(peer, refused);
+  return transportError(refused + " (from " + peer + "): connection closed");
+}
+
 // --- the connection ----------------------------------------------------------------------
 
 // What TensorPipe holds; closes the link when TensorPipe lets go of it.
@@ -71,16 +124,22 @@ class AuthConnection final : public tpt::Connection {
     link_->write(WriteOp{ptr, length, nullptr, std::move(fn)});
   }
 
+  // TensorPipe's object is decoded by TensorPipe's own code (the holder's read), from a frame
+  // that holds exactly one whole libnop value (decodeObject); anything else closes the link.
   void read(tensorpipe::AbstractNopHolder& object, read_nop_callback_fn fn) override {
     tp_abi::NopHolderAbi* holder = &tp_abi::holder(object);
-    link_->read(nullptr, 0, [holder, fn = std::move(fn)](const Error& error, const void* ptr, size_t length) {
+    std::weak_ptr<Link> weak = link_;
+    link_->read(nullptr, 0, [holder, weak, fn = std::move(fn)](const Error& error, const void* ptr, size_t length) {
       if (error) {
         fn(error);
         return;
       }
-      tp_abi::NopReaderAbi reader{static_cast<const uint8_t*>(ptr), length, nullptr, 0};
-      tp_abi::NopStatusAbi status = holder->read(reader);
-      fn(status.error == 0 ? Error() : transportError("cannot decode a TensorPipe object from an authenticated frame"));
+      auto link = weak.lock();
+      Error failed = decodeObject(*holder, static_cast<const uint8_t*>(ptr), length, link ? link->peer() : "?");
+      fn(failed);
+      if (failed && link) {
+        link->fail(failed);
+      }
     });
   }
 
@@ -92,6 +151,13 @@ class AuthConnection final : public tpt::Connection {
     tp_abi::NopStatusAbi status = holder.write(writer);
     if (status.error != 0) {
       fn(transportError("cannot encode a TensorPipe object"));
+      return;
+    }
+    if (writer.ptr1 != buffer.get() + length || writer.len1 != 0) {
+      // An object encoded into the size it asked for fills it: TensorPipe's NopWriter is not the mirror's.
+      fn(transportError("TensorPipe encoded an object of " + std::to_string(length) +
+                        " bytes but left the writer elsewhere than at its end: its NopWriter differs from "
+                        "tensorpipe_abi.h's NopWriterAbi"));
       return;
     }
     const void* ptr = buffer.get();
@@ -212,7 +278,7 @@ class Acceptor : public std::enable_shared_from_this<Acceptor> {
         handshaking_.push_back(link);
       }
       std::weak_ptr<Acceptor> weak = weak_from_this();
-      link->startServer(fd, peer, [weak, link](bool ok) {
+      link->startServer(fd, peer, &refuseHello, [weak, link](bool ok) {
         auto self = weak.lock();
         if (!self) {
           link->close();

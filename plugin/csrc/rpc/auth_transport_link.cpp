@@ -261,15 +261,15 @@ void Link::startClient(SocketAddress address) {
   });
 }
 
-void Link::startServer(int fd, std::string peer, std::function<void(bool)> ready) {
+void Link::startServer(int fd, std::string peer, FirstFrameCheck check, std::function<void(bool)> ready) {
   {
     std::lock_guard<std::mutex> guard(mutex_);
     fd_ = fd;
   }
   peer_ = std::move(peer);
   auto self = shared_from_this();
-  startThread([self, ready = std::move(ready)]() {
-    bool ok = self->authenticate() && self->receiveFirstFrame();
+  startThread([self, check = std::move(check), ready = std::move(ready)]() {
+    bool ok = self->authenticate() && self->receiveFirstFrame(check);
     ready(ok);
     if (ok) {
       self->readLoop();
@@ -440,12 +440,18 @@ void Link::writeLoop() {
   }
 }
 
-bool Link::receiveFirstFrame() {
+bool Link::receiveFirstFrame(const FirstFrameCheck& check) {
   Deadline deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kHandshakeMs);
   try {
     Frame frame = opener_->receive(fd_, peer_, nullptr, 0, kMaxFirstFrame, &deadline);
     if (frame.error) {
       fail(frame.error);
+      return false;
+    }
+    const std::string refused = check(static_cast<const uint8_t*>(frame.data), frame.length);
+    if (!refused.empty()) {
+      logRejected(peer_, refused);
+      fail(transportError(refused + " (from " + peer_ + "): connection closed"));
       return false;
     }
     first_ = std::move(frame);

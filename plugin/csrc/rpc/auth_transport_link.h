@@ -133,9 +133,14 @@ class Link : public std::enable_shared_from_this<Link> {
   // Client: connects and authenticates on the reader thread, then reads.
   void startClient(SocketAddress address);
 
-  // Server: authenticates the accepted socket; `ready` is called once, with true when the
-  // peer proved the key (the reader then goes on reading), false otherwise.
-  void startServer(int fd, std::string peer, std::function<void(bool)> ready);
+  // What a connection's first frame must be, checked before the connection is handed to
+  // TensorPipe: "" when its `length` bytes at `data` are fine, else why not.
+  using FirstFrameCheck = std::function<std::string(const uint8_t* data, size_t length)>;
+
+  // Server: authenticates the accepted socket and receives its first frame, which must pass
+  // `check`; `ready` is called once, with true when both passed (the reader then goes on
+  // reading), false otherwise (the link is closed, and the reason logged).
+  void startServer(int fd, std::string peer, FirstFrameCheck check, std::function<void(bool)> ready);
 
   // Queues a read of the next frame: into `ptr`, which holds `length` bytes, or (null) into
   // a buffer of the link's. `fn` gets the frame, or the error that closed the link.
@@ -170,9 +175,10 @@ class Link : public std::enable_shared_from_this<Link> {
 
   // Server: receives the peer's first frame (TensorPipe's hello, which says what the
   // connection is for) before the connection is handed to TensorPipe, within the
-  // handshake's time. TensorPipe's listener fails as a whole, and accepts no more pipes,
-  // when a connection it reads the hello from fails; a frame altered on the path fails here.
-  bool receiveFirstFrame();
+  // handshake's time, and checks it with `check`. TensorPipe's listener fails as a whole, and
+  // accepts no more pipes, when a connection it reads the hello from fails: a frame altered
+  // on the path, or one from a key holder that is no hello, fails here.
+  bool receiveFirstFrame(const FirstFrameCheck& check);
 
   // Reads the frames for TensorPipe's reads, in order. A frame is handed to TensorPipe only
   // once its tag has checked; any failure closes the connection.
