@@ -66,7 +66,11 @@
 //   registerTensorPipeTransport  torch's TensorPipeTransportRegistry (tensorpipe_agent.h,
 //                             built with USE_TENSORPIPE) and its TransportRegistration;
 //                             TensorPipe's own transport interfaces are declared in
-//                             tensorpipe_abi.h (auth_transport.cpp only)
+//                             rpc/tensorpipe_abi.h (rpc/auth_transport.cpp only), a mirror
+//                             that rpc/auth_transport_selftest.cpp checks before use with
+//                             TensorPipe's public API (tensorpipe/tensorpipe.h: Context,
+//                             Listener, Pipe, basic channel; shipped with torch, exported
+//                             from libtorch_cpu on 2.13.0, 2.14.1 and 2.15.0)
 //   addOpFunction             the process-wide TorchScript compilation unit in which torch's
 //                             RPC agent looks up the function a SCRIPT_CALL names
 //                             (torch::jit::get_python_cu, a Python-binding helper), and the

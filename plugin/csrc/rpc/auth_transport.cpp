@@ -13,6 +13,7 @@
 #include "compat.h"
 #include "rpc/auth_transport_framing.h"
 #include "rpc/auth_transport_link.h"
+#include "rpc/auth_transport_selftest.h"
 #include "rpc/message_auth.h"
 #include "rpc/tensorpipe_abi.h"
 
@@ -23,11 +24,14 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -76,15 +80,24 @@ std::string refuseHello(const uint8_t* data, size_t length) {
 // own code, once refuseObject has found one whole value in it: so TensorPipe's reader, which
 // checks no bounds, reads only within the frame. A frame refused, or one TensorPipe cannot
 // decode, is logged once per address and returned as an error (the caller closes the link).
-Error decodeObject(tp_abi::NopHolderAbi& holder, const uint8_t* data, size_t length, const std::string& peer) {
+// `fault`: the self-test's tests only (auth_transport.h, AbiFault).
+Error decodeObject(
+    tp_abi::NopHolderAbi& holder, const uint8_t* data, size_t length, const std::string& peer, AbiFault fault) {
   std::string refused = refuseObject(data, length);
   if (refused.empty()) {
     tp_abi::NopReaderAbi reader{data, length, nullptr, 0};
+    if (fault == AbiFault::kReaderLayout) {
+      // The fields written as if their order were (ptr1, ptr2, len1, len2).
+      reader = tp_abi::NopReaderAbi{data, 0, reinterpret_cast<const uint8_t*>(length), 0};
+    }
     int error = 0;  // nop::ErrorStatus
     try {
       error = holder.read(reader).error;
     } catch (const std::exception&) {
       error = -1;  // libnop's containers allocate: a bad_alloc, say
+    }
+    if (fault == AbiFault::kStatus) {
+      error = ~error;  // None (0) read as an error
     }
     if (error != 0) {
       refused = "a frame of " + std::to_string(length) + " bytes holds no TensorPipe object of the type expected";
@@ -107,7 +120,7 @@ Error decodeObject(tp_abi::NopHolderAbi& holder, const uint8_t* data, size_t len
 // What TensorPipe holds; closes the link when TensorPipe lets go of it.
 class AuthConnection final : public tpt::Connection {
  public:
-  explicit AuthConnection(std::shared_ptr<Link> link) : link_(std::move(link)) {}
+  AuthConnection(std::shared_ptr<Link> link, AbiFault fault) : link_(std::move(link)), fault_(fault) {}
   ~AuthConnection() override {
     link_->close();
   }
@@ -129,13 +142,15 @@ class AuthConnection final : public tpt::Connection {
   void read(tensorpipe::AbstractNopHolder& object, read_nop_callback_fn fn) override {
     tp_abi::NopHolderAbi* holder = &tp_abi::holder(object);
     std::weak_ptr<Link> weak = link_;
-    link_->read(nullptr, 0, [holder, weak, fn = std::move(fn)](const Error& error, const void* ptr, size_t length) {
+    const AbiFault fault = fault_;
+    link_->read(nullptr, 0, [holder, weak, fault, fn = std::move(fn)](const Error& error, const void* ptr, size_t length) {
       if (error) {
         fn(error);
         return;
       }
       auto link = weak.lock();
-      Error failed = decodeObject(*holder, static_cast<const uint8_t*>(ptr), length, link ? link->peer() : "?");
+      Error failed =
+          decodeObject(*holder, static_cast<const uint8_t*>(ptr), length, link ? link->peer() : "?", fault);
       fn(failed);
       if (failed && link) {
         link->fail(failed);
@@ -172,13 +187,15 @@ class AuthConnection final : public tpt::Connection {
 
  private:
   std::shared_ptr<Link> link_;
+  const AbiFault fault_;
 };
 
 // --- the listener ----------------------------------------------------------------------
 
 class Acceptor : public std::enable_shared_from_this<Acceptor> {
  public:
-  Acceptor(std::string key, int fd, std::string addr) : key_(std::move(key)), fd_(fd), addr_(std::move(addr)) {}
+  Acceptor(std::string key, AbiFault fault, int fd, std::string addr)
+      : key_(std::move(key)), fault_(fault), fd_(fd), addr_(std::move(addr)) {}
   ~Acceptor() {
     ::close(fd_);
   }
@@ -295,13 +312,14 @@ class Acceptor : public std::enable_shared_from_this<Acceptor> {
           return;
         }
         link->startWriter();
-        self->ready_.push_back(std::make_shared<AuthConnection>(link));
+        self->ready_.push_back(std::make_shared<AuthConnection>(link, self->fault_));
         self->dispatch(lock);
       });
     }
   }
 
   const std::string key_;
+  const AbiFault fault_;
   const int fd_;
   const std::string addr_;
   std::mutex mutex_;
@@ -336,7 +354,7 @@ class AuthListener final : public tpt::Listener {
 
 class AuthContext final : public tpt::Context {
  public:
-  explicit AuthContext(std::string key) : key_(std::move(key)) {}
+  AuthContext(std::string key, AbiFault fault) : key_(std::move(key)), fault_(fault) {}
 
   std::shared_ptr<tpt::Connection> connect(std::string addr) override {
     auto link = std::make_shared<Link>(key_, /*client=*/true);
@@ -348,7 +366,7 @@ class AuthContext final : public tpt::Context {
     } else {
       link->startClient(address);  // starts the writer once the handshake succeeds
     }
-    return std::make_shared<AuthConnection>(link);
+    return std::make_shared<AuthConnection>(link, fault_);
   }
 
   std::shared_ptr<tpt::Listener> listen(std::string addr) override {
@@ -369,7 +387,7 @@ class AuthContext final : public tpt::Context {
     }
     address.size = sizeof(address.storage);
     ::getsockname(fd, address.get(), &address.size);
-    auto acceptor = std::make_shared<Acceptor>(key_, fd, addressOf(address));
+    auto acceptor = std::make_shared<Acceptor>(key_, fault_, fd, addressOf(address));
     acceptor->start();
     {
       std::lock_guard<std::mutex> guard(mutex_);
@@ -425,6 +443,7 @@ class AuthContext final : public tpt::Context {
   }
 
   const std::string key_;
+  const AbiFault fault_;
   std::mutex mutex_;
   std::vector<std::weak_ptr<Acceptor>> acceptors_;
   std::vector<std::weak_ptr<Link>> links_;
@@ -439,23 +458,63 @@ std::unique_ptr<torch::distributed::rpc::TransportRegistration> createAuthTransp
     host = configuredHost;
   }
   return std::make_unique<torch::distributed::rpc::TransportRegistration>(
-      torch::distributed::rpc::TransportRegistration{std::make_shared<AuthContext>(key), /*priority=*/0, host});
+      torch::distributed::rpc::TransportRegistration{makeAuthContext(key, AbiFault::kNone), /*priority=*/0, host});
 }
 
 void configureAuthTransportKernel(const std::string& key, const std::string& cryptoLibrary, const std::string& listenHost) {
   configureAuthTransport(key, cryptoLibrary, listenHost);
 }
 
+// The verdict of the self-test of the mirror of TensorPipe's ABI, listening on `host`: run
+// the first time, then kept for the process ("" when it passed).
+const std::string& abiVerdict(const std::string& host) {
+  static std::mutex mutex;
+  static std::optional<std::string> verdict;
+  std::lock_guard<std::mutex> guard(mutex);
+  if (!verdict) {
+    const char* fault = std::getenv("GILFREE_RPC_TEST_ABI_FAULT");  // the self-test's tests only
+    verdict = selfTestTensorPipeAbi(host, fault != nullptr ? fault : "");
+  }
+  return *verdict;
+}
+
 }  // namespace
 
+AbiFault abiFaultNamed(const std::string& name) {
+  if (name.empty()) {
+    return AbiFault::kNone;
+  }
+  if (name == "reader_layout") {
+    return AbiFault::kReaderLayout;
+  }
+  if (name == "status") {
+    return AbiFault::kStatus;
+  }
+  throw std::invalid_argument(
+      "GILFREE_RPC_TEST_ABI_FAULT names no fault of the mirror: '" + name + "' (reader_layout or status)");
+}
+
+std::shared_ptr<tpt::Context> makeAuthContext(const std::string& key, AbiFault fault) {
+  return std::make_shared<AuthContext>(key, fault);
+}
+
 void configureAuthTransport(const std::string& key, const std::string& cryptoLibrary, const std::string& listenHost) {
+  const std::string host = listenHost.empty() ? "127.0.0.1" : listenHost;
   if (!key.empty()) {
     loadCrypto(cryptoLibrary);
+    const std::string& failed = abiVerdict(host);
+    TORCH_CHECK(
+        failed.empty(),
+        "gilfree_auth refuses to start: TensorPipe in this torch (",
+        TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, ".", TORCH_VERSION_PATCH,
+        ") does not work as the transport's mirror of its ABI expects (plugin/csrc/rpc/tensorpipe_abi.h, "
+        "which names the TensorPipe commit and the torch releases it was checked on). The self-test over loopback "
+        "found: ", failed, ". Authenticated RPC cannot run with this torch.");
   }
   {
     std::lock_guard<std::mutex> guard(configMutex);
     configuredKey = key;
-    configuredHost = listenHost.empty() ? "127.0.0.1" : listenHost;
+    configuredHost = host;
   }
   static std::once_flag registered;
   std::call_once(registered, [] { registerTensorPipeTransport(kAuthTransportName, &createAuthTransport); });

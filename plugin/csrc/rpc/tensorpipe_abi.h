@@ -8,6 +8,13 @@
 // go through the vtable); checked by real RPC over this transport on torch 2.13.0 and
 // 2.14.1 (tests/security). Not checked on torch 2.11 (the GPU machine's torch).
 //
+// Nothing here is checked by the compiler against TensorPipe (its headers are not shipped),
+// so a torch whose TensorPipe or libnop differs would run undefined behaviour in every
+// connection. The first start with a key runs a self-test first (auth_transport_selftest.h):
+// TensorPipe's own code over this transport and this mirror, on loopback, in a child process;
+// if it crashes, hangs or delivers other bytes than were sent, the transport refuses to start,
+// naming the torch version and what differed.
+//
 // The nop-object read/write of Connection is the fragile part: TensorPipe hands over an
 // AbstractNopHolder (libnop's type erasure), whose methods take a NopReader/NopWriter and
 // return nop::Status<void>. libnop's headers are not shipped either, so NopHolderAbi,
