@@ -25,8 +25,9 @@
 // returned through a hidden pointer, as a class that is not trivially copyable is (seen
 // in the disassembly of NopHolder<...>::write in libtorch_cpu.so of torch 2.13.0: `this`
 // in %rsi, the writer in %rdx); NopStatusAbi's user-provided destructor makes our calls
-// do the same. (A trivially copyable mirror crashed: our `this` became the return slot.) They live in our namespace, never in TensorPipe's, so
-// no definition of ours competes with libtorch's.
+// do the same. (A trivially copyable mirror crashed: our `this` became the return slot.)
+// They live in our namespace, never in TensorPipe's, so no definition of ours competes with
+// libtorch's.
 //
 // TensorPipe's NopReader checks no bounds before a read (only libnop's containers ask it
 // to Ensure their length): an object shorter than its encoding makes it read through a
