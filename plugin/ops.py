@@ -296,7 +296,9 @@ def _step_statuses() -> Dict[str, int]:
 
 def _configure_auth_transport(key: str, crypto_library: str, listen_host: str) -> None:
     """The op ``gilfree_rpc::_configure_auth_transport`` (plugin.rpc): the authenticating
-    transport's key, libcrypto and listen address; registers the transport the first time."""
+    transport's key, libcrypto and listen address; registers the transport the first time.
+    With the first key it checks the transport's mirror of TensorPipe's ABI (a self-test over
+    loopback in a child process) and raises ``RuntimeError`` when that fails."""
     torch.ops.gilfree_rpc._configure_auth_transport(key, crypto_library, listen_host)
 
 

@@ -285,7 +285,10 @@ def init_rpc(
             did not arrive within ``init_timeout``, this process arrived after its group
             had started, or the workers' authentication keys differ (or some have none).
             RPC has not started.
-        RuntimeError: a key was given and this machine has no OpenSSL libcrypto.
+        RuntimeError: a key was given and this machine has no OpenSSL libcrypto, or the
+            transport's check of torch's TensorPipe failed ("gilfree_auth refuses to
+            start: ...", naming the torch version and what differed; ``docs/security.md``).
+            RPC has not started.
     """
     rank = _setting(rank, "RANK", "rank", int)
     world_size = _setting(world_size, "WORLD_SIZE", "world size", int)

@@ -5,11 +5,12 @@
 // engine or RPC implementation (not of the C++ classes that extensions are meant to
 // use: Node's public API, DistAutogradContainer/Context, RpcAgent, c10::ivalue::Future).
 // The rest of plugin/csrc calls these helpers and touches none of those internals
-// itself, so a torch upgrade has this one file to audit. Each helper says what it
-// relies on and why, and the torch releases it was checked on when it was written (most:
-// 2.11 and 2.13). Where releases differ the code picks up types from the headers, and
-// names a version (TORCH_VERSION_MAJOR/MINOR, torch/version.h) only for a member that
-// one of them lacks.
+// itself, so a torch upgrade has this one file to audit. It includes torch's, Python's and
+// the standard library's headers only, never a header of this library's rooms (engine/,
+// rpc/, ...: they include it). Each helper says what it relies on and why, and the torch
+// releases it was checked on when it was written (most: 2.11 and 2.13). Where releases
+// differ the code picks up types from the headers, and names a version
+// (TORCH_VERSION_MAJOR/MINOR, torch/version.h) only for a member that one of them lacks.
 //
 // Checked releases, all helpers: 2.13.0 and 2.15.0 in CI (scripts/run_tests.sh: the whole
 // test suite on 2.13.0; on 2.15.0 the library built against it, which must print no
@@ -34,9 +35,15 @@
 //                             absent in 2.11 and 2.12, which always enforce the contract)
 //   isGeneratedBackwardNode   generated backward functions: their mangled type name, and
 //                             that they compute only the outputs whose edge is valid
-//   describeException         python_error's message is empty off torch's own threads
-//                             (python_errors.cpp: python_error's members, and the
-//                             pending Python error torch's hooks leave behind)
+//   pythonTypeOf              the Python exception type torch's bindings raise for each
+//                             subclass of c10::Error (CATCH_TH_ERRORS)
+//   isPythonError,            python_error's members, and the pending Python error torch's
+//   takePythonException         hooks leave behind (its message is empty off torch's own
+//                             threads); engine/python_errors.cpp builds the engine's
+//                             description of a raised exception from these two and pythonTypeOf
+//   keepPythonErrorsOnThisThread  that torch runs a Python hook under pybind11's
+//                             gil_scoped_acquire (the pending error lives as long as the
+//                             thread's Python thread state)
 //   isPeerUnreachable         TensorPipe's transport errors say "originated at tensorpipe"
 //   torchGradientStore        DistAutogradContext::getGradients returns a handle sharing
 //                             the context's gradient map (the plugin publishes its own there)
@@ -60,7 +67,11 @@
 //   registerTensorPipeTransport  torch's TensorPipeTransportRegistry (tensorpipe_agent.h,
 //                             built with USE_TENSORPIPE) and its TransportRegistration;
 //                             TensorPipe's own transport interfaces are declared in
-//                             tensorpipe_abi.h (auth_transport.cpp only)
+//                             rpc/tensorpipe_abi.h (rpc/auth_transport.cpp only), a mirror
+//                             that rpc/auth_transport_selftest.cpp checks before use with
+//                             TensorPipe's public API (tensorpipe/tensorpipe.h: Context,
+//                             Listener, Pipe, basic channel; shipped with torch, exported
+//                             from libtorch_cpu on 2.13.0, 2.14.1 and 2.15.0)
 //   addOpFunction             the process-wide TorchScript compilation unit in which torch's
 //                             RPC agent looks up the function a SCRIPT_CALL names
 //                             (torch::jit::get_python_cu, a Python-binding helper), and the
@@ -116,9 +127,9 @@
 //     catches IRAttributeError; Graph::insert, addInput, registerOutput are unchanged.
 //   jit/python/pybind_utils.h: its conversions throw c10::Error where they threw
 //     std::runtime_error; addOpFunction calls get_python_cu only, unchanged. Where such an
-//     error reaches describeException it is now named RuntimeError (before: the demangled
-//     std::runtime_error).
-//   csrc/Exceptions.h: python_error (describeException, python_errors.cpp) is unchanged.
+//     error reaches the engine's describeException (engine/python_errors.cpp) it is now named
+//     RuntimeError (before: the demangled std::runtime_error).
+//   csrc/Exceptions.h: python_error (isPythonError, takePythonException) is unchanged.
 //     torch's CATCH_TH_ERRORS now turns std::out_of_range into IndexError, so an op of this
 //     library that lets one escape (c10::Dict::at on a missing key) raises IndexError in
 //     Python on 2.15 and RuntimeError before.
@@ -137,6 +148,7 @@
 #include <ATen/LegacyBatchedTensorImpl.h>
 #include <c10/core/AutogradState.h>
 #include <c10/util/Type.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/edge.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
@@ -160,7 +172,7 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/version.h>
 
-#include "engine/python_errors.h"
+#include <Python.h>
 
 #include <cstdint>
 #include <cstring>
@@ -327,46 +339,95 @@ inline void addInput(
 
 // --- errors -------------------------------------------------------------------------
 
-// What an exception raised while running a node says (engine.cpp turns it into torch's
-// "Error on Node <n>: <message>", worker_error.h).
-struct RaisedError {
-  std::string type;      // as Python names it: "ValueError", "RuntimeError" (c10::Error), ...
-  std::string message;   // the exception's own message, nothing added
-  std::string raisedBy;  // "a Python hook", "a Python autograd.Function", or "" (C++ code)
+// The Python exception type that torch's Python bindings raise for `error`: a subclass of
+// c10::Error by its name (c10::ValueError: "ValueError", ...), any other c10::Error
+// "RuntimeError" (torch/csrc/Exceptions.h, CATCH_TH_ERRORS: an internal header's macro).
+// Checked on torch 2.11 and 2.13.
+inline const char* pythonTypeOf(const c10::Error& error) {
+  if (dynamic_cast<const c10::ValueError*>(&error)) {
+    return "ValueError";
+  }
+  if (dynamic_cast<const c10::TypeError*>(&error)) {
+    return "TypeError";
+  }
+  if (dynamic_cast<const c10::IndexError*>(&error)) {
+    return "IndexError";
+  }
+  if (dynamic_cast<const c10::NotImplementedError*>(&error)) {
+    return "NotImplementedError";
+  }
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&error)) {
+    return "torch.OutOfMemoryError";
+  }
+  return "RuntimeError";
+}
+
+// A Python exception that Python code run by torch raised: new references (or null), which
+// the caller releases with the GIL held.
+struct PythonException {
+  PyObject* type = nullptr;
+  PyObject* value = nullptr;
+  PyObject* traceback = nullptr;
+  bool fromFunction = false;  // raised by a custom autograd.Function (else by a hook)
 };
 
-// torch's python_error (a Python hook or function raised) builds its message only when
-// torch's own autograd threads ask for it with the GIL held (python_error::persist); on
-// other threads what() is empty by the time the exception gets here. describePythonError
-// (python_errors.cpp, which holds that reliance on python_error's members and on how
-// torch's hooks leave the Python error pending) reads the Python exception itself, and
-// with `keepOriginalFor` hands it to plugin/_errors.py for that context. c10::Error's
-// subclasses are named as torch's Python bindings translate them. Checked on torch 2.11
-// and 2.13.
-inline RaisedError describeException(const std::exception& e, std::optional<int64_t> keepOriginalFor) {
-  if (const auto* error = dynamic_cast<const c10::Error*>(&e)) {
-    const char* type = "RuntimeError";
-    if (dynamic_cast<const c10::ValueError*>(&e)) {
-      type = "ValueError";
-    } else if (dynamic_cast<const c10::TypeError*>(&e)) {
-      type = "TypeError";
-    } else if (dynamic_cast<const c10::IndexError*>(&e)) {
-      type = "IndexError";
-    } else if (dynamic_cast<const c10::NotImplementedError*>(&e)) {
-      type = "NotImplementedError";
-    } else if (dynamic_cast<const c10::OutOfMemoryError*>(&e)) {
-      type = "torch.OutOfMemoryError";
-    }
-    return {type, error->what_without_backtrace(), ""};
+// Whether `e` is torch's python_error: what a Python tensor hook, pre-hook or post-hook, or a
+// custom autograd.Function's backward throws when it raises. python_error (global namespace)
+// is declared in torch's Python bindings header (torch/csrc/Exceptions.h, internal). Checked
+// on torch 2.11 and 2.13.
+inline bool isPythonError(const std::exception& e) {
+  return dynamic_cast<const ::python_error*>(&e) != nullptr;
+}
+
+// The Python exception that python_error `e` stands for; the caller holds the GIL. torch
+// builds python_error's message only when its own autograd threads ask for it with the GIL
+// held (python_error::persist); on other threads what() is empty by the time the exception
+// is caught, so the exception is read from Python: a python_error persisted by torch's
+// autograd.Function node (before it throws) holds it in its public members `type`, `value`,
+// `traceback` (new references are returned); one thrown by a hook has them unset and the
+// exception is still the thread's pending Python error, which this fetches (and so clears)
+// and normalizes. Checked on torch 2.11 and 2.13.
+inline PythonException takePythonException(const std::exception& e) {
+  PythonException taken;
+  const auto& error = dynamic_cast<const ::python_error&>(e);
+  if (error.type != nullptr) {
+    taken.type = error.type;
+    taken.value = error.value;
+    taken.traceback = error.traceback;
+    Py_XINCREF(taken.type);
+    Py_XINCREF(taken.value);
+    Py_XINCREF(taken.traceback);
+    taken.fromFunction = true;
+    return taken;
   }
-  if (auto python = describePythonError(e, keepOriginalFor)) {
-    return {python->type, python->message, python->fromFunction ? "a Python autograd.Function" : "a Python hook"};
+  PyErr_Fetch(&taken.type, &taken.value, &taken.traceback);
+  PyErr_NormalizeException(&taken.type, &taken.value, &taken.traceback);
+  return taken;
+}
+
+// Gives this thread a Python thread state that outlives every hook call on it, so that a
+// hook's exception is still pending in it when the engine catches the error
+// (takePythonException). Does nothing on a thread Python knows already (the one that called
+// backward), after the first call on a thread, or in a process without an interpreter; the
+// first call on a new thread takes the GIL once, later calls cost one thread-local test.
+// Relies on how torch calls a Python hook from C++: with pybind11's gil_scoped_acquire,
+// which finds the thread's state through PyGILState_GetThisThreadState and, as that state's
+// count never drops to zero, leaves it (and the exception pending in it) in place when the
+// hook raises; without such a state it makes one for the call and destroys it, the
+// exception with it, before the exception reaches the engine. Checked on torch 2.11 and 2.13.
+inline void keepPythonErrorsOnThisThread() {
+  static thread_local bool done = false;
+  if (done) {
+    return;
   }
-  std::string text = e.what();
-  if (text.empty()) {
-    text = "(no message)";
+  done = true;
+  if (!Py_IsInitialized() || PyGILState_GetThisThreadState() != nullptr) {
+    return;
   }
-  return {c10::demangle(typeid(e).name()), text, ""};
+  // PyGILState_Ensure creates the thread state (and takes the GIL); PyEval_SaveThread gives
+  // the GIL back but keeps the state, which is never released.
+  PyGILState_Ensure();
+  PyEval_SaveThread();
 }
 
 // --- distributed autograd contexts --------------------------------------------------
@@ -590,8 +651,8 @@ inline at::Tensor ownedTensor(const c10::intrusive_ptr<c10::RRefInterface>& rref
 // error type for it (getRPCErrorType says UNKNOWN_ERROR); TensorPipe ends such futures
 // with its own error text, which always carries "(this error originated at
 // tensorpipe/...)" (tensorpipe/common/error.h). Checked on torch 2.13. The errors of this
-// library's own transport (auth_transport.cpp) name "tensorpipe transport gilfree_auth" as
-// their origin, so they read the same.
+// library's own transport (rpc/auth_transport_framing.cpp, transportError) name "tensorpipe
+// transport gilfree_auth" as their origin, so they read the same.
 inline bool isPeerUnreachable(const c10::ivalue::Future& done) {
   return done.hasError() && !isRpcTimeout(done) &&
       done.tryRetrieveErrorMessage().find("originated at tensorpipe") != std::string::npos;

@@ -1,38 +1,12 @@
 #include "engine/python_errors.h"
 
-// Both builds (setup.py, CMake) compile with Python's headers: the functions below read
-// Python exceptions. Without them (a build for a process with no Python) they do nothing,
-// and a hook's error reads "an exception of type python_error without a message".
-#if __has_include(<Python.h>)
+#include "compat.h"
 
-// python_error (global namespace) is declared in torch's Python bindings header (an internal
-// header, checked on torch 2.11 and 2.13): a std::exception with public PyObject*
-// members `type`, `value`, `traceback`, set once the Python error was fetched
-// (python_error::persist, which torch's autograd.Function nodes call before
-// throwing; hooks throw it with the members unset and the error still pending).
-#include <torch/csrc/Exceptions.h>
+#include <c10/util/Type.h>
 
-#include <Python.h>
+#include <typeinfo>
 
 namespace gilfree_rpc {
-
-void keepPythonErrorsOnThisThread() {
-  static thread_local bool done = false;
-  if (done) {
-    return;
-  }
-  done = true;
-  if (!Py_IsInitialized() || PyGILState_GetThisThreadState() != nullptr) {
-    return;
-  }
-  // PyGILState_Ensure creates the thread state (and takes the GIL); PyEval_SaveThread
-  // gives the GIL back but keeps the state, which is never released. Torch's hooks
-  // take the GIL with pybind11's gil_scoped_acquire, which finds this state through
-  // PyGILState_GetThisThreadState and, as its count never drops to zero, leaves it
-  // (and the pending exception in it) in place when the hook returns or throws.
-  PyGILState_Ensure();
-  PyEval_SaveThread();
-}
 
 namespace {
 
@@ -69,58 +43,52 @@ void keepOriginal(int64_t contextId, PyObject* value) {
   Py_DECREF(module);
 }
 
-}  // namespace
-
-std::optional<PythonError> describePythonError(const std::exception& e, std::optional<int64_t> keepForContext) {
-  const auto* pythonError = dynamic_cast<const ::python_error*>(&e);
-  if (pythonError == nullptr || !Py_IsInitialized()) {
+// The Python exception `e` stands for, when `e` is torch's python_error and the exception
+// can still be found (the caller knows `e` is one); see describeException.
+std::optional<RaisedError> describePythonError(const std::exception& e, std::optional<int64_t> keepForContext) {
+  if (!Py_IsInitialized()) {
     return std::nullopt;
   }
   PyGILState_STATE gil = PyGILState_Ensure();
-  PyObject* type = pythonError->type;
-  PyObject* value = pythonError->value;
-  PyObject* traceback = pythonError->traceback;
-  const bool fromFunction = type != nullptr;  // persisted by torch's autograd.Function node
-  PyObject *fetchedType = nullptr, *fetchedValue = nullptr, *fetchedTraceback = nullptr;
-  if (type == nullptr) {
-    // A hook: the exception is still this thread's pending error (see above).
-    PyErr_Fetch(&fetchedType, &fetchedValue, &fetchedTraceback);
-    PyErr_NormalizeException(&fetchedType, &fetchedValue, &fetchedTraceback);
-    type = fetchedType;
-    value = fetchedValue;
-    traceback = fetchedTraceback;
-  }
-  std::optional<PythonError> result;
-  if (type != nullptr && PyType_Check(type)) {
-    result = PythonError{reinterpret_cast<PyTypeObject*>(type)->tp_name, utf8(value), fromFunction};
-    if (keepForContext.has_value() && value != nullptr && PyExceptionInstance_Check(value)) {
-      PyObject* existing = PyException_GetTraceback(value);  // a new reference, or null
-      if (existing == nullptr && traceback != nullptr) {
-        PyException_SetTraceback(value, traceback);
+  PythonException python = takePythonException(e);
+  std::optional<RaisedError> result;
+  if (python.type != nullptr && PyType_Check(python.type)) {
+    result = RaisedError{
+        reinterpret_cast<PyTypeObject*>(python.type)->tp_name,
+        utf8(python.value),
+        python.fromFunction ? "a Python autograd.Function" : "a Python hook"};
+    if (keepForContext.has_value() && python.value != nullptr && PyExceptionInstance_Check(python.value)) {
+      PyObject* existing = PyException_GetTraceback(python.value);  // a new reference, or null
+      if (existing == nullptr && python.traceback != nullptr) {
+        PyException_SetTraceback(python.value, python.traceback);
       }
       Py_XDECREF(existing);
-      keepOriginal(*keepForContext, value);
+      keepOriginal(*keepForContext, python.value);
     }
   }
-  Py_XDECREF(fetchedType);
-  Py_XDECREF(fetchedValue);
-  Py_XDECREF(fetchedTraceback);
+  Py_XDECREF(python.type);
+  Py_XDECREF(python.value);
+  Py_XDECREF(python.traceback);
   PyGILState_Release(gil);
   return result;
 }
 
-}  // namespace gilfree_rpc
+}  // namespace
 
-#else  // no Python headers
-
-namespace gilfree_rpc {
-
-void keepPythonErrorsOnThisThread() {}
-
-std::optional<PythonError> describePythonError(const std::exception&, std::optional<int64_t>) {
-  return std::nullopt;
+RaisedError describeException(const std::exception& e, std::optional<int64_t> keepOriginalFor) {
+  if (const auto* error = dynamic_cast<const c10::Error*>(&e)) {
+    return {pythonTypeOf(*error), error->what_without_backtrace(), ""};
+  }
+  if (isPythonError(e)) {
+    if (auto python = describePythonError(e, keepOriginalFor)) {
+      return *python;
+    }
+  }
+  std::string text = e.what();
+  if (text.empty()) {
+    text = "(no message)";
+  }
+  return {c10::demangle(typeid(e).name()), text, ""};
 }
 
 }  // namespace gilfree_rpc
-
-#endif

@@ -32,9 +32,22 @@
 // Blocking sockets, a reader and a writer thread per connection, an accept thread per
 // listener: connection counts are small (one per pipe plus one per channel). IPv4 and
 // IPv6 (addresses as TensorPipe's uv transport writes them: "[::1]:port").
+//
+// The code, by role: auth_transport_framing.h (the byte level: the frame's layout, socket
+// addresses and I/O, the transport's errors and log), auth_transport_link.h (the
+// authenticated link: the handshake, then sealed frames), auth_transport.cpp (TensorPipe's
+// glue: its Connection, Listener and Context over links, its objects through the mirror of
+// tensorpipe_abi.h, configuration and registration).
 #pragma once
 
+#include <memory>
 #include <string>
+
+namespace tensorpipe {
+namespace transport {
+class Context;
+}  // namespace transport
+}  // namespace tensorpipe
 
 namespace gilfree_rpc {
 
@@ -42,8 +55,28 @@ namespace gilfree_rpc {
 constexpr const char* kAuthTransportName = "gilfree_auth";
 
 // Sets the key (raw bytes; empty: none), the libcrypto to load, and the address the
-// transport listens on (a numeric IPv4 or IPv6 address), for the agent started next; registers the transport the first
-// time. Throws when libcrypto cannot be loaded.
+// transport listens on (a numeric IPv4 or IPv6 address), for the agent started next;
+// registers the transport the first time. The first time a key is set, checks the mirror of
+// TensorPipe's ABI first (auth_transport_selftest.h). Throws when libcrypto cannot be loaded,
+// and, with a key, when that check failed (each time: the transport never starts).
 void configureAuthTransport(const std::string& key, const std::string& cryptoLibrary, const std::string& listenHost);
+
+// --- for the self-test (auth_transport_selftest.cpp) -------------------------------------
+
+// A deliberately broken expectation of TensorPipe's ABI, for the tests of the self-test only:
+// what the mirror does differently in the self-test's child when the environment variable
+// GILFREE_RPC_TEST_ABI_FAULT names it (never in a worker's own transport).
+enum class AbiFault {
+  kNone,
+  kReaderLayout,  // "reader_layout": NopReader's fields in another order (ptr1, ptr2, len1, len2)
+  kStatus,  // "status": nop::Status<void>'s error read as set when it is not
+};
+
+// The fault `name` names ("" for none); throws std::invalid_argument for another name.
+AbiFault abiFaultNamed(const std::string& name);
+
+// A context of this transport whose connections prove `key` (raw bytes) and use the mirror as
+// `fault` says.
+std::shared_ptr<tensorpipe::transport::Context> makeAuthContext(const std::string& key, AbiFault fault);
 
 }  // namespace gilfree_rpc

@@ -11,7 +11,7 @@ namespace rpc = torch::distributed::rpc;
 
 namespace {
 // torch's distributed engine starts its errors with "Error on Node <worker id>: "
-// (torch/csrc/distributed/autograd/engine/gilfree_rpc.cpp); ours do too.
+// (torch/csrc/distributed/autograd/engine/dist_engine.cpp); ours do too.
 constexpr const char* kMarker = "Error on Node ";
 
 // This process's worker id, or -1 before RPC starts.
