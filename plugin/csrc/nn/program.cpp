@@ -219,18 +219,21 @@ void checkMemory(const std::string& prefix, const std::string& name, const at::T
 // the same Python type, which leads the text when it is not RuntimeError (the caller rebuilds
 // it: plugin/_errors.py).
 [[noreturn]] void raiseFrom(const std::exception& e, const Instruction& inst, const std::string& prefix) {
-  const RaisedError raised = describeException(e, std::nullopt);
+  // Operators run here raise c10 errors (no Python runs on this path).
+  const auto* error = dynamic_cast<const c10::Error*>(&e);
+  const std::string type = error != nullptr ? pythonTypeOf(*error) : "RuntimeError";
+  const std::string message = error != nullptr ? error->what_without_backtrace() : e.what();
   const std::string where = " [" + prefix + "node " + inst.node + ", " + inst.what + "]";
-  if (raised.type == "ValueError") {
-    TORCH_CHECK_VALUE(false, "ValueError: ", raised.message, where);
-  } else if (raised.type == "TypeError") {
-    TORCH_CHECK_TYPE(false, "TypeError: ", raised.message, where);
-  } else if (raised.type == "IndexError") {
-    TORCH_CHECK_INDEX(false, "IndexError: ", raised.message, where);
-  } else if (raised.type == "NotImplementedError") {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "NotImplementedError: ", raised.message, where);
+  if (type == "ValueError") {
+    TORCH_CHECK_VALUE(false, "ValueError: ", message, where);
+  } else if (type == "TypeError") {
+    TORCH_CHECK_TYPE(false, "TypeError: ", message, where);
+  } else if (type == "IndexError") {
+    TORCH_CHECK_INDEX(false, "IndexError: ", message, where);
+  } else if (type == "NotImplementedError") {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "NotImplementedError: ", message, where);
   }
-  TORCH_CHECK(false, raised.message, where);
+  TORCH_CHECK(false, message, where);
 }
 
 }  // namespace
