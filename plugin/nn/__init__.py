@@ -161,12 +161,24 @@ class RemoteModule(torch.nn.Module):
     @classmethod
     def init_from_module_rref(cls, remote_device: str, module_rref: rpc.RRef, *, example_inputs: tuple,
                               dynamic_shapes: Any = None, fallback: Optional[str] = None) -> "RemoteModule":
-        """A RemoteModule of a module that exists already on its owner (``module_rref``, an RRef to an
-        ``nn.Module`` owned by the worker of ``remote_device``), as torch's
+        """A RemoteModule of a module that exists already on its owner, as torch's
         ``RemoteModule.init_from_module_rref``; exported and registered there as the constructor
         does (once per module: a second RemoteModule of the same module shares its registration).
-        Arguments and errors as the constructor's; also ``ValueError`` when ``module_rref``'s owner is
-        not ``remote_device``'s worker."""
+
+        Args:
+            remote_device (str): as the constructor's; its worker must own ``module_rref``.
+            module_rref (RRef[torch.nn.Module]): the module, owned by ``remote_device``'s worker.
+            example_inputs (tuple): as the constructor's.
+            dynamic_shapes (optional): as the constructor's.
+            fallback (str, optional): as the constructor's.
+
+        Returns:
+            RemoteModule: the remote module of ``module_rref``.
+
+        Raises:
+            ValueError: ``module_rref``'s owner is not ``remote_device``'s worker; and the
+                constructor's errors (its ``RuntimeError``, ``TypeError`` and ``ValueError``).
+        """
         worker, device = _parse_remote_device(remote_device)
         if module_rref.owner().name != worker:
             raise ValueError(f"RemoteModule.init_from_module_rref: module_rref is owned by "
@@ -213,15 +225,18 @@ class RemoteModule(torch.nn.Module):
     # --- the forward pass ---------------------------------------------------------------------
 
     def forward_async(self, *args: Any) -> torch.futures.Future:
-        """The forward pass on ``args`` (the module's positional arguments: tensors, and tuples and
-        lists of them, of the export's structure), run by the owner; a ``torch.futures.Future``
-        of its output (tensors, and tuples and lists of them, as the module returns them).
+        """The forward pass on ``args``, run by the owner; a ``torch.futures.Future`` of its output
+        (tensors, and tuples and lists of them, as the module returns them).
 
         Inputs: each tensor of the dtype and number of dimensions of the example, each dimension
         the example's size or, for a dynamic one, a size in the range torch.export allows (one
         size for the dimensions it ties together), dense, on the CPU or the module's device.
         Inside a distributed autograd context with grad mode on, the call is recorded there
         (see the class); the context must still be live when the answer arrives.
+
+        Args:
+            *args: the module's positional arguments: tensors, and tuples and lists of them, of
+                the export's structure (shapes, dtypes and devices as above).
 
         Returns:
             torch.futures.Future: completes with the output, or with an error that names the
@@ -283,7 +298,20 @@ class RemoteModule(torch.nn.Module):
         return done
 
     def forward(self, *args: Any) -> Any:
-        """:meth:`forward_async`'s result, waited for (raises its error)."""
+        """:meth:`forward_async`'s result, waited for.
+
+        Args:
+            *args: as :meth:`forward_async`'s (tensors of the example's dtypes and number of
+                dimensions, on the CPU or the module's device).
+
+        Returns:
+            Any: the module's output: tensors, and tuples and lists of them.
+
+        Raises:
+            RuntimeError: the error :meth:`forward_async`'s future completes with (naming the
+                owner), and :meth:`forward_async`'s own.
+            TypeError: as :meth:`forward_async`.
+        """
         return self.forward_async(*args).wait()
 
     # --- the module on its owner ------------------------------------------------------------------
@@ -291,9 +319,20 @@ class RemoteModule(torch.nn.Module):
     def train(self, mode: bool = True) -> "RemoteModule":
         """Sets the module's mode on its owner (``module.train(mode)``); a native module's next
         forwards run the program of that mode (exported on the owner the first time it is asked
-        for; an error of that export raises here, naming the owner). torch's RemoteModule
-        refuses to switch modes; this one does. Forwards already running finish in the mode
-        they started in. Returns ``self``."""
+        for). torch's RemoteModule refuses to switch modes; this one does. Forwards already
+        running finish in the mode they started in.
+
+        Args:
+            mode (bool): True for train mode, False for eval mode.
+
+        Returns:
+            RemoteModule: ``self``.
+
+        Raises:
+            ValueError: ``mode`` is not a bool.
+            RuntimeError: the export of that mode failed on the owner (its error, naming the
+                owner); the owner cannot be reached. The mode is then unchanged.
+        """
         if not isinstance(mode, bool):
             raise ValueError(f"RemoteModule.train: mode must be a bool, got {type(mode).__name__}")
         try:
@@ -306,12 +345,28 @@ class RemoteModule(torch.nn.Module):
         return self
 
     def remote_parameters(self, recurse: bool = True) -> List[rpc.RRef]:
-        """RRefs to the module's live parameters on its owner (``module.parameters(recurse)``'s
-        order), for ``plugin.optim.DistributedOptimizer`` or torch's."""
+        """RRefs to the module's live parameters on its owner, for
+        ``plugin.optim.DistributedOptimizer`` or torch's.
+
+        Args:
+            recurse (bool): as ``module.parameters(recurse)``: the submodules' parameters too.
+
+        Returns:
+            List[RRef]: one RRef per parameter, in ``module.parameters(recurse)``'s order.
+
+        Raises:
+            RuntimeError: the owner cannot be reached (RPC's error).
+        """
         return rpc.rpc_sync(self.on, _owner.parameter_rrefs, args=(self.module_rref, recurse))
 
     def get_module_rref(self) -> rpc.RRef:
-        """The RRef to the ``nn.Module`` on its owner."""
+        """The module on its owner.
+
+        Returns:
+            RRef: the RRef to the ``nn.Module`` on its owner.
+
+        Raises nothing.
+        """
         return self.module_rref
 
     def _debug_info(self) -> Dict[str, int]:
@@ -324,7 +379,19 @@ def _not_supported(method: str):
     def refuse(self, *args, **kwargs):
         raise ValueError(f"Method ``{method}`` not supported for RemoteModule (the module lives on {self.on!r}: "
                          f"use remote_parameters() or get_module_rref())")
-    refuse.__name__ = method
+    refuse.__name__, refuse.__qualname__ = method, f"RemoteModule.{method}"
+    refuse.__doc__ = (
+        f"""Not supported on a remote module, as on torch's RemoteModule: the module and its
+        parameters live on the owner. Use :meth:`remote_parameters` or :meth:`get_module_rref`.
+
+        Args:
+            *args: ignored.
+            **kwargs: ignored.
+
+        Raises:
+            ValueError: always ("Method ``{method}`` not supported for RemoteModule ...").
+        """
+    )
     return refuse
 
 
