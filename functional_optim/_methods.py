@@ -266,11 +266,13 @@ def set_state(self, state: Dict[int, Dict[str, Tensor]]) -> None:
 
     Args:
         state (Dict[int, Dict[str, Tensor]]): flat index -> ``{key: tensor}``, as
-            :meth:`get_state` returns it; each tensor 0-dim or of its parameter's shape.
+            :meth:`get_state` returns it; each tensor of the shape the optimizer keeps it with
+            (its parameter's, 0-dim for ``'step'``; a key the optimizer does not keep may also
+            be 0-dim).
 
     Raises:
-        ValueError: an index that is not a parameter, or a tensor that is neither 0-dim nor of
-            its parameter's shape. Nothing changes when it raises.
+        ValueError: an index that is not a parameter, or a tensor of another shape than the
+            optimizer keeps it with. Nothing changes when it raises.
     """
     self._s.set_state(state)
 

@@ -623,16 +623,17 @@ class GroupedState:
     def set_state(self, state: Dict[int, Dict[str, Tensor]]) -> None:
         """Replace all per-parameter state with copies of ``state`` (torch's casting rules).
 
-        ``"step"`` keeps its dtype and stays where it is, except in a group with ``fused=True``
-        (or the default fused implementation, for a parameter off the CPU) where it becomes
-        float32 on the parameter's device; every other tensor takes the
+        ``"step"`` keeps its dtype and stays where it is, except in a group that runs the fused
+        implementation (``fused=True``, or by default) where it becomes float32 on the
+        parameter's device, as the fused kernels take it; every other tensor takes the
         parameter's device, and its dtype if the parameter is floating point. Parameters missing
         from ``state`` start afresh at their next step. Nothing changes if a check fails.
 
         Raises:
-            ValueError: an index that is not a parameter, or a non-scalar tensor whose shape
-                differs from the one the optimizer keeps for its parameter (the state the op
-                library's ``new_state`` makes for it, on the meta device).
+            ValueError: an index that is not a parameter, a tensor that is not dense, or one whose shape differs from
+                the one the optimizer keeps for its parameter (the state the op library's
+                ``new_state`` makes for it, on the meta device; a key it does not keep may also
+                be 0-dim).
         """
         new_state: List[Dict[str, Tensor]] = []
         for i in range(len(self.params)):
@@ -651,10 +652,19 @@ class GroupedState:
             keys = ops.state_keys(self.name, param.dim(), self.op_names[g], self.op_values[g])
             copied: Dict[str, Tensor] = {}
             for key, value in entry.items():
+                # a key the optimizer keeps has the shape it keeps it with (a 0-dim tensor for a
+                # tensor state would let the steps read and write past it); another key (kept, not
+                # read by the steps) 0-dim or of the parameter's shape
                 expected = list(param.shape)
-                if key in keys:
+                known = key in keys
+                if known:
                     expected = list(made[keys.index(key)].shape)
-                if value.dim() != 0 and list(value.shape) != expected:
+                if value.layout != torch.strided:
+                    raise ValueError(
+                        "set_state: state[" + str(i) + "]['" + key + "'] is a " + str(value.layout)
+                        + " tensor; optimizer state tensors are dense (torch.strided)"
+                    )
+                if list(value.shape) != expected and (known or value.dim() != 0):
                     raise ValueError(
                         "set_state: state[" + str(i) + "]['" + key + "'] has shape "
                         + str(list(value.shape)) + " but this optimizer keeps it with shape " + str(expected)
@@ -663,7 +673,7 @@ class GroupedState:
                 if key == "step":
                     # (the default implementation is the group step's too: off the CPU its fused
                     # kernels take the counter on the parameter's device)
-                    if (fused is not None and fused) or (self.impl[g] == "fused" and param.device.type != "cpu"):
+                    if (fused is not None and fused) or self.impl[g] == "fused":
                         copied[key] = value.to(device=param.device, dtype=torch.float32, copy=True)
                     else:
                         copied[key] = value.clone()

@@ -138,3 +138,17 @@ def test_load_state_dict_rejects_mismatch_and_changes_nothing():
         ours.load_state_dict(bad)
     assert_same_state(before, ours.state_dict(), torch.float32)
     assert ours.param_groups[0]["lr"] == 0.1
+
+
+@pytest.mark.parametrize("key", ["exp_avg", "exp_avg_sq"])
+def test_a_state_tensor_of_another_shape_is_refused_even_0_dim(key):
+    """A 0-dim tensor for a state the optimizer keeps per element would let the group step (torch's
+    fused kernel) read and write past it: refused, as any other shape that does not fit, by the
+    load every kind of local optimizer and functional_optim share."""
+    param = torch.zeros(4, 5)
+    optimizer = F.Adam([param], lr=0.01)
+    state = {"step": torch.tensor(1.0), "exp_avg": torch.zeros(4, 5), "exp_avg_sq": torch.zeros(4, 5)}
+    state[key] = torch.tensor(0.0)
+    with pytest.raises(ValueError, match=rf"state\[0\]\['{key}'\] has shape \[\] but this optimizer keeps it with shape \[4, 5\]"):
+        optimizer.load_state_dict({"state": {0: state}, "param_groups": optimizer.state_dict()["param_groups"]})
+    assert optimizer.state_dict()["state"] == {}

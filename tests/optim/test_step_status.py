@@ -42,3 +42,4 @@ def test_the_torchscript_local_optimizer_answers_the_tables_statuses():
     assert torch.equal(param, torch.ones(3))
     assert local.commit_step(ops._park_step([torch.ones(3)], 60_000), -1) == applied
     assert torch.equal(param, torch.full((3,), 0.5))
+

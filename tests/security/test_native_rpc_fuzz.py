@@ -137,38 +137,50 @@ def test_the_engines_other_handlers_answer_any_ids(target, op, context_id, pass_
 
 
 # --- the native local optimizer ----------------------------------------------------------------
+# Its steps are native RPC functions (_optimizer_step, _prepare, _commit, _drop); its state and
+# values are read and changed in Python on the owner, through functional_optim's checks (the
+# owner's _optimizer_state / _load_state / _set_group, plugin/optim/_local.py), fuzzed here too:
+# a refusal there must change nothing either.
 
-# The sparse-gradient rule a caller sends with Adam's values (functional_optim.configuration.check_group).
-ADAM_SPARSE = "Adam does not support sparse gradients, please consider SparseAdam instead"
 STATE_KEYS = ["step", "exp_avg", "exp_avg_sq", "sum", "momentum_buffer", "bogus"]
 
 
-def optimizer_values(target, handle):
-    """Everything a refused call must leave as it was: (state, hyperparameters, flags)."""
-    return target.call("_optimizer_state", handle).wait()
+def owner_of(target, which):
+    return {"adam": target.adam, "adagrad": target.adagrad}[which]._owners[target.owner]
+
+
+def optimizer_values(target, which):
+    """Everything a refused call must leave as it was: (state dict, group values)."""
+    owner = owner_of(target, which)
+    return owner.state().wait(), owner.hyperparameters().wait()
 
 
 def assert_same_values(a, b):
-    (state_a, hparams_a, options_a), (state_b, hparams_b, options_b) = a, b
-    assert repr(hparams_a) == repr(hparams_b) and options_a == options_b  # (NaN compares by repr)
-    assert sorted(state_a) == sorted(state_b)
-    for i in state_a:
-        assert sorted(state_a[i]) == sorted(state_b[i])
-        for key in state_a[i]:
-            torch.testing.assert_close(state_a[i][key], state_b[i][key], rtol=0, atol=0, equal_nan=True)
+    (state_a, group_a), (state_b, group_b) = a, b
+    assert repr(group_a) == repr(group_b)  # (NaN compares by repr)
+    assert repr(state_a["param_groups"]) == repr(state_b["param_groups"])
+    assert sorted(state_a["state"]) == sorted(state_b["state"])
+    for i, entry in state_a["state"].items():
+        assert sorted(entry) == sorted(state_b["state"][i])
+        for key, value in entry.items():
+            torch.testing.assert_close(value, state_b["state"][i][key], rtol=0, atol=0, equal_nan=True)
+
+
+def with_state(target, which, state):
+    """The optimizer's current state dict with its ``state`` replaced (a torch.optim state dict)."""
+    current, _ = optimizer_values(target, which)
+    return {"state": state, "param_groups": current["param_groups"]}
 
 
 @st.composite
 def state_dicts(draw, shape):
-    """A state dict of a parameter of `shape` as _optimizer_load_state takes it: indices, keys,
-    and tensors of any shape, dtype and layout, except a 0-dim tensor for a key other than
-    'step' (test_load_state_refuses_a_scalar_for_a_tensor_state)."""
+    """A state dict's ``state`` for a parameter of `shape`: indices, keys, and tensors of any
+    shape, dtype and layout."""
     state = {}
     for index in draw(st.lists(st.sampled_from([0, 1, -1, 2**40]), max_size=2, unique=True)):
         entry = {}
         for key in draw(st.lists(st.sampled_from(STATE_KEYS), max_size=3, unique=True)):
-            shapes = [shape, (1,), (2, 2)] + ([()] if key == "step" else [])
-            entry[key] = draw(tensors(shapes))
+            entry[key] = draw(tensors([shape, (1,), (2, 2), ()]))
         state[index] = entry
     return state
 
@@ -183,38 +195,36 @@ OPTIONS = st.dictionaries(st.sampled_from(["maximize", "foreach", "fused", "amsg
 @FUZZ
 @given(data=st.data())
 def test_optimizer_ops_answer_every_request_and_a_refusal_changes_nothing(target, data):
-    """Every _optimizer_* RPC function, with handles, context ids, tokens, versions, deadlines and
-    leases at the extremes, state dicts and hyperparameters of any form: answered; a refused
-    load_state or set_group leaves the optimizer's state, hyperparameters and flags as they were;
-    the callee keeps serving and its optimizers keep answering steps."""
+    """Every native _optimizer_* RPC function, with handles, context ids, tokens, versions,
+    deadlines and leases at the extremes: answered; a state dict or group values of any form,
+    loaded or set through the owner: a refusal leaves the optimizer's state and values as they
+    were; the callee keeps serving and its optimizers keep answering steps."""
     handles = {"adam": target.adam_handle, "adagrad": target.adagrad_handle}
     which = data.draw(st.sampled_from(["adam", "adagrad"]))
     handle = data.draw(st.sampled_from([handles[which]] * 3 + BIG))
     shape = remote.DENSE_SHAPE if which == "adam" else remote.TABLE_SHAPE
     context_id = data.draw(st.sampled_from([target.context_id, target.receive_context_id] + BIG))
-    op = data.draw(st.sampled_from(["step", "prepare", "commit", "drop", "state", "load_state",
-                                    "hyperparameters", "set_group"]))
-    rules = st.sampled_from([None, "Adam does not support sparse gradients, please consider SparseAdam instead"])
-    args = {
-        "step": lambda: (handle, context_id, data.draw(st.sampled_from([-1] + BIG)), data.draw(st.sampled_from(BIG))),
-        "prepare": lambda: (handle, context_id, data.draw(st.sampled_from([-1, 0, 1, 1000, 2**31, 2**40, 2**62]))),
-        "commit": lambda: (handle, data.draw(st.sampled_from(BIG)), data.draw(st.sampled_from(BIG))),
-        "drop": lambda: (handle, data.draw(st.sampled_from(BIG))),
-        "state": lambda: (handle,),
-        "load_state": lambda: (handle, data.draw(state_dicts(shape)), data.draw(st.lists(HPARAMS, max_size=2)),
-                               data.draw(st.lists(OPTIONS, max_size=2)), data.draw(st.lists(rules, max_size=2))),
-        "hyperparameters": lambda: (handle,),
-        "set_group": lambda: (handle, data.draw(st.sampled_from([0, 0, 1, -1, 2**62])), data.draw(HPARAMS),
-                              data.draw(OPTIONS), data.draw(st.dictionaries(
-                                  st.sampled_from(["lr", "eps", "bogus"]), tensors([(), (1,), (2,), (0,)]), max_size=2)),
-                              data.draw(rules)),
-    }[op]()
-    before = optimizer_values(target, handles[which])
-    result = outcome(target.call("_optimizer_" + op, *args))
-    if op == "prepare" and not isinstance(result, Exception):
-        target.call("_optimizer_drop", handle, result).wait()
-    if op in ("load_state", "set_group") and isinstance(result, Exception):
-        assert_same_values(optimizer_values(target, handles[which]), before)
+    op = data.draw(st.sampled_from(["step", "prepare", "commit", "drop", "load_state", "set_group"]))
+    before = optimizer_values(target, which)
+    if op in ("load_state", "set_group"):
+        owner = owner_of(target, which)
+        if op == "load_state":
+            result = outcome(owner.load_state(with_state(target, which, data.draw(state_dicts(shape)))))
+        else:
+            result = outcome(owner.set_group(data.draw(HPARAMS), data.draw(OPTIONS)))
+        if isinstance(result, Exception):
+            assert_same_values(optimizer_values(target, which), before)
+    else:
+        args = {
+            "step": lambda: (handle, context_id, data.draw(st.sampled_from([-1] + BIG)),
+                             data.draw(st.sampled_from(BIG))),
+            "prepare": lambda: (handle, context_id, data.draw(st.sampled_from([-1, 0, 1, 1000, 2**31, 2**40, 2**62]))),
+            "commit": lambda: (handle, data.draw(st.sampled_from(BIG)), data.draw(st.sampled_from(BIG))),
+            "drop": lambda: (handle, data.draw(st.sampled_from(BIG))),
+        }[op]()
+        result = outcome(target.call("_optimizer_" + op, *args))
+        if op == "prepare" and not isinstance(result, Exception):
+            target.call("_optimizer_drop", handle, result).wait()
     assert_serves(target)
     target.steps_still_work()  # (they may refuse what was loaded; they must not end the callee)
     assert_serves(target)
@@ -242,26 +252,26 @@ def test_receive_gradients_refuses_a_sparse_gradient_outside_its_parameter(fresh
 
 @pytest.mark.timeout(120)
 def test_load_state_refuses_a_scalar_for_a_tensor_state(fresh):
-    before = optimizer_values(fresh, fresh.adam_handle)
+    before = optimizer_values(fresh, "adam")
     scalar = {0: {"step": torch.tensor(1.0), "exp_avg": torch.tensor(0.0), "exp_avg_sq": torch.tensor(0.0)}}
-    result = outcome(fresh.call("_optimizer_load_state", fresh.adam_handle, scalar, [{}], [{}], [ADAM_SPARSE]))
+    result = outcome(owner_of(fresh, "adam").load_state(with_state(fresh, "adam", scalar)))
     assert isinstance(result, Exception), "accepted: the next step would write past exp_avg's one element"
-    assert_same_values(optimizer_values(fresh, fresh.adam_handle), before)
+    assert_same_values(optimizer_values(fresh, "adam"), before)
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("case", ["scalar_sum", "sparse_exp_avg", "int_step"])
 def test_load_state_refuses_state_a_step_cannot_use(fresh, case):
-    handle, state = {
-        "scalar_sum": (fresh.adagrad_handle, {0: {"step": torch.tensor(1.0), "sum": torch.tensor(0.0)}}),
-        "sparse_exp_avg": (fresh.adam_handle, {0: {"step": torch.tensor(1.0),
-                                                    "exp_avg": torch.zeros(remote.DENSE_SHAPE).to_sparse(),
-                                                    "exp_avg_sq": torch.zeros(remote.DENSE_SHAPE)}}),
-        "int_step": (fresh.adam_handle, {0: {"step": torch.tensor(1), "exp_avg": torch.zeros(remote.DENSE_SHAPE),
-                                              "exp_avg_sq": torch.zeros(remote.DENSE_SHAPE)}}),
+    which, state = {
+        "scalar_sum": ("adagrad", {0: {"step": torch.tensor(1.0), "sum": torch.tensor(0.0)}}),
+        "sparse_exp_avg": ("adam", {0: {"step": torch.tensor(1.0),
+                                        "exp_avg": torch.zeros(remote.DENSE_SHAPE).to_sparse(),
+                                        "exp_avg_sq": torch.zeros(remote.DENSE_SHAPE)}}),
+        "int_step": ("adam", {0: {"step": torch.tensor(1), "exp_avg": torch.zeros(remote.DENSE_SHAPE),
+                                  "exp_avg_sq": torch.zeros(remote.DENSE_SHAPE)}}),
     }[case]
-    loaded = outcome(fresh.call("_optimizer_load_state", handle, state, [{}], [{}],
-                                [None if handle == fresh.adagrad_handle else ADAM_SPARSE]))
+    handle = fresh.adam_handle if which == "adam" else fresh.adagrad_handle
+    loaded = outcome(owner_of(fresh, which).load_state(with_state(fresh, which, state)))
     stepped = outcome(fresh.call("_optimizer_step", handle, fresh.context_id, -1, -1))
     assert isinstance(loaded, Exception) or not isinstance(stepped, Exception), (
         f"accepted state with which every step fails: {stepped}")
