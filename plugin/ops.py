@@ -53,7 +53,7 @@ def backward(context_id: int, roots: List[Tensor], retain_graph: bool = False, m
 def _backward_and_step(context_id: int, roots: List[Tensor], retain_graph: bool, mode: str, steps: List[int]) -> None:
     """The op ``gilfree_rpc::backward`` with ``steps`` as its part-end hook arguments: a pass in
     which each owner named there applies its native local optimizer's step to the context's
-    gradients as its part of the pass ends (``plugin/csrc/optim/pass_end.h``). ``steps``:
+    gradients as its part of the pass ends (``plugin/csrc/optim/part_end_hook.h``). ``steps``:
     ``[deadline_ms, worker_id, handle, worker_id, handle, ...]`` (deadline in ms since the Unix
     epoch, ``-1`` for none; each owner's RPC worker id and local optimizer handle). Read the
     outcomes with :func:`_step_outcomes`."""
@@ -159,7 +159,7 @@ def _checked_versions(context_id: int, workers: List[int], accept_sparse: bool) 
     sparse COO, the parameter's shape, dtype and device; none sparse unless ``accept_sparse``),
     each worker's version of the context's gradients then, in the order of ``workers``; else
     ``[]``. A step over those owners then needs no validation round
-    (``plugin/csrc/optim/pass_end.h``)."""
+    (``plugin/csrc/optim/part_end_hook.h``)."""
     return torch.ops.gilfree_rpc._checked_versions(context_id, workers, accept_sparse)
 
 

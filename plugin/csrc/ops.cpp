@@ -30,7 +30,7 @@ TORCH_LIBRARY(gilfree_rpc, m) {
   // Distributed backward pass from `roots` (scalars on this worker) in the given
   // distributed autograd context. `mode` is "smart" or "fast". `hook_args`: the arguments
   // of the part-end hook every reached worker runs as its part of the pass ends
-  // (engine/part_end.h; the optimizer's: optim/pass_end.h).
+  // (engine/part_end.h; the optimizer's: optim/part_end_hook.h).
   def(
       m,
       "backward(int context_id, Tensor[] roots, bool retain_graph=False, "
@@ -122,12 +122,12 @@ TORCH_LIBRARY(gilfree_rpc, m) {
   def(m, "gradients_for(int context_id, Tensor[] params) -> Tensor?[]");
   // On the worker that called backward: if the context's latest pass of the plugin's
   // engine reached every worker of `workers` and found, on each, that every gradient fits
-  // its parameter (optim/pass_end.h; none sparse unless `accept_sparse`), each one's
+  // its parameter (optim/part_end_hook.h; none sparse unless `accept_sparse`), each one's
   // version of the context's gradients, in order; else an empty list. Then a step over
   // those owners needs no validation round.
   def(m, "_checked_versions(int context_id, int[] workers, bool accept_sparse) -> int[]");
   // On the worker that called backward with steps in the pass's hook arguments, after the
-  // pass: each worker's StepStatus (optim/step_status.h; optim/pass_end.h) in the order of
+  // pass: each worker's StepStatus (optim/step_status.h; optim/part_end_hook.h) in the order of
   // `workers`: applied, late, refused or not_reached.
   def(m, "_step_outcomes(int context_id, int[] workers) -> int[]");
   // The two phases of a multi-owner optimizer step (prepared_steps.h): park validated

@@ -329,7 +329,7 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
                 first owner's error, of its type, naming it, as :meth:`step` raises.
 
         Algorithm: the steps of :meth:`step`, applied where the plugin's engine ends each
-        owner's part of the pass (``plugin/csrc/optim/pass_end.h``).
+        owner's part of the pass (``plugin/csrc/optim/part_end_hook.h``).
         """
         from .. import autograd
 

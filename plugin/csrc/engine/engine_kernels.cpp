@@ -4,6 +4,7 @@
 #include "compat.h"
 #include "engine/context_registry.h"
 #include "engine/engine.h"
+#include "engine/gradients.h"
 #include "engine/peer_watch.h"
 #include "rpc/transport.h"
 
@@ -87,6 +88,7 @@ TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
   m.impl("_abort_pass", TORCH_FN(abortPassKernel));
   m.impl("_release_context", TORCH_FN(releaseContextKernel));
   m.impl("_debug_info", TORCH_FN(debugInfoKernel));
+  m.impl("gradients_for", TORCH_FN(gradientsFor));  // gradients.h
 }
 
 }  // namespace gilfree_rpc

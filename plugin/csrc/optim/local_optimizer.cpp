@@ -3,6 +3,7 @@
 #include "optim/local_optimizer.h"
 
 #include "engine/gradients.h"
+#include "handle_registry.h"
 #include "optim/prepared_steps.h"
 #include "rpc/worker_error.h"
 
@@ -12,48 +13,14 @@
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
-#include <atomic>
-#include <unordered_map>
 
 namespace gilfree_rpc {
 namespace {
 
-// --- the registry ------------------------------------------------------------------------
-
-struct Registry {
-  std::mutex mu;
-  std::unordered_map<int64_t, c10::weak_intrusive_ptr<LocalOptimizer>> entries;
-};
-
-Registry& registry() {
-  static auto* r = new Registry();  // leaky: RPC threads may call in while the process exits
-  return *r;
+HandleRegistry<LocalOptimizer>& registry() {
+  static auto* optimizers = new HandleRegistry<LocalOptimizer>();  // leaky: RPC threads may call in while the process exits
+  return *optimizers;
 }
-
-int64_t newHandle() {
-  static std::atomic<int64_t> next{1};
-  return next++;
-}
-
-// The parameters' locks, held for a scope (taken in the global order, released in reverse).
-class Held {
- public:
-  explicit Held(const std::vector<std::shared_ptr<ParamLock>>& locks) : locks_(locks) {
-    for (const auto& lock : locks_) {
-      lock->mutex.lock();
-    }
-  }
-  ~Held() {
-    for (auto it = locks_.rbegin(); it != locks_.rend(); ++it) {
-      (*it)->mutex.unlock();
-    }
-  }
-  Held(const Held&) = delete;
-  Held& operator=(const Held&) = delete;
-
- private:
-  const std::vector<std::shared_ptr<ParamLock>>& locks_;
-};
 
 std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& groups) {
   std::vector<at::Tensor> flat;
@@ -75,8 +42,7 @@ LocalOptimizer::LocalOptimizer(
     std::string name,
     const std::vector<std::vector<at::Tensor>>& groups,
     std::optional<std::string> denseError)
-    : handle_(newHandle()),
-      name_(std::move(name)),
+    : name_(std::move(name)),
       params_(flatten(groups)),
       denseError_(std::move(denseError)),
       locks_(paramLocksFor(params_)) {
@@ -92,22 +58,12 @@ LocalOptimizer::LocalOptimizer(
 }
 
 c10::intrusive_ptr<LocalOptimizer> LocalOptimizer::registered(c10::intrusive_ptr<LocalOptimizer> self) {
-  auto& r = registry();
-  std::lock_guard<std::mutex> guard(r.mu);
-  r.entries.emplace(self->handle_, c10::weak_intrusive_ptr<LocalOptimizer>(self));
+  self->handle_ = registry().add(self);
   return self;
 }
 
 c10::intrusive_ptr<LocalOptimizer> LocalOptimizer::find(int64_t handle) {
-  auto& r = registry();
-  c10::intrusive_ptr<LocalOptimizer> found;
-  {
-    std::lock_guard<std::mutex> guard(r.mu);
-    auto it = r.entries.find(handle);
-    if (it != r.entries.end()) {
-      found = it->second.lock();
-    }
-  }
+  auto found = registry().find(handle);
   TORCH_CHECK(
       found,
       "RuntimeError: ",
@@ -119,16 +75,7 @@ c10::intrusive_ptr<LocalOptimizer> LocalOptimizer::find(int64_t handle) {
 }
 
 void LocalOptimizer::release_resources() {
-  auto& r = registry();
-  c10::weak_intrusive_ptr<LocalOptimizer> entry(c10::intrusive_ptr<LocalOptimizer>{});
-  {
-    std::lock_guard<std::mutex> guard(r.mu);
-    auto it = r.entries.find(handle_);
-    if (it != r.entries.end()) {
-      entry = std::move(it->second);  // released after the mutex
-      r.entries.erase(it);
-    }
-  }
+  registry().remove(handle_);
 }
 
 // --- the plans and the state ----------------------------------------------------------------
@@ -159,7 +106,7 @@ void LocalOptimizer::configure(
           "ValueError: LocalOptimizer.configure: state of parameter ", item.key(), ", which does not exist");
     }
   }
-  Held held(locks_);
+  HeldParamLocks held(locks_);
   if (state.has_value()) {
     std::vector<ParamState> replaced(params_.size());
     for (const auto& item : *state) {
@@ -176,7 +123,7 @@ void LocalOptimizer::configure(
 }
 
 OptimizerState LocalOptimizer::state() {
-  Held held(locks_);
+  HeldParamLocks held(locks_);
   OptimizerState out;
   for (size_t i = 0; i < state_.size(); ++i) {
     if (state_[i].size() == 0) {
@@ -269,7 +216,7 @@ void LocalOptimizer::applyLocked(const MaybeGradients& gradients) {
 }
 
 int64_t LocalOptimizer::applyBefore(const MaybeGradients& gradients, int64_t deadlineMs) {
-  Held held(locks_);
+  HeldParamLocks held(locks_);
   if (deadlineMs >= 0 && wallClockMs() >= deadlineMs) {
     return kLate;
   }
@@ -305,7 +252,7 @@ int64_t LocalOptimizer::commit(int64_t token, int64_t deadlineMs) {
 }
 
 void LocalOptimizer::stepGradients(const MaybeGradients& gradients) {
-  Held held(locks_);
+  HeldParamLocks held(locks_);
   applyLocked(gradients);
 }
 

@@ -54,7 +54,8 @@ class LocalOptimizer : public torch::CustomClassHolder {
   // gradient (SparseAdam's), or none. The groups' plans come with configure.
   LocalOptimizer(std::string name, const std::vector<std::vector<at::Tensor>>& groups, std::optional<std::string> denseError);
 
-  // Adds `self` to the registry under its handle (called once, right after construction).
+  // Adds `self` to the registry under a new handle (called once, right after construction;
+  // handle_registry.h).
   static c10::intrusive_ptr<LocalOptimizer> registered(c10::intrusive_ptr<LocalOptimizer> self);
   // The object with `handle` in this process; raises RuntimeError naming the handle when it
   // is gone.
@@ -110,7 +111,7 @@ class LocalOptimizer : public torch::CustomClassHolder {
   // The state keys of every parameter of group `g` with its current plan.
   void setKeysLocked(size_t g);
 
-  const int64_t handle_;
+  int64_t handle_ = -1;  // set by registered()
   const std::string name_;
   const std::vector<at::Tensor> params_;  // flat
   std::vector<int64_t> offsets_;          // group g: offsets_[g] <= i < offsets_[g + 1]

@@ -1,37 +1,17 @@
-// Kernels for the distributed optimizer's local step (schemas in ops.cpp).
-#include "compat.h"
-#include "engine/context_registry.h"
-#include "engine/gradients.h"
-#include "optim/local_optimizer.h"
-#include "optim/pass_end.h"
+// Kernels of the distributed optimizer's ops that belong to no one local optimizer: the
+// checked gradients' versions, parked steps, the deadline clock, the status table, counters
+// (schemas in ops.cpp; a local optimizer's own: local_optimizer.cpp).
+#include "optim/part_end_hook.h"
 #include "optim/prepared_steps.h"
 #include "optim/step_lock.h"
 #include "optim/step_status.h"
-#include "rpc/transport.h"
 
-#include <torch/csrc/distributed/autograd/context/container.h>
-#include <torch/csrc/distributed/rpc/rpc_agent.h>
-#include <ATen/core/ivalue.h>
-#include <ATen/core/stack.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
 #include <optional>
 
 namespace gilfree_rpc {
 namespace {
-
-// Boxed: a plain kernel cannot take a Future.
-void failureKindKernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
-  auto future = torch::jit::pop(*stack).toFuture();
-  std::string kind;
-  if (!future->completed()) {
-    kind = "pending";
-  } else if (future->hasError()) {
-    kind = isRpcTimeout(*future) ? "timeout" : isPeerUnreachable(*future) ? "unreachable" : "error";
-  }
-  torch::jit::push(*stack, std::move(kind));
-}
 
 c10::Dict<std::string, int64_t> stepStatusesKernel() {
   c10::Dict<std::string, int64_t> table;
@@ -51,8 +31,7 @@ c10::Dict<std::string, int64_t> optimizerDebugInfoKernel() {
 }  // namespace
 
 TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
-  m.impl("gradients_for", TORCH_FN(gradientsFor));  // engine/gradients.h
-  m.impl("_checked_versions", TORCH_FN(checkedVersions));  // pass_end.h
+  m.impl("_checked_versions", TORCH_FN(checkedVersions));  // part_end_hook.h
   m.impl("_step_outcomes", TORCH_FN(stepOutcomes));
   // steps parked for no particular local optimizer (owner -1: prepared_steps.h)
   m.impl("_park_step", [](const c10::List<std::optional<at::Tensor>>& gradients, int64_t leaseMs) {
@@ -61,11 +40,8 @@ TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
   m.impl("_take_step", [](int64_t token) { return takeStep(token); });
   m.impl("_drop_step", [](int64_t token) { return dropStep(token); });
   m.impl("_wall_clock_ms", TORCH_FN(wallClockMs));
-  m.impl("_failure_kind", torch::CppFunction::makeFromBoxedFunction<&failureKindKernel>());
   m.impl("_optimizer_debug_info", TORCH_FN(optimizerDebugInfoKernel));
   m.impl("_step_statuses", TORCH_FN(stepStatusesKernel));
-  // the optimizer sends its step RPCs with no current context (see compat.h)
-  m.impl("_swap_current_context", TORCH_FN(swapCurrentContext));
 }
 
 }  // namespace gilfree_rpc

@@ -1,4 +1,4 @@
-#include "optim/pass_end.h"
+#include "optim/part_end_hook.h"
 
 #include "engine/gradients.h"
 #include "engine/part_end.h"
@@ -27,7 +27,7 @@ int64_t finding(const StoredGradients& stored) {
   return any && fits ? (kGradientsFit | (sparse ? kSomeSparse : 0)) : 0;
 }
 
-// The step asked of this worker in `args` (see pass_end.h): its status + 1, or 0.
+// The step asked of this worker in `args` (see part_end_hook.h): its status + 1, or 0.
 int64_t stepHere(int64_t contextId, const std::vector<int64_t>& args) {
   if (args.empty()) {
     return 0;

@@ -2,6 +2,10 @@
 
 #include "compat.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <torch/library.h>
+
 #include <algorithm>
 #include <iterator>
 #include <mutex>
@@ -40,7 +44,27 @@ const RpcOp* find(const std::string& op) {
   return it == std::end(kRpcOps) ? nullptr : it;
 }
 
+// Boxed: a plain kernel cannot take a Future.
+void failureKindKernel(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto future = torch::jit::pop(*stack).toFuture();
+  std::string kind;
+  if (!future->completed()) {
+    kind = "pending";
+  } else if (future->hasError()) {
+    kind = isRpcTimeout(*future) ? "timeout" : isPeerUnreachable(*future) ? "unreachable" : "error";
+  }
+  torch::jit::push(*stack, std::move(kind));
+}
+
 }  // namespace
+
+TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
+  // what a failed RPC's future failed of (timeout, unreachable peer, error)
+  m.impl("_failure_kind", torch::CppFunction::makeFromBoxedFunction<&failureKindKernel>());
+  // RPCs sent with no current distributed autograd context (the distributed optimizer's steps;
+  // see compat.h)
+  m.impl("_swap_current_context", TORCH_FN(swapCurrentContext));
+}
 
 c10::QualifiedName rpcFunctionName(const std::string& op) {
   return c10::QualifiedName("gilfree_rpc." + op);
