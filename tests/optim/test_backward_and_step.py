@@ -1,5 +1,5 @@
 """DistributedOptimizer.backward_and_step: the step taken inside the backward pass, where each
-owner's part of the pass ends (plugin/csrc/optim/pass_end.h), against torch.optim and
+owner's part of the pass ends (plugin/csrc/optim/part_end_hook.h), against torch.optim and
 against the same training with backward then step()."""
 import warnings
 

@@ -2,7 +2,7 @@
 
 Each worker's part of the pass checks that every gradient it holds fits its parameter (dense,
 the parameter's shape, dtype and device) and reports it with the pass's completion
-(plugin/csrc/optim/pass_end.h). When every owner reported gradients that fit, the step goes to
+(plugin/csrc/optim/part_end_hook.h). When every owner reported gradients that fit, the step goes to
 all owners at once, with no validation round first (:func:`checked`); whenever the pass cannot
 vouch for an owner, or an owner's local optimizer is not native, the step takes two phases
 (prepare on every owner, then commit), and nothing is applied unless every owner prepared.
