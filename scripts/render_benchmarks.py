@@ -163,7 +163,8 @@ def render_bench_optim_kernels(data: Dict[str, Any]) -> str:
         + f". Workload A: {w['A']['tensors']} float32 tensor of {w['A']['numel_each']:,} elements; workload B: "
         f"{w['B']['tensors']} tensors of {w['B']['numel_each']:,} elements.",
         "",
-        "Our op `torch.ops.gilfree_optim.<name>_` called directly, against the "
+        "Our group step `torch.ops.gilfree_optim.group_step` called directly (torch's fused kernels for SGD, "
+        "Adam, AdamW and Adagrad, this package's for the others), against the "
         "bandwidth floor (bytes the step must move / in-place `add_` bandwidth measured with the same thread "
         f"count) and torch's fused step; DeepSpeed: {data.get('deepspeed', 'not measured')}. Targets: (A) ours "
         "<= 1.3x the floor and <= 1.0x torch's fused step and DeepSpeed's CPU Adam; (B) ours <= 0.7x torch's "
