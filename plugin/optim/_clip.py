@@ -74,7 +74,9 @@ def clip_grad_norm_(
         TypeError: ``parameters`` is neither a DistributedOptimizer nor a list of RRefs.
         RuntimeError: the total norm is not finite and ``error_if_nonfinite`` is set (torch's
             message; nothing was scaled); ``context_id`` is not a live context on this worker;
-            an owner failed, named in the message.
+            an owner failed, named in the message; a parameter's gradient is sparse (the owner's
+            norm raises torch's error, as ``torch.nn.utils.clip_grad_norm_`` does on sparse
+            gradients: ``linalg_vector_norm`` has no sparse kernel; nothing was scaled).
 
     Algorithm: ``torch.nn.utils.clip_grad_norm_`` (``torch/nn/utils/clip_grad.py``): per-gradient
     norms with ``torch._foreach_norm``, stacked in parameter order, their norm, and
