@@ -24,6 +24,13 @@ def free_port() -> int:
 AUTH_KEY_ENV = "GILFREE_TEST_AUTH_KEY"
 
 
+# The group's start-up (the store's rendezvous, every worker's address exchange) waits this long
+# at least, whatever the RPC timeout a fault test sets afterwards (2 or 3 s there): torch bounds
+# the start-up by the options' rpc_timeout, and a loaded machine (CI runs two test files at a
+# time) can take longer than that to start a worker process.
+START_TIMEOUT = 120.0
+
+
 def backend_options(num_worker_threads: int, rpc_timeout: float):
     extra = {}
     key = os.environ.get(AUTH_KEY_ENV)
@@ -52,8 +59,9 @@ def _serve(rank: int, world_size: int, port: int, num_worker_threads: int, rpc_t
         f"worker{rank}",
         rank=rank,
         world_size=world_size,
-        rpc_backend_options=backend_options(num_worker_threads, rpc_timeout),
+        rpc_backend_options=backend_options(num_worker_threads, max(rpc_timeout, START_TIMEOUT)),
     )
+    rpc._set_rpc_timeout(rpc_timeout)  # the default timeout of every RPC from here on
     rpc.shutdown()
 
 
@@ -94,8 +102,9 @@ class Cluster:
             "worker0",
             rank=0,
             world_size=self.world_size,
-            rpc_backend_options=backend_options(self.num_worker_threads, self.rpc_timeout),
+            rpc_backend_options=backend_options(self.num_worker_threads, max(self.rpc_timeout, START_TIMEOUT)),
         )
+        rpc._set_rpc_timeout(self.rpc_timeout)
         return self
 
     def stop(self):
