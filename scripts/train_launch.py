@@ -117,8 +117,10 @@ def launch(names, coordinate, args, port):
     Returns the exit status: 0 when every worker ended well; 1 when one failed (the others
     are ended); 128 + signal number after SIGINT or SIGTERM (every worker ended).
     """
+    import faulthandler
     import multiprocessing
 
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 <pid>: the launcher's stacks too
     ctx = multiprocessing.get_context("spawn")
     procs = []
 
