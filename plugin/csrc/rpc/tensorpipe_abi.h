@@ -5,8 +5,9 @@
 // The declarations match TensorPipe at commit 52791a2fd214b2a9dc5759d36725909c1daa7f2e
 // (tensorpipe/transport/connection.h, listener.h, common/nop.h), the commit torch pins as
 // third_party/tensorpipe. Only the virtual functions' order and signatures matter (calls
-// go through the vtable); checked by real RPC over this transport on torch 2.13.0 and
-// 2.14.1 (tests/security). Not checked on torch 2.11 (the GPU machine's torch).
+// go through the vtable); checked by real RPC over this transport, and by the self-test
+// below, on torch 2.13.0, 2.14.1 and 2.15.0 (tests/security). Not checked on torch 2.11
+// (the GPU machine's torch).
 //
 // Nothing here is checked by the compiler against TensorPipe (its headers are not shipped),
 // so a torch whose TensorPipe or libnop differs would run undefined behaviour in every
