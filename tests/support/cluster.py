@@ -27,8 +27,10 @@ AUTH_KEY_ENV = "GILFREE_TEST_AUTH_KEY"
 # The group's start-up (the store's rendezvous, every worker's address exchange) waits this long
 # at least, whatever the RPC timeout a fault test sets afterwards (2 or 3 s there): torch bounds
 # the start-up by the options' rpc_timeout, and a loaded machine (CI runs two test files at a
-# time) can take longer than that to start a worker process.
-START_TIMEOUT = 120.0
+# time) can take longer than that to start a worker process. Not more: the engine's peer watch
+# pings every half RPC timeout, and one period begun during the start-up keeps the start-up's
+# timeout (with 120 s, a killed worker went unnoticed for a minute in a fault test).
+START_TIMEOUT = 10.0
 
 
 def backend_options(num_worker_threads: int, rpc_timeout: float):
