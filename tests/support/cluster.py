@@ -119,6 +119,22 @@ class Cluster:
                     p.kill()
             self._procs = []
 
+    def abandon(self, code: int):
+        """Ends a fault scenario's process without a shutdown (a peer may be dead or stopped):
+        kills every worker (SIGKILL, which also ends a stopped one), flushes the output and
+        exits with ``code``."""
+        import signal
+        import sys
+
+        for p in self._procs:
+            try:
+                os.kill(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
     def __enter__(self):
         return self.start()
 

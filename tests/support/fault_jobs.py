@@ -162,14 +162,7 @@ def main():
         traceback.print_exc()
         code = 1
     finally:
-        for p in cluster._procs:
-            try:
-                os.kill(p.pid, signal.SIGKILL)  # also ends a stopped process
-            except ProcessLookupError:
-                pass
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        cluster.abandon(code)
 
 
 if __name__ == "__main__":

@@ -13,9 +13,6 @@ Prints one JSON line starting with ``RESULT `` and exits without a graceful shut
 group, killing its workers first.
 """
 import json
-import os
-import signal
-import sys
 import threading
 import traceback
 
@@ -150,14 +147,7 @@ def main():
                 cluster.stop()
             except BaseException:  # noqa: BLE001
                 code = 0
-        for p in cluster._procs:
-            try:
-                os.kill(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        cluster.abandon(code)
 
 
 if __name__ == "__main__":
