@@ -24,6 +24,8 @@ namespace gilfree_optim {
 
 struct AdafactorUpdateOp;  // cpu/fused_adafactor.cpp
 
+// this optimizer's own names: the group steps compile as one unit (build_units.py)
+namespace adafactor_step {
 namespace {
 
 std::vector<std::string> keys(int64_t dim, const GroupValues&) {
@@ -173,4 +175,5 @@ void step(Group& g, const GroupValues& v) {
 [[maybe_unused]] const bool registered = registerOptimizer("adafactor", {keys, create, step, {"cpu", "cuda"}});
 
 }  // namespace
+}  // namespace adafactor_step
 }  // namespace gilfree_optim

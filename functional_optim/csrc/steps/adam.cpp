@@ -3,6 +3,8 @@
 #include "group_step.h"
 
 namespace gilfree_optim {
+// this optimizer's own names: the group steps compile as one unit (build_units.py)
+namespace adam_step {
 namespace {
 
 std::vector<std::string> keys(int64_t, const GroupValues& v) {
@@ -44,4 +46,5 @@ void step(Group& g, const GroupValues& v) {
 [[maybe_unused]] const bool adamw = registerOptimizer("adamw", {keys, create, step, {"cpu", "cuda"}});
 
 }  // namespace
+}  // namespace adam_step
 }  // namespace gilfree_optim

@@ -3,6 +3,8 @@
 #include "group_step.h"
 
 namespace gilfree_optim {
+// this optimizer's own names: the group steps compile as one unit (build_units.py)
+namespace adamax_step {
 namespace {
 
 std::vector<std::string> keys(int64_t, const GroupValues&) {
@@ -25,4 +27,5 @@ void step(Group& g, const GroupValues& v) {
 [[maybe_unused]] const bool registered = registerOptimizer("adamax", {keys, create, step, {"cpu"}});
 
 }  // namespace
+}  // namespace adamax_step
 }  // namespace gilfree_optim

@@ -5,6 +5,8 @@
 #include <c10/core/DefaultDtype.h>
 
 namespace gilfree_optim {
+// this optimizer's own names: the group steps compile as one unit (build_units.py)
+namespace asgd_step {
 namespace {
 
 std::vector<std::string> keys(int64_t, const GroupValues&) {
@@ -32,4 +34,5 @@ void step(Group& g, const GroupValues& v) {
 [[maybe_unused]] const bool registered = registerOptimizer("asgd", {keys, create, step, {"cpu"}});
 
 }  // namespace
+}  // namespace asgd_step
 }  // namespace gilfree_optim

@@ -16,6 +16,8 @@
 #include <cmath>
 
 namespace gilfree_optim {
+// this optimizer's own names: the group steps compile as one unit (build_units.py)
+namespace muon_step {
 namespace {
 
 std::vector<std::string> keys(int64_t, const GroupValues&) {
@@ -127,4 +129,5 @@ void step(Group& g, const GroupValues& v) {
 [[maybe_unused]] const bool registered = registerOptimizer("muon", {keys, create, step, {"cpu", "cuda"}});
 
 }  // namespace
+}  // namespace muon_step
 }  // namespace gilfree_optim

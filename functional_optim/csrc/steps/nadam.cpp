@@ -3,6 +3,8 @@
 #include "group_step.h"
 
 namespace gilfree_optim {
+// this optimizer's own names: the group steps compile as one unit (build_units.py)
+namespace nadam_step {
 namespace {
 
 std::vector<std::string> keys(int64_t, const GroupValues&) {
@@ -27,4 +29,5 @@ void step(Group& g, const GroupValues& v) {
 [[maybe_unused]] const bool registered = registerOptimizer("nadam", {keys, create, step, {"cpu"}});
 
 }  // namespace
+}  // namespace nadam_step
 }  // namespace gilfree_optim

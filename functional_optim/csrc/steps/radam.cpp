@@ -3,6 +3,8 @@
 #include "group_step.h"
 
 namespace gilfree_optim {
+// this optimizer's own names: the group steps compile as one unit (build_units.py)
+namespace radam_step {
 namespace {
 
 std::vector<std::string> keys(int64_t, const GroupValues&) {
@@ -26,4 +28,5 @@ void step(Group& g, const GroupValues& v) {
 [[maybe_unused]] const bool registered = registerOptimizer("radam", {keys, create, step, {"cpu"}});
 
 }  // namespace
+}  // namespace radam_step
 }  // namespace gilfree_optim

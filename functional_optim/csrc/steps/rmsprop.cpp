@@ -3,6 +3,8 @@
 #include "group_step.h"
 
 namespace gilfree_optim {
+// this optimizer's own names: the group steps compile as one unit (build_units.py)
+namespace rmsprop_step {
 namespace {
 
 std::vector<std::string> keys(int64_t, const GroupValues& v) {
@@ -41,4 +43,5 @@ void step(Group& g, const GroupValues& v) {
 [[maybe_unused]] const bool registered = registerOptimizer("rmsprop", {keys, create, step, {"cpu"}});
 
 }  // namespace
+}  // namespace rmsprop_step
 }  // namespace gilfree_optim

@@ -5,6 +5,8 @@
 #include "group_step.h"
 
 namespace gilfree_optim {
+// this optimizer's own names: the group steps compile as one unit (build_units.py)
+namespace sgd_step {
 namespace {
 
 std::vector<std::string> keys(int64_t, const GroupValues& v) {
@@ -86,4 +88,5 @@ void step(Group& g, const GroupValues& v) {
 [[maybe_unused]] const bool registered = registerOptimizer("sgd", {keys, create, step, {"cpu", "cuda"}});
 
 }  // namespace
+}  // namespace sgd_step
 }  // namespace gilfree_optim

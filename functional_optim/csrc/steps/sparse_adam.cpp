@@ -8,6 +8,8 @@
 #include <cmath>
 
 namespace gilfree_optim {
+// this optimizer's own names: the group steps compile as one unit (build_units.py)
+namespace sparse_adam_step {
 namespace {
 
 std::vector<std::string> keys(int64_t, const GroupValues&) {
@@ -75,4 +77,5 @@ void step(Group& g, const GroupValues& v) {
 [[maybe_unused]] const bool registered = registerOptimizer("sparse_adam", {keys, create, step, {"cpu"}});
 
 }  // namespace
+}  // namespace sparse_adam_step
 }  // namespace gilfree_optim
