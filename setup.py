@@ -12,102 +12,139 @@
 Install with ``pip install --no-build-isolation -e .`` so that both are compiled against the
 torch that is already installed. CMakeLists.txt builds the same two libraries.
 """
-import glob
 import os
-import platform
 import subprocess
+import sys
+import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import build_units  # noqa: E402  (the units of both libraries: one table, CMakeLists.txt reads it too)
+from build_units import ISA_FLAGS, KERNEL_FLAGS, kernel_isas  # noqa: E402
 
-# plugin/csrc: one folder per role (engine/, optim/, rpc/, embedding/) and ops.cpp at the top
-plugin_sources = sorted(glob.glob(os.path.join("plugin", "csrc", "**", "*.cpp"), recursive=True))
-# functional_optim/csrc: the shared machinery at the top, each optimizer's group step in steps/
-optim_sources = sorted(glob.glob(os.path.join("functional_optim", "csrc", "*.cpp")) + glob.glob(os.path.join("functional_optim", "csrc", "steps", "*.cpp")))
-isa_sources = sorted(glob.glob(os.path.join("functional_optim", "csrc", "cpu", "*.cpp")))
 # -g0: no debug information (Python's own flags add -g); it halves the compile time of the
 # template-heavy kernels and shrinks the library, as torch's wheels ship without it.
 cxx_flags = ["-O2", "-g0", "-Wall", "-Wno-unused-parameter"]
-# Kernel flags for every build: -O3 vectorizes the loops; without math errno std::sqrt is an
-# inline square root; without FMA contraction every build rounds alike (tests compare them).
-# (-Wno-unknown-pragmas: ATen's vector headers carry `#pragma unroll`, which GCC does not know.)
-kernel_flags = ["-O3", "-fno-math-errno", "-ffp-contract=off", "-Wno-unknown-pragmas"]
 # at::parallel_for is inline code over `#pragma omp parallel` in torch's OpenMP builds (the
 # Linux wheels): without -fopenmp the pragma is dropped and every kernel runs on one thread.
 # Linked with -fopenmp, the library needs libgomp.so.1, which the loader resolves to the copy
 # torch has already loaded (same soname), so there is one OpenMP runtime in the process.
 OPENMP_FLAGS = ["-fopenmp"]
-# Instruction set -> compiler flags (names as ATen's CPU_CAPABILITY values; ATen's AVX2
-# half-precision conversions need F16C, which AVX512F implies).
-ISA_FLAGS = {
-    "DEFAULT": [],
-    "AVX2": ["-mavx2", "-mfma", "-mf16c"],
-    "AVX512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma"],
-}
 
 
-class BuildWithIsaKernels(BuildExtension):
-    """BuildExtension that first compiles functional_optim/csrc/cpu/*.cpp once per instruction
-    set, for the extension functional_optim._C.
+class BuildUnits(BuildExtension):
+    """BuildExtension that compiles both libraries' translation units (build_units.py: one per
+    room) and the fused kernels once per instruction set, all at once, then links each library.
 
-    The objects are linked after the other sources' (DEFAULT first): the linker keeps the
+    torch's BuildExtension compiles one extension at a time, each through a ninja of its own; the
+    kernels' builds per instruction set came after, one by one: a core waited. Here every unit of
+    both extensions is one compile job of a thread pool of MAX_JOBS (default: the CPU count)
+    workers (the plugin's first: the longest), each through torch's ninja compile (its flags, its dependency
+    files: a unit is recompiled when one of its sources or headers changes). The kernels are
+    compiled as ATen compiles its native/cpu/ kernels (cmake/Codegen.cmake), with
+    CPU_CAPABILITY=<ISA>, and linked after the other objects, DEFAULT first: the linker keeps the
     first copy of an inline function that several objects hold, so those copies are baseline
     code, not AVX code that an older CPU cannot run.
     """
 
-    def isa_builds(self):
-        builds = ["DEFAULT"]
-        # GILFREE_DEFAULT_ISA_ONLY=1 builds the portable kernels only, as CMake's option of that
-        # name (a quicker build, for CI's second torch; the library then runs the DEFAULT
-        # kernels on every CPU).
-        if os.environ.get("GILFREE_DEFAULT_ISA_ONLY", "0") not in ("", "0"):
-            return builds
-        if platform.machine().lower() in ("x86_64", "amd64"):
-            for isa in ("AVX2", "AVX512"):
-                probe = subprocess.run(
-                    [self.compiler.compiler_so[0], *ISA_FLAGS[isa], "-x", "c++", "-c", os.devnull, "-o", os.devnull],
-                    capture_output=True,
-                )
-                if probe.returncode == 0:
-                    builds.append(isa)
-                else:
-                    warnings.warn(f"the compiler rejects {ISA_FLAGS[isa]}: fused kernels built without {isa}")
-        return builds
+    objects = None
 
-    def openmp_flags(self):
-        probe = subprocess.run(
-            [self.compiler.compiler_so[0], *OPENMP_FLAGS, "-x", "c++", "-c", os.devnull, "-o", os.devnull],
+    def probe(self, flags):
+        return subprocess.run(
+            [self.compiler.compiler_so[0], *flags, "-x", "c++", "-c", os.devnull, "-o", os.devnull],
             capture_output=True,
-        )
-        if probe.returncode != 0:
-            warnings.warn(f"the compiler rejects {OPENMP_FLAGS}: fused kernels will run on one thread")
-            return []
-        return OPENMP_FLAGS
+        ).returncode == 0
 
-    def build_extension(self, ext):
-        if ext.name != "functional_optim._C":
-            super().build_extension(ext)
-            return
-        objects = []
-        openmp = self.openmp_flags()
-        ext.extra_link_args = list(ext.extra_link_args or []) + openmp
-        # the group steps' at::parallel_for too (csrc/group_step.cpp: inPieces), as CMake's
-        # target-wide OpenMP flags compile them
-        ext.extra_compile_args = dict(ext.extra_compile_args, cxx=ext.extra_compile_args["cxx"] + openmp)
-        for isa in self.isa_builds():
-            objects += self.compiler.compile(
-                isa_sources,
-                output_dir=os.path.join(self.build_temp, "isa_" + isa.lower()),
-                macros=[("CPU_CAPABILITY", isa), ("CPU_CAPABILITY_" + isa, None)],
+    def jobs(self):
+        """[(extension, output name, source, macros, extra flags)] for both extensions, in build order."""
+        openmp = OPENMP_FLAGS if self.probe(OPENMP_FLAGS) else []
+        if not openmp:
+            warnings.warn(f"the compiler rejects {OPENMP_FLAGS}: fused kernels will run on one thread")
+        units = self.units_dir()
+        jobs = []
+        # the plugin's units first: its rooms take longest (a kernel unit last keeps both cores busy)
+        for ext in sorted(self.extensions, key=lambda e: e.name != "plugin._C"):
+            library = ext.name.split(".")[0]
+            extra = []
+            if library == "functional_optim":
+                # the group steps' at::parallel_for too (csrc/group_step.cpp: inPieces), as
+                # CMake's target-wide OpenMP flags compile them
+                extra = openmp
+                ext.extra_link_args = list(ext.extra_link_args or []) + openmp
+            for source in build_units.write_units(library, os.path.join(units, "src")):
+                jobs.append((ext, os.path.splitext(os.path.basename(source))[0], source, [], extra))
+            if library == "functional_optim":
+                for isa in kernel_isas():
+                    if isa != "DEFAULT" and not self.probe(ISA_FLAGS[isa]):
+                        warnings.warn(f"the compiler rejects {ISA_FLAGS[isa]}: fused kernels built without {isa}")
+                        continue
+                    for source in build_units.write_units("kernels", os.path.join(units, "src")):
+                        name = os.path.splitext(os.path.basename(source))[0] + "_" + isa.lower()
+                        macros = [("CPU_CAPABILITY", isa), ("CPU_CAPABILITY_" + isa, None)]
+                        jobs.append((ext, name, source, macros, KERNEL_FLAGS + openmp + ISA_FLAGS[isa]))
+        return jobs
+
+    def units_dir(self):
+        """Where the units and their objects go: under the build folder; for pip's builds (an
+        editable install builds in a new temporary folder each time) a lasting one in the
+        checkout, per torch, so that a second ``pip install -e .`` recompiles only what changed."""
+        temp = os.path.abspath(self.build_temp)
+        if os.path.commonpath([temp, HERE]) == HERE:
+            return os.path.join(temp, "units")
+        import torch
+
+        return os.path.join(HERE, "build", "pip-torch-" + torch.__version__, "units")
+
+    def compile_all(self):
+        jobs = self.jobs()
+        compile_one = self.compiler.compile  # torch's ninja compile (BuildExtension.build_extensions)
+
+        def run(job):
+            ext, name, source, macros, extra = job
+            start = time.monotonic()
+            flags = dict(ext.extra_compile_args)
+            flags["cxx"] = flags["cxx"] + extra
+            objects = compile_one(
+                [source],
+                output_dir=os.path.join(self.units_dir(), name),
+                macros=macros,
                 include_dirs=ext.include_dirs,
-                extra_postargs=cxx_flags + kernel_flags + openmp + ISA_FLAGS[isa],
+                extra_postargs=flags,
                 depends=ext.depends,
             )
-        ext.extra_objects = objects
-        super().build_extension(ext)
+            return name, objects, time.monotonic() - start
+
+        workers = int(os.environ["MAX_JOBS"]) if os.environ.get("MAX_JOBS", "").isdigit() else os.cpu_count() or 1
+        # one compiler run per worker; each ninja runs one
+        os.environ["MAX_JOBS"] = "1"
+        start = time.monotonic()
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            done = list(pool.map(run, jobs))
+        for name, _, seconds in done:
+            print(f"[build] {name}: {seconds:.1f} s")
+        print(f"[build] {len(jobs)} translation units in {time.monotonic() - start:.1f} s on {workers} workers")
+        self.objects = {ext.name: [] for ext in self.extensions}
+        for (ext, *_), (_, objects, _) in zip(jobs, done):
+            self.objects[ext.name] += objects
+
+    def build_extension(self, ext):
+        if self.objects is None:
+            self.compile_all()
+        # link only: the objects above, in build order (DEFAULT kernels before the others)
+        ext.sources = []
+        ext.extra_objects = self.objects[ext.name]
+        ext.depends = self.objects[ext.name]
+        compile_units = self.compiler.compile
+        self.compiler.compile = lambda sources, *args, **kwargs: []
+        try:
+            super().build_extension(ext)
+        finally:
+            self.compiler.compile = compile_units
 
 
 setup(
@@ -127,13 +164,14 @@ setup(
     ext_modules=[
         CppExtension(
             "functional_optim._C",
-            optim_sources,
+            # the sources: build_units.py (BuildUnits compiles them)
+            [],
             include_dirs=[os.path.join(HERE, "functional_optim", "csrc")],
             extra_compile_args={"cxx": cxx_flags},
         ),
         CppExtension(
             "plugin._C",
-            plugin_sources,
+            [],
             # the checkout's root too: functional_optim/csrc/group_step_ops.h, the plugin's one
             # way to functional_optim's ops (header only: nothing of functional_optim is linked)
             include_dirs=[os.path.join(HERE, "plugin", "csrc"), HERE],
@@ -143,5 +181,5 @@ setup(
             libraries=["dl"],
         ),
     ],
-    cmdclass={"build_ext": BuildWithIsaKernels},
+    cmdclass={"build_ext": BuildUnits},
 )

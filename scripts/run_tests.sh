@@ -46,12 +46,12 @@ phase() { echo "[run_tests] ${SECONDS} s: $*"; }
 # background build takes half of the CPU from the first build and the tests (seen: the 2.13
 # build twice as slow).
 # The 2.15 build compiles the fused kernels' portable (DEFAULT) build only
-# (GILFREE_DEFAULT_ISA_ONLY=1, setup.py): the AVX2 and AVX512 builds would be two thirds of the
+# (GILFREE_KERNEL_ISAS=DEFAULT, build_units.py): the AVX2 and AVX512 builds would be two thirds of the
 # kernels' compile time, on CI's critical path; the first pass checks them against the
 # system's torch (tests/optim/test_fused_isa.py), and the second pass's tests do not need them.
 mkdir -p build
 setsid --wait bash -c '{ echo 19 > /proc/self/autogroup; } 2>/dev/null || true
-    GILFREE_DEFAULT_ISA_ONLY=1 exec nice -n 19 bash scripts/with_torch.sh 2.15.0 true' > build/torch-2.15.0.prepare.log 2>&1 &
+    GILFREE_KERNEL_ISAS=DEFAULT exec nice -n 19 bash scripts/with_torch.sh 2.15.0 true' > build/torch-2.15.0.prepare.log 2>&1 &
 prepare=$!
 trap 'kill -- -"$prepare" 2>/dev/null || true' EXIT
 
@@ -94,7 +94,7 @@ fi
 trap - EXIT
 grep '^\[with_torch\]' build/torch-2.15.0.prepare.log || true
 phase "torch 2.15.0: import, steps, a backward pass with warnings as errors"
-GILFREE_DEFAULT_ISA_ONLY=1 bash scripts/with_torch.sh 2.15.0 python -W error -c '
+GILFREE_KERNEL_ISAS=DEFAULT bash scripts/with_torch.sh 2.15.0 python -W error -c '
 import socket, torch, torch.distributed.autograd as dist_autograd, torch.distributed.rpc as rpc
 import functional_optim, plugin, plugin.autograd, plugin.optim, plugin.rpc
 from plugin import _library
@@ -115,7 +115,7 @@ assert not torch.equal(p.detach(), before)
 plugin.rpc.shutdown()
 print(f"[run_tests] torch {torch.__version__}: import, steps and a backward pass, no warning")'
 phase "tests on torch 2.15.0, torch.jit raising"
-GILFREE_DEFAULT_ISA_ONLY=1 bash scripts/with_torch.sh 2.15.0 python -m pytest -q $PARALLEL --torchscript-removed \
+GILFREE_KERNEL_ISAS=DEFAULT bash scripts/with_torch.sh 2.15.0 python -m pytest -q $PARALLEL --torchscript-removed \
   tests/engine tests/security tests/rpc/test_main_job.py \
   tests/rpc/test_embedding_lookups.py tests/rpc/test_mixed_stacks.py tests/rpc/test_cuda.py tests/build/test_build.py \
   tests/optim/test_native_local_optimizer.py tests/optim/test_distributed_optimizer.py \

@@ -62,12 +62,9 @@ def test_cmake_builds_the_same_library(tmp_path):
     build = tmp_path / "build"
     configure = subprocess.run(
         # The portable fused kernels only: the AVX2/AVX512 builds of the kernels would triple
-        # the compile time, and tests/optim/test_fused_isa.py checks them (setup.py's build).
-        # A unity build: the same sources and flags, torch's headers parsed once per library
-        # rather than once per source (about 3 minutes on 2 idle cores; setup.py's build, which
-        # the other tests load, compiles each source alone).
-        [cmake, "-S", REPO, "-B", str(build), "-DCMAKE_BUILD_TYPE=Release", "-DGILFREE_DEFAULT_ISA_ONLY=ON",
-         "-DCMAKE_UNITY_BUILD=ON", "-DCMAKE_UNITY_BUILD_BATCH_SIZE=0",
+        # the kernels' compile time, and tests/optim/test_fused_isa.py checks them (setup.py's
+        # build). The translation units are build_units.py's, as setup.py's.
+        [cmake, "-S", REPO, "-B", str(build), "-DCMAKE_BUILD_TYPE=Release", "-DGILFREE_KERNEL_ISAS=DEFAULT",
          f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}", f"-DPython3_EXECUTABLE={sys.executable}"],
         capture_output=True, text=True, timeout=300,
     )
@@ -157,3 +154,71 @@ def test_importing_and_stepping_call_no_torchscript(torchscript):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok True"
+
+
+def test_every_source_is_in_exactly_one_translation_unit():
+    """build_units.py's table (setup.py's and CMake's units) claims every .cpp of both libraries
+    once: a file no unit names would be left out of the library, its ops missing at run time."""
+    import glob
+
+    import build_units
+
+    claimed = []
+    for library in build_units.LIBRARIES:
+        for _, sources in build_units.sources_of(library):
+            claimed += [os.path.relpath(s, REPO) for s in sources]
+    on_disk = sorted(
+        os.path.relpath(p, REPO)
+        for folder in ("plugin/csrc", "functional_optim/csrc")
+        for p in glob.glob(os.path.join(REPO, folder, "**", "*.cpp"), recursive=True)
+    )
+    assert sorted(claimed) == on_disk
+    assert len(claimed) == len(set(claimed))
+
+
+def test_a_source_no_unit_claims_fails_the_build(tmp_path):
+    import build_units
+
+    for library, (folder, _) in build_units.LIBRARIES.items():
+        shutil.copytree(os.path.join(REPO, folder), tmp_path / folder, dirs_exist_ok=True)
+    (tmp_path / "plugin/csrc/newroom").mkdir()
+    (tmp_path / "plugin/csrc/newroom/lookup.cpp").write_text("int x;\n")
+    with pytest.raises(ValueError, match=r"plugin/csrc/newroom/lookup.cpp belongs to no unit of plugin"):
+        build_units.sources_of("plugin", root=str(tmp_path))
+    # a unit that matches nothing is an error too (a table out of date)
+    for source in (tmp_path / "plugin/csrc/nn").glob("*.cpp"):
+        source.unlink()
+    with pytest.raises(ValueError, match=r"unit plugin/nn matches no source"):
+        build_units.sources_of("plugin", root=str(tmp_path))
+
+
+def test_unit_sources_include_each_member_once_and_are_rewritten_only_when_changed(tmp_path):
+    import build_units
+
+    paths = build_units.write_units("plugin", str(tmp_path))
+    units = dict(build_units.sources_of("plugin"))
+    engine = tmp_path / "plugin_engine.cpp"
+    assert str(engine) in paths
+    included = [line.split('"')[1] for line in engine.read_text().splitlines() if line.startswith("#include")]
+    assert included == units["engine"]
+    stamp = engine.stat().st_mtime_ns
+    build_units.write_units("plugin", str(tmp_path))
+    assert engine.stat().st_mtime_ns == stamp  # unchanged: ninja and make rebuild nothing
+
+
+def test_kernel_instruction_sets_always_hold_default_and_native_is_what_the_library_picks_here():
+    import platform
+
+    import build_units
+
+    assert build_units.kernel_isas("DEFAULT") == ["DEFAULT"]
+    assert build_units.kernel_isas("avx2") == ["DEFAULT", "AVX2"]
+    with pytest.raises(ValueError, match=r"GILFREE_KERNEL_ISAS: unknown instruction set\(s\) \['SSE9'\]"):
+        build_units.kernel_isas("DEFAULT,SSE9")
+    native = build_units.kernel_isas("native")
+    assert native[0] == "DEFAULT" and len(native) <= 2
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        assert build_units.kernel_isas("all") == ["DEFAULT", "AVX2", "AVX512"]
+        here = torch.backends.cpu.get_cpu_capability()
+        if here.startswith(("AVX2", "AVX512")):
+            assert native[1] == here[:6].rstrip("_")

@@ -60,7 +60,7 @@ double adjustedLr(double lr, int64_t fn, const at::Tensor& param) {
 // Whether the element-wise passes around the iteration run fused (cpu/fused_muon.cpp: two
 // passes, the same bits as ATen's six ops): a float32 parameter, gradient and momentum buffer,
 // contiguous, on the CPU; on x86-64, where the library runs its build for the instruction set
-// ATen's kernels run (not in a build of the DEFAULT one alone, GILFREE_DEFAULT_ISA_ONLY, on a
+// ATen's kernels run (not in a build of the DEFAULT one alone, GILFREE_KERNEL_ISAS=DEFAULT, on a
 // CPU where ATen uses fused multiply-adds; other architectures' ATen rounds otherwise).
 bool passesFused(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& buf) {
 #if defined(__x86_64__) || defined(_M_X64)
