@@ -39,7 +39,7 @@ if [ -d /usr/lib/ccache ]; then
 fi
 
 # What the environment was made from; it is complete once this is written into it.
-WANT="$(cat "$REQUIREMENTS" setup.py | sha256sum | cut -c1-16)"
+WANT="$(cat "$REQUIREMENTS" setup.py pyproject.toml | sha256sum | cut -c1-16)"
 if [ "$(cat "$VENV/.gilfree-ready" 2>/dev/null)" != "$WANT" ]; then
     echo "[with_torch] ${SECONDS} s: preparing $VENV (torch $VERSION; several GB on first use)"
     [ -x "$PY" ] || python3 -m venv "$VENV"
@@ -47,17 +47,12 @@ if [ "$(cat "$VENV/.gilfree-ready" 2>/dev/null)" != "$WANT" ]; then
     # this environment asks for its own release, so that constraint is replaced for these
     # installs (PIP_CONSTRAINT overrides the configuration's; the other settings stay).
     # --no-cache-dir: the environment is the cache; a second copy of the wheels is 3 GB more.
-    PIP_CONSTRAINT=/dev/null "$PY" -m pip install --quiet --no-cache-dir -r "$REQUIREMENTS" "setuptools>=64" wheel ninja
-    # setup.py's extras "test" and "job", read by running setup.py with setup() replaced
-    # (setup.py needs torch, installed above).
-    extras="$("$PY" -c '
-import runpy, setuptools
-found = {}
-setuptools.setup = lambda **kw: found.update(kw)
-runpy.run_path("setup.py")
-print(" ".join(found["extras_require"]["test"] + found["extras_require"]["job"]))')"
+    # shellcheck disable=SC2046  # the build tools (pyproject.toml's), one per word
+    PIP_CONSTRAINT=/dev/null "$PY" -m pip install --quiet --no-cache-dir -r "$REQUIREMENTS" $("$PY" scripts/requirements.py build)
+    # setup.py's extras "test" and "job" (scripts/requirements.py reads them)
+    extras="$("$PY" scripts/requirements.py --missing test,job)"
     # shellcheck disable=SC2086  # one package per word
-    PIP_CONSTRAINT=/dev/null "$PY" -m pip install --quiet $extras
+    [ -z "$extras" ] || PIP_CONSTRAINT=/dev/null "$PY" -m pip install --quiet $extras
     echo "$WANT" > "$VENV/.gilfree-ready"
 fi
 installed="$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')"
