@@ -175,15 +175,15 @@ def write_units(library, out_dir, root=HERE):
 
 def main(argv):
     if len(argv) in (3, 4) and argv[1] == "cmake":
-        # NAME=item;item;... lines (CMake lists): each library's units, the kernels' instruction
-        # sets (argv[3], else GILFREE_KERNEL_ISAS), their flags, the kernel flags
+        # NAME=item|item|... lines (CMakeLists.txt makes them lists): each library's units, the
+        # kernels' instruction sets (argv[3], else GILFREE_KERNEL_ISAS), their flags, the kernel flags
         for library in LIBRARIES:
-            print(f"{library}=" + ";".join(write_units(library, argv[2])))
+            print(f"{library}=" + "|".join(write_units(library, argv[2])))
         isas = kernel_isas(argv[3] if len(argv) == 4 else None)
-        print("isas=" + ";".join(isas))
+        print("isas=" + "|".join(isas))
         for isa in isas:
-            print(f"flags_{isa}=" + ";".join(ISA_FLAGS[isa]))
-        print("kernel_flags=" + ";".join(KERNEL_FLAGS))
+            print(f"flags_{isa}=" + "|".join(ISA_FLAGS[isa]))
+        print("kernel_flags=" + "|".join(KERNEL_FLAGS))
         return 0
     if len(argv) == 2 and argv[1] == "list":
         for library in LIBRARIES:
