@@ -45,10 +45,10 @@ void single(Group& g, const GroupValues& v) {
       grad = grad.coalesce();  // the update is non-linear so indices must be unique
       auto gradIndices = grad._indices();
       auto gradValues = grad._values();
-      stateSum.add_(makeSparse(grad, gradIndices, gradValues.pow(2)));
+      addSparseInto(stateSum, makeSparse(grad, gradIndices, gradValues.pow(2)));
       auto std = stateSum.sparse_mask(grad);
       auto stdValues = std._values().sqrt_().add_(eps);
-      param.add_(makeSparse(grad, gradIndices, gradValues / stdValues), -clr);
+      addSparseInto(param, makeSparse(grad, gradIndices, gradValues / stdValues), -clr);
     } else {
       stateSum.addcmul_(grad, grad, 1);
       auto std = stateSum.sqrt().add_(eps);

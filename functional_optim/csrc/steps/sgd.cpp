@@ -73,11 +73,12 @@ void single(Group& g, const GroupValues& v) {
       if (g.fresh[k]) {
         buf.copy_(grad);  // torch: buf = clone(grad)
       } else {
-        buf.mul_(momentum).add_(grad, 1 - dampening);
+        buf.mul_(momentum);
+        grad.is_sparse() ? addSparseInto(buf, grad, 1 - dampening) : void(buf.add_(grad, 1 - dampening));
       }
       grad = nesterov ? grad.add(buf, momentum) : buf;
     }
-    param.add_(grad, -lr);
+    grad.is_sparse() ? addSparseInto(param, grad, -lr) : void(param.add_(grad, -lr));
   }
 }
 
