@@ -101,7 +101,10 @@ def sgd(
                     grad = grad.add(buf, alpha=momentum)
                 else:
                     grad = buf
-            param.add_(grad, alpha=-lr)
+            if grad.is_sparse:
+                add_sparse_(param, grad, -lr)  # (a parameter at a storage offset too)
+            else:
+                param.add_(grad, alpha=-lr)
         return
     if len(params) == 0:
         return

@@ -51,21 +51,10 @@ struct GroupStepProxy {
   std::vector<at::Tensor> state;    // its state tensors (an undefined one: stepped in place)
 };
 
-// Whether `t` holds its elements as `layout` does (same sizes; the same stride in each
-// dimension of more than one element): then one flat index walks both alike.
+// Whether `t` holds its elements as `layout` does (same sizes and strides: this library's
+// kernels check the strides as they are, also those of a dimension of one element).
 bool groupStepSameStrides(const at::Tensor& t, const at::Tensor& layout) {
-  if (!t.sizes().equals(layout.sizes())) {
-    return false;
-  }
-  if (t.numel() <= 1) {
-    return true;
-  }
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    if (t.size(d) > 1 && t.stride(d) != layout.stride(d)) {
-      return false;
-    }
-  }
-  return true;
+  return t.sizes().equals(layout.sizes()) && t.strides().equals(layout.strides());
 }
 
 // The parameters of `group` whose dense step the kernels cannot take as they are (a parameter
@@ -77,10 +66,13 @@ std::vector<GroupStepProxy> groupStepProxies(Group& group) {
   std::vector<GroupStepProxy> out;
   for (size_t k = 0; k < group.params.size(); ++k) {
     const auto& p = group.params[k];
-    if (group.grads[k].is_sparse() || p.layout() != at::kStrided || p.numel() == 0) {
+    if (group.grads[k].is_sparse() || p.layout() != at::kStrided) {
       continue;
     }
-    const bool dense = p.is_non_overlapping_and_dense();
+    // (an empty parameter of other strides than the contiguous ones: stepped as a contiguous
+    // one, its counters counted)
+    const bool dense =
+        p.numel() > 0 ? p.is_non_overlapping_and_dense() : p.strides().equals(at::empty(p.sizes(), p.options()).strides());
     bool fits = dense && groupStepSameStrides(group.grads[k], p);
     for (const auto& t : group.state[k]) {
       fits = fits && (!t.sizes().equals(p.sizes()) || groupStepSameStrides(t, p));
@@ -89,7 +81,7 @@ std::vector<GroupStepProxy> groupStepProxies(Group& group) {
       continue;
     }
     GroupStepProxy proxy{k, {}, {}};
-    const at::Tensor work = dense ? p : p.contiguous();
+    const at::Tensor work = dense ? p : p.numel() == 0 ? at::empty(p.sizes(), p.options()) : p.contiguous();
     if (!dense) {
       proxy.param = p;
       group.params[k] = work;
