@@ -1,7 +1,10 @@
 // Adagrad's group step: torch's fused kernel for dense gradients; torch.optim's
 // single-tensor code for a group with any sparse gradient, its sparse gradients stepped by
 // the fused sparse kernel where it can (torch/optim/adagrad.py, torch 2.13). torch creates
-// the state at construction (the callers do, with new_state).
+// the state at construction (the callers do, with new_state). torch's fused kernel walks a
+// call's tensors by one flat index (the group step routes parameters of other layouts
+// through copies: OptimizerDef::anyLayout); the sparse path's dense += sparse goes through
+// addSparseInto (a parameter or packed state tensor at a storage offset).
 #include "group_step.h"
 
 namespace gilfree_optim {

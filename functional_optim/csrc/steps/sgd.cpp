@@ -1,7 +1,9 @@
 // SGD's group step: torch's fused kernel for dense gradients (one call per device and dtype,
 // new momentum buffers started apart); torch.optim's single-tensor code, its sparse COO
 // gradients stepped by the fused sparse kernel where it can, for a group with any sparse
-// gradient (torch/optim/sgd.py, torch 2.13).
+// gradient (torch/optim/sgd.py, torch 2.13), and for bfloat16/float16 CPU parameters (see
+// sgdFusedKernelTakes). torch's kernel walks a call's tensors by one flat index (the group
+// step routes parameters of other layouts through copies: OptimizerDef::anyLayout).
 #include "group_step.h"
 
 namespace gilfree_optim {
