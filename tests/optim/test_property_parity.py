@@ -332,3 +332,26 @@ def test_native_local_optimizer_matches_torch(data):
             reference.step()
             native.step_gradients(grads)
     compare(torch_params, our_params, reference, native.state_dict(), dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("kwargs", [{"lr": 0.05}, {"lr": 0.05, "momentum": 0.9, "dampening": 0.1, "weight_decay": 0.1},
+                                    {"lr": 0.05, "momentum": 0.9, "nesterov": True, "maximize": True}], ids=str)
+def test_sgd_reduced_precision_default_is_torchs_single_tensor_step(dtype, kwargs):
+    """torch 2.13's _fused_sgd_ on the CPU leaves the vectorized part of a bfloat16/float16
+    tensor unchanged: SGD's default path steps those dtypes with torch's single-tensor code,
+    to its bits (64 and 100 elements: whole vectors and a tail)."""
+    gen = torch.Generator().manual_seed(0)
+    values = [(torch.rand(n, generator=gen, dtype=torch.float64) + 0.5).to(dtype) for n in (64, 100)]
+    torch_params = [torch.nn.Parameter(v.clone()) for v in values]
+    ours_params = [v.clone() for v in values]
+    reference = torch.optim.SGD(torch_params, foreach=False, **kwargs)
+    ours = F.SGD(ours_params, **kwargs)
+    for _ in range(5):
+        grads = [torch.randn(v.shape, generator=gen).to(dtype) for v in values]
+        for p, g in zip(torch_params, grads):
+            p.grad = g.clone()
+        reference.step()
+        ours.step(grads)
+    for want, got in zip(torch_params, ours_params):
+        assert torch.equal(want.detach(), got)

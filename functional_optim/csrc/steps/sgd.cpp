@@ -77,7 +77,7 @@ void single(Group& g, const GroupValues& v, const Positions& positions) {
       if (g.fresh[k]) {
         buf.copy_(grad);  // torch: buf = clone(grad)
       } else {
-        buf.mul_(momentum);
+        buf.mul_(number(momentum));  // torch: buf.mul_(momentum), a Python float (mul_.Tensor)
         grad.is_sparse() ? addSparseInto(buf, grad, 1 - dampening) : void(buf.add_(grad, 1 - dampening));
       }
       grad = nesterov ? grad.add(buf, momentum) : buf;
