@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
+from .sparse_adam import add_sparse_
 from ._state import choose_impl, foreach_gradients, fused_step, no_fresh, scalar_list
 
 __all__ = ["Adagrad", "adagrad"]
@@ -91,10 +92,10 @@ def adagrad(
                 grad = grad.coalesce()  # the update is non-linear so indices must be unique
                 grad_indices = grad._indices()
                 grad_values = grad._values()
-                state_sum.add_(_make_sparse(grad, grad_indices, grad_values.pow(2)))
+                add_sparse_(state_sum, _make_sparse(grad, grad_indices, grad_values.pow(2)))
                 std = state_sum.sparse_mask(grad)
                 std_values = std._values().sqrt_().add_(eps)
-                param.add_(_make_sparse(grad, grad_indices, grad_values / std_values), alpha=-clr)
+                add_sparse_(param, _make_sparse(grad, grad_indices, grad_values / std_values), -clr)
             else:
                 state_sum.addcmul_(grad, grad, value=1)
                 std = state_sum.sqrt().add_(eps)

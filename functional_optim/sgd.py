@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
+from .sparse_adam import add_sparse_
 from ._state import choose_impl, flag, foreach_gradients, fused_step, no_fresh
 
 __all__ = ["SGD", "sgd"]
@@ -46,7 +47,10 @@ def _foreach_update(params: List[Tensor], grads: List[Tensor], lr: float, has_sp
         torch._foreach_add_(params, grads, alpha=-lr)
     else:
         for i in range(len(params)):
-            params[i].add_(grads[i], alpha=-lr)
+            if grads[i].is_sparse:
+                add_sparse_(params[i], grads[i], -lr)  # (a parameter at a storage offset too)
+            else:
+                params[i].add_(grads[i], alpha=-lr)
 
 
 @_docs.fill
@@ -97,7 +101,10 @@ def sgd(
                     grad = grad.add(buf, alpha=momentum)
                 else:
                     grad = buf
-            param.add_(grad, alpha=-lr)
+            if grad.is_sparse:
+                add_sparse_(param, grad, -lr)  # (a parameter at a storage offset too)
+            else:
+                param.add_(grad, alpha=-lr)
         return
     if len(params) == 0:
         return

@@ -18,6 +18,29 @@ from ._state import fused_step, no_fresh
 __all__ = ["SparseAdam", "sparse_adam"]
 
 
+def add_sparse_(dense: Tensor, sparse: Tensor, alpha: float = 1.0) -> None:
+    """``dense.add_(sparse, alpha=alpha)``, also where ``dense`` has a storage offset (a view into
+    a larger tensor): torch 2.13's CPU kernel for a coalesced (or one-entry) sparse tensor of no
+    dense dimension (``add_dense_sparse_worker_non_hybrid_cpu``: a 1-D parameter's row-sparse
+    gradient, or one sparse in every dimension) counts the offset twice and writes outside
+    the storage. There the entries (distinct) are added with ``index_put_(accumulate=True)``:
+    each element plus ``alpha * value``, the product in the tensor's dtype, as torch's kernel
+    computes it."""
+    if (
+        dense.device.type == "cpu" and dense.storage_offset() != 0 and sparse.sparse_dim() == dense.dim()
+        and (sparse.is_coalesced() or sparse._nnz() == 1)
+    ):
+        values = sparse._values()
+        if alpha != 1.0:
+            values = values * torch.tensor(alpha, dtype=values.dtype)
+        indices: List[Optional[Tensor]] = []
+        for row in sparse._indices().unbind(0):
+            indices.append(row)
+        dense.index_put_(indices, values.to(dense.dtype), accumulate=True)
+        return
+    dense.add_(sparse, alpha=alpha)
+
+
 def _sparse_adam_composite(
     param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, step: float, eps: float, beta1: float,
     beta2: float, lr: float, maximize: bool,
@@ -33,17 +56,17 @@ def _sparse_adam_composite(
     size = grad.size()
     old_exp_avg_values = exp_avg.sparse_mask(grad)._values()
     exp_avg_update_values = grad_values.sub(old_exp_avg_values).mul_(1 - beta1)
-    exp_avg.add_(torch.sparse_coo_tensor(grad_indices, exp_avg_update_values, size))
+    add_sparse_(exp_avg, torch.sparse_coo_tensor(grad_indices, exp_avg_update_values, size))
     old_exp_avg_sq_values = exp_avg_sq.sparse_mask(grad)._values()
     exp_avg_sq_update_values = grad_values.pow(2).sub_(old_exp_avg_sq_values).mul_(1 - beta2)
-    exp_avg_sq.add_(torch.sparse_coo_tensor(grad_indices, exp_avg_sq_update_values, size))
+    add_sparse_(exp_avg_sq, torch.sparse_coo_tensor(grad_indices, exp_avg_sq_update_values, size))
     numer = exp_avg_update_values.add_(old_exp_avg_values)
     exp_avg_sq_update_values.add_(old_exp_avg_sq_values)
     denom = exp_avg_sq_update_values.sqrt_().add_(eps)
     bias_correction1 = 1 - beta1**step
     bias_correction2 = 1 - beta2**step
     step_size = lr * math.sqrt(bias_correction2) / bias_correction1
-    param.add_(torch.sparse_coo_tensor(grad_indices, -step_size * numer.div_(denom), size))
+    add_sparse_(param, torch.sparse_coo_tensor(grad_indices, -step_size * numer.div_(denom), size))
 
 
 def sparse_adam(

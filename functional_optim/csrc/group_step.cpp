@@ -43,6 +43,64 @@ std::vector<size_t> keyCounts(const OptimizerDef& def, at::TensorList params, co
   return counts;
 }
 
+// A parameter that the group step hands its optimizer's step as dense copies (see
+// OptimizerDef::anyLayout), and the tensors the copies stand for, written back after the step.
+struct GroupStepProxy {
+  size_t k;
+  at::Tensor param;                 // the parameter itself (undefined: stepped in place)
+  std::vector<at::Tensor> state;    // its state tensors (an undefined one: stepped in place)
+};
+
+// Whether `t` holds its elements as `layout` does (same sizes and strides: this library's
+// kernels check the strides as they are, also those of a dimension of one element).
+bool groupStepSameStrides(const at::Tensor& t, const at::Tensor& layout) {
+  return t.sizes().equals(layout.sizes()) && t.strides().equals(layout.strides());
+}
+
+// The parameters of `group` whose dense step the kernels cannot take as they are (a parameter
+// with gaps or overlaps; a gradient or state tensor of other strides), each replaced in `group`
+// by a dense copy in the parameter's layout (a contiguous one for a parameter with gaps), with
+// its gradient and state tensors of its shape copied alike. Elementwise, the step of a copy is
+// the step of the tensor (same values, same arithmetic per element).
+std::vector<GroupStepProxy> groupStepProxies(Group& group) {
+  std::vector<GroupStepProxy> out;
+  for (size_t k = 0; k < group.params.size(); ++k) {
+    const auto& p = group.params[k];
+    if (group.grads[k].is_sparse() || p.layout() != at::kStrided) {
+      continue;
+    }
+    // (an empty parameter of other strides than the contiguous ones: stepped as a contiguous
+    // one, its counters counted)
+    const bool dense =
+        p.numel() > 0 ? p.is_non_overlapping_and_dense() : p.strides().equals(at::empty(p.sizes(), p.options()).strides());
+    bool fits = dense && groupStepSameStrides(group.grads[k], p);
+    for (const auto& t : group.state[k]) {
+      fits = fits && (!t.sizes().equals(p.sizes()) || groupStepSameStrides(t, p));
+    }
+    if (fits) {
+      continue;
+    }
+    GroupStepProxy proxy{k, {}, {}};
+    const at::Tensor work = dense ? p : p.numel() == 0 ? at::empty(p.sizes(), p.options()) : p.contiguous();
+    if (!dense) {
+      proxy.param = p;
+      group.params[k] = work;
+    }
+    if (!groupStepSameStrides(group.grads[k], work)) {
+      group.grads[k] = at::empty_like(work).copy_(group.grads[k]);
+    }
+    for (auto& t : group.state[k]) {
+      proxy.state.emplace_back();
+      if (t.sizes().equals(p.sizes()) && !groupStepSameStrides(t, work)) {
+        proxy.state.back() = t;
+        t = at::empty_like(work).copy_(t);
+      }
+    }
+    out.push_back(std::move(proxy));
+  }
+  return out;
+}
+
 StateKeysFn stateKeysKernel;
 NewStateFn newStateKernel;
 GroupStepFn groupStepKernel;
@@ -140,7 +198,22 @@ void groupStepKernel(
     // ADInplaceOrView: the step's ops bump no version counter (torch's fused kernels bump none
     // on the CPU, its other ops one or more per tensor, this library's none)...
     at::AutoDispatchBelowADInplaceOrView below;
+    // The layouts a step assumes (OptimizerDef::anyLayout): any other parameter goes through
+    // dense copies, written back after the step; the group's own tensors are what is bumped.
+    const auto proxies = def.anyLayout ? std::vector<GroupStepProxy>() : groupStepProxies(group);
     def.step(group, v);
+    for (const auto& proxy : proxies) {
+      if (proxy.param.defined()) {
+        proxy.param.copy_(group.params[proxy.k]);
+        group.params[proxy.k] = proxy.param;
+      }
+      for (size_t j = 0; j < proxy.state.size(); ++j) {
+        if (proxy.state[j].defined()) {
+          proxy.state[j].copy_(group.state[proxy.k][j]);
+          group.state[proxy.k][j] = proxy.state[j];
+        }
+      }
+    }
   }
   // ...the group step bumps each tensor it writes once, as one in-place op over them does (a
   // parameter's, whatever the optimizer: a backward pass that saved it before the step then
@@ -234,14 +307,22 @@ std::shared_ptr<const PackedViews> makePackedViews(at::TensorList buffers, const
                       buffers.size());
     const int64_t limit = buffers[b].numel();
     Span span{b, offset, 1, std::vector<int64_t>(spec + at + 3, spec + at + 3 + dim)};
+    // An empty state tensor (a size 0: an empty parameter's) holds no element, whatever its
+    // other sizes: it takes no room in its buffer (which may have no element at all).
+    bool empty = false;
     for (int64_t d : span.sizes) {
-      TORCH_CHECK_VALUE(d >= 0 && d <= limit, kOp, "layout has a size outside [0, ", limit, "]");
-      if (d == 0 || span.numel == 0) {
-        span.numel = 0;
-      } else {
-        TORCH_CHECK_VALUE(span.numel <= limit / d, kOp, "layout reaches past buffer ", b);
-        span.numel *= d;
+      TORCH_CHECK_VALUE(d >= 0, kOp, "layout has a negative size");
+      empty = empty || d == 0;
+    }
+    if (empty) {
+      span.numel = 0;
+    }
+    for (int64_t d : span.sizes) {
+      if (empty) {
+        break;
       }
+      TORCH_CHECK_VALUE(d <= limit && span.numel <= limit / d, kOp, "layout reaches past buffer ", b);
+      span.numel *= d;
     }
     TORCH_CHECK_VALUE(offset >= 0 && offset <= limit - span.numel, kOp, "layout reaches past buffer ", b);
     spans.push_back(std::move(span));
@@ -500,6 +581,15 @@ void inPieces(const std::vector<at::Tensor>& params, const Positions& positions,
 
 at::Tensor like(const at::Tensor& param, double value) {
   return at::full_like(param, value, {}, at::MemoryFormat::Preserve);
+}
+
+void addSparseInto(const at::Tensor& dense, const at::Tensor& sparse, const at::Scalar& alpha) {
+  if (dense.device().is_cpu() && dense.storage_offset() != 0 && dense.layout() == at::kStrided) {
+    auto alias = at::from_blob(dense.data_ptr(), dense.sizes(), dense.strides(), dense.options());
+    alias.add_(sparse, alpha);
+    return;
+  }
+  dense.add_(sparse, alpha);
 }
 
 bool sparseKernelUsable(const at::Tensor& param) {

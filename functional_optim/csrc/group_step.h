@@ -81,6 +81,15 @@ struct OptimizerDef {
   // The device types whose tensors `step` takes ("cpu"; "cuda" too where it calls torch's
   // fused kernels, which have CUDA builds).
   std::vector<std::string> devices;
+  // Whether `step` steps every strided layout exactly itself (it runs torch's ops, or kernels
+  // that address each tensor by its own strides): then the group step hands it the tensors as
+  // they are. Otherwise (the default) `step` may assume, for each parameter with a dense
+  // gradient, that the parameter is dense (non-overlapping, no gaps) and that its gradient
+  // and every state tensor of its shape have its strides (torch's _fused_* CPU kernels walk
+  // all of a call's tensors by one flat index: a channels_last parameter with a contiguous
+  // gradient would pair the wrong elements); the group step routes any other parameter
+  // through dense copies in the parameter's layout (groupStepKernel).
+  bool anyLayout = false;
 };
 
 // Registers `def` under `name` when the library loads (each steps/<name>.cpp does).
@@ -126,6 +135,14 @@ c10::TypedOperatorHandle<Fn> kernel(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Fn>();
 }
 using L = at::TensorList;
+
+// dense += sparse * alpha, as dense.add_(sparse, alpha) in torch's CPU kernels, also where
+// `dense` has a storage offset: torch 2.13's kernel for a sparse tensor of no dense dimension
+// (add_dense_sparse_worker_non_hybrid_cpu: a 1-D parameter, or a gradient sparse in every
+// dimension) adds the offset twice, and writes outside the storage (a packed state tensor is
+// a view at an offset of its buffer). Such a `dense` is added to through an alias of its
+// elements at offset 0 (at::from_blob: the same memory, the same kernel and arithmetic).
+void addSparseInto(const at::Tensor& dense, const at::Tensor& sparse, const at::Scalar& alpha = 1);
 
 // Whether the fused sparse kernels (cpu/fused_sparse.cpp) step this parameter: a contiguous
 // CPU tensor of a fused dtype.

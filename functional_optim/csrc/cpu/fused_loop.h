@@ -15,6 +15,13 @@
 // own precision; bfloat16 and float16 are converted to float in blocks, updated with float
 // math and stored back (as torch's fused kernels do).
 //
+// What the kernels assume, checked before anything changes (checkTensorLists, fused_optim.cpp:
+// a RuntimeError naming the list and index otherwise): every parameter dense (no gaps, no
+// overlaps), its gradient and state tensors of its shape, dtype, device and strides, since one
+// flat index walks them all; float32/float64/bfloat16/float16 (an empty parameter: nothing to walk).
+// The group step (group_step.cpp, groupStepProxies) hands them any other parameter as dense
+// copies, so that every layout torch.optim takes reaches a kernel in one it takes.
+//
 // Each file ends with GILFREE_FUSED_OP(name, kernel): every build puts its kernel in
 // kernelTable (fused_optim.h); the DEFAULT build also registers the op's CPU kernel
 // (IsaDispatch, which calls the active build) and its Meta kernel with the dispatcher.

@@ -172,7 +172,7 @@ void step(Group& g, const GroupValues& v) {
   }
 }
 
-[[maybe_unused]] const bool registered = registerOptimizer("adafactor", {keys, create, step, {"cpu", "cuda"}});
+[[maybe_unused]] const bool registered = registerOptimizer("adafactor", {keys, create, step, {"cpu", "cuda"}, /*anyLayout=*/true});
 
 }  // namespace
 }  // namespace adafactor_step

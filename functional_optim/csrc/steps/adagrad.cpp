@@ -1,7 +1,10 @@
 // Adagrad's group step: torch's fused kernel for dense gradients; torch.optim's
 // single-tensor code for a group with any sparse gradient, its sparse gradients stepped by
 // the fused sparse kernel where it can (torch/optim/adagrad.py, torch 2.13). torch creates
-// the state at construction (the callers do, with new_state).
+// the state at construction (the callers do, with new_state). torch's fused kernel walks a
+// call's tensors by one flat index (the group step routes parameters of other layouts
+// through copies: OptimizerDef::anyLayout); the sparse path's dense += sparse goes through
+// addSparseInto (a parameter or packed state tensor at a storage offset).
 #include "group_step.h"
 
 namespace gilfree_optim {
@@ -45,10 +48,10 @@ void single(Group& g, const GroupValues& v) {
       grad = grad.coalesce();  // the update is non-linear so indices must be unique
       auto gradIndices = grad._indices();
       auto gradValues = grad._values();
-      stateSum.add_(makeSparse(grad, gradIndices, gradValues.pow(2)));
+      addSparseInto(stateSum, makeSparse(grad, gradIndices, gradValues.pow(2)));
       auto std = stateSum.sparse_mask(grad);
       auto stdValues = std._values().sqrt_().add_(eps);
-      param.add_(makeSparse(grad, gradIndices, gradValues / stdValues), -clr);
+      addSparseInto(param, makeSparse(grad, gradIndices, gradValues / stdValues), -clr);
     } else {
       stateSum.addcmul_(grad, grad, 1);
       auto std = stateSum.sqrt().add_(eps);

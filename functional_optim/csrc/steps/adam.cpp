@@ -1,5 +1,7 @@
 // Adam's and AdamW's group step: torch's fused kernels (torch/optim/adam.py, adamw.py,
-// torch 2.13), the step counters counted first as torch's fused path does.
+// torch 2.13), the step counters counted first as torch's fused path does. The kernels walk a
+// call's tensors by one flat index: each parameter dense, its gradient and state of its
+// strides (the group step routes other parameters through copies: OptimizerDef::anyLayout).
 #include "group_step.h"
 
 namespace gilfree_optim {

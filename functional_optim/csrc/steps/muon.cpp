@@ -126,7 +126,7 @@ void step(Group& g, const GroupValues& v) {
   }
 }
 
-[[maybe_unused]] const bool registered = registerOptimizer("muon", {keys, create, step, {"cpu", "cuda"}});
+[[maybe_unused]] const bool registered = registerOptimizer("muon", {keys, create, step, {"cpu", "cuda"}, /*anyLayout=*/true});
 
 }  // namespace
 }  // namespace muon_step

@@ -1,7 +1,9 @@
 // SGD's group step: torch's fused kernel for dense gradients (one call per device and dtype,
 // new momentum buffers started apart); torch.optim's single-tensor code, its sparse COO
 // gradients stepped by the fused sparse kernel where it can, for a group with any sparse
-// gradient (torch/optim/sgd.py, torch 2.13).
+// gradient (torch/optim/sgd.py, torch 2.13), and for bfloat16/float16 CPU parameters (see
+// sgdFusedKernelTakes). torch's kernel walks a call's tensors by one flat index (the group
+// step routes parameters of other layouts through copies: OptimizerDef::anyLayout).
 #include "group_step.h"
 
 namespace gilfree_optim {
@@ -24,11 +26,12 @@ std::vector<at::Tensor> create(const at::Tensor&, const at::Tensor& grad, const 
   return {};
 }
 
-void fused(Group& g, const GroupValues& v) {
+// torch's fused kernel, for the parameters at `part` (one device and dtype).
+void fused(Group& g, const GroupValues& v, const Positions& part) {
   const double lr = v.get("lr"), momentum = v.get("momentum"), dampening = v.get("dampening");
   const double weightDecay = v.get("weight_decay");
   const bool nesterov = v.flag("nesterov"), maximize = v.flag("maximize");
-  for (const auto& part : g.parts()) {
+  {
     inPieces(g.params, part, [&](const Positions& piece) {
       if (momentum == 0) {
         at::_fused_sgd_(take(g.params, piece), take(g.grads, piece), {}, weightDecay, momentum, lr, dampening,
@@ -53,12 +56,13 @@ void fused(Group& g, const GroupValues& v) {
   }
 }
 
-void single(Group& g, const GroupValues& v) {
+// torch.optim's single-tensor code, for the parameters at `positions`.
+void single(Group& g, const GroupValues& v, const Positions& positions) {
   const double lr = v.get("lr"), momentum = v.get("momentum"), dampening = v.get("dampening");
   const double weightDecay = v.get("weight_decay");
   const bool nesterov = v.flag("nesterov"), maximize = v.flag("maximize");
   static const auto sparseOp = kernel<void(L, L, double, bool)>("gilfree_optim::sparse_sgd_");
-  for (size_t k = 0; k < g.params.size(); ++k) {
+  for (size_t k : positions) {
     auto param = g.params[k];
     if (g.grads[k].is_sparse() && momentum == 0 && weightDecay == 0 && sparseKernelUsable(param)) {
       sparseOp.call({param}, {g.grads[k]}, lr, maximize);  // only the rows present
@@ -73,16 +77,30 @@ void single(Group& g, const GroupValues& v) {
       if (g.fresh[k]) {
         buf.copy_(grad);  // torch: buf = clone(grad)
       } else {
-        buf.mul_(momentum).add_(grad, 1 - dampening);
+        buf.mul_(number(momentum));  // torch: buf.mul_(momentum), a Python float (mul_.Tensor)
+        grad.is_sparse() ? addSparseInto(buf, grad, 1 - dampening) : void(buf.add_(grad, 1 - dampening));
       }
       grad = nesterov ? grad.add(buf, momentum) : buf;
     }
-    param.add_(grad, -lr);
+    grad.is_sparse() ? addSparseInto(param, grad, -lr) : void(param.add_(grad, -lr));
   }
 }
 
+// torch 2.13's _fused_sgd_ on the CPU leaves the elements of a bfloat16 or float16 tensor that
+// its vectorized loop takes unchanged (only a tail shorter than a vector is stepped: a
+// 64-element bfloat16 parameter does not move): those dtypes take the single-tensor code.
+bool sgdFusedKernelTakes(const at::Tensor& param) {
+  return !param.device().is_cpu() || (param.scalar_type() != at::kBFloat16 && param.scalar_type() != at::kHalf);
+}
+
 void step(Group& g, const GroupValues& v) {
-  g.sparse ? single(g, v) : fused(g, v);
+  for (const auto& part : g.parts()) {
+    if (g.sparse || !sgdFusedKernelTakes(g.params[part.front()])) {
+      single(g, v, part);
+    } else {
+      fused(g, v, part);
+    }
+  }
 }
 
 [[maybe_unused]] const bool registered = registerOptimizer("sgd", {keys, create, step, {"cpu", "cuda"}});

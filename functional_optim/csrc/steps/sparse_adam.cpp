@@ -20,7 +20,9 @@ std::vector<at::Tensor> create(const at::Tensor& param, const at::Tensor&, const
   return {newStep(param), like(param, 0), like(param, 0)};
 }
 
-// torch's sparse_adam for one parameter, its ops in its order.
+// torch's sparse_adam for one parameter, its ops in its order (any layout, any floating dtype,
+// any device; a Tensor lr of any floating dtype, read as torch reads it). The dense += sparse
+// adds go through addSparseInto: the state tensors of a packed group are views at an offset.
 void composite(Group& g, size_t k, const GroupValues& v) {
   const double lr = v.get("lr"), beta1 = v.get("beta1"), beta2 = v.get("beta2"), eps = v.get("eps");
   auto stepT = g.state[k][0], expAvg = g.state[k][1], expAvgSq = g.state[k][2];
@@ -36,10 +38,10 @@ void composite(Group& g, size_t k, const GroupValues& v) {
   const auto size = grad.sizes();
   auto oldExpAvg = expAvg.sparse_mask(grad)._values();
   auto expAvgUpdate = values.sub(oldExpAvg).mul_(1 - beta1);
-  expAvg.add_(at::sparse_coo_tensor(indices, expAvgUpdate, size));
+  addSparseInto(expAvg, at::sparse_coo_tensor(indices, expAvgUpdate, size));
   auto oldExpAvgSq = expAvgSq.sparse_mask(grad)._values();
   auto expAvgSqUpdate = values.pow(2).sub_(oldExpAvgSq).mul_(1 - beta2);
-  expAvgSq.add_(at::sparse_coo_tensor(indices, expAvgSqUpdate, size));
+  addSparseInto(expAvgSq, at::sparse_coo_tensor(indices, expAvgSqUpdate, size));
   auto numer = expAvgUpdate.add_(oldExpAvg);
   expAvgSqUpdate.add_(oldExpAvgSq);
   auto denom = expAvgSqUpdate.sqrt_().add_(eps);
@@ -48,11 +50,11 @@ void composite(Group& g, size_t k, const GroupValues& v) {
     // a Tensor lr: torch computes the step size in the Tensor's dtype (a float32 lr for float64
     // parameters rounds it there), with Python floats as wrapped numbers
     const auto stepSize = lrT->mul(number(sqrtBc2)).div(number(bc1));
-    g.params[k].add_(at::sparse_coo_tensor(indices, stepSize.neg().mul(numer.div_(denom)), size));
+    addSparseInto(g.params[k], at::sparse_coo_tensor(indices, stepSize.neg().mul(numer.div_(denom)), size));
     return;
   }
   const double stepSize = lr * sqrtBc2 / bc1;
-  g.params[k].add_(at::sparse_coo_tensor(indices, numer.div_(denom).mul(-stepSize), size));
+  addSparseInto(g.params[k], at::sparse_coo_tensor(indices, numer.div_(denom).mul(-stepSize), size));
 }
 
 void step(Group& g, const GroupValues& v) {
