@@ -337,10 +337,10 @@ class RemoteModule(torch.nn.Module):
         entry = self._programs.get(key) if key is not None else None
         if entry is None:
             entry = self._entry(key, args, kwargs, None, "the first forward")
-        if "python" in entry:
-            return rpc.rpc_async(self.on, _owner.python_forward, args=(self.module_rref, tuple(args), dict(kwargs)))
-        tensors = [leaf for leaf in flat if isinstance(leaf, torch.Tensor)]
         what = f"the forward of {name}"
+        if "python" in entry:
+            return self._python_forward(what, args, kwargs)
+        tensors = [leaf for leaf in flat if isinstance(leaf, torch.Tensor)]
         if self._owner_id is None:
             object.__setattr__(self, "_owner_id", rpc.get_worker_info(self.on).id)
             object.__setattr__(self, "_device_map", self.device.type == "cuda" and _device_map_set(self.on))
@@ -384,6 +384,28 @@ class RemoteModule(torch.nn.Module):
                 done.set_exception(error)
 
         answer.add_done_callback(recorded)
+        return done
+
+    def _python_forward(self, what: str, args: tuple, kwargs: Dict[str, Any]) -> torch.futures.Future:
+        """The Python path: the module's forward pickled to its owner (torch's RPC records it in the
+        caller's context); its errors raised again naming the owner and the module."""
+        try:
+            answer = rpc.rpc_async(self.on, _owner.python_forward, args=(self.module_rref, tuple(args), dict(kwargs)))
+        except Exception as error:  # noqa: BLE001 (raised again, naming the owner)
+            raise_on_worker(self.on, what, error, "RemoteModule.forward")
+        done = torch.futures.Future()
+
+        def arrived(future: torch.futures.Future) -> None:
+            try:
+                try:
+                    value = future.value()
+                except Exception as error:  # noqa: BLE001 (raised again, naming the owner)
+                    raise_on_worker(self.on, what, error, "RemoteModule.forward")
+                done.set_result(value)
+            except Exception as error:  # noqa: BLE001 (handed to the future)
+                done.set_exception(error)
+
+        answer.add_done_callback(arrived)
         return done
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:

@@ -133,9 +133,10 @@ def _export_entry(module: torch.nn.Module, owned: _Owned, args: tuple, kwargs: D
         _per_tensor(tuple(args), hint_shapes, shapes)
     else:
         shapes = [{0: torch.export.Dim.AUTO} if t.dim() > 0 else None for t in tensors]
-    # A dimension torch.export makes dynamic from an example of size 0 or 1 would be fixed to that
-    # size: exported size-obliviously instead (its range then starts at 0).
-    oblivious = any(s is not None and t.dim() > 0 and t.shape[0] < 2 for t, s in zip(tensors, shapes))
+    # The default dynamic dimensions are exported size-obliviously (torch.export's
+    # backed_size_oblivious): their range starts at 0, so that a batch of 1 runs the program made
+    # from a batch of 4, and a program made from a first batch of 1 is not fixed to that size.
+    oblivious = hint_shapes is None
     captured: Dict[str, Any] = {}
     wrapper = _Call(module, spec, leaves, captured)
     was = module.training
