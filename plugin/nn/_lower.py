@@ -215,6 +215,9 @@ class _Lowering:
                     dims.append((-1, 0, size))
                     continue
                 expr = size.node.expr
+                if not expr.free_symbols:  # a dynamic dimension the export fixed (Dim.AUTO found it constant)
+                    dims.append((-1, 0, int(expr)))
+                    continue
                 free = list(expr.free_symbols)
                 if len(free) != 1:
                     self.refuse(node, f"dimension {d} has size {expr}, which the native forward cannot check")
