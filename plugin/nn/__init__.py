@@ -281,7 +281,8 @@ class RemoteModule(torch.nn.Module):
         else:
             entry = self._programs.get(key)
         if entry is None:
-            detached = pytree.tree_map_only(torch.Tensor, lambda t: t.detach(), (tuple(args), dict(kwargs)))
+            # (on the CPU: a CUDA tensor crosses only under a device map; the owner moves them)
+            detached = pytree.tree_map_only(torch.Tensor, lambda t: t.detach().cpu(), (tuple(args), dict(kwargs)))
             previous = ops._swap_current_context(-1)  # a control call: nothing to record
             try:
                 entry = rpc.rpc_sync(self.on, _owner.program_for,

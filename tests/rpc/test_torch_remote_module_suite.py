@@ -13,10 +13,12 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from tests.support import REPO
 
 pytestmark = pytest.mark.torchscript
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 SUITE_TIMEOUT_S = 300
 
@@ -43,6 +45,10 @@ NAMES = [f"RemoteModuleTest.{n}" for n in (
     "test_train_eval", "test_unsupported_methods")] + [f"ThreeWorkersRemoteModuleTest.{n}" for n in (
         "test_create_remote_module_from_module_rref", "test_send_remote_module_over_the_wire",
         "test_send_remote_module_over_the_wire_script_not_supported")]
+# torch's CUDA cases: run (in the same process as the others) only where CUDA is available
+CUDA_NAMES = [f"CudaRemoteModuleTest.{n}" for n in (
+    "test_input_moved_to_cuda_device", "test_input_moved_to_cuda_device_script", "test_invalid_devices",
+    "test_valid_device")]
 
 
 @pytest.fixture(scope="module")
@@ -59,12 +65,12 @@ def outcomes(tmp_path_factory):
 @pytest.mark.timeout(SUITE_TIMEOUT_S + 30)
 def test_the_suite_is_the_one_listed(outcomes):
     """Every test of torch's suite ran (none skipped), and none is missing from NAMES."""
-    assert sorted(outcomes) == sorted(NAMES)
+    assert sorted(outcomes) == sorted(NAMES + (CUDA_NAMES if torch.cuda.is_available() else []))
     assert not [k for k, v in outcomes.items() if v["outcome"] == "skipped"]
 
 
 @pytest.mark.timeout(SUITE_TIMEOUT_S + 30)
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", NAMES + [pytest.param(n, marks=[requires_cuda, pytest.mark.cuda]) for n in CUDA_NAMES])
 def test_torchs_remote_module_suite(outcomes, name, request):
     if name in DIFFERENCES:
         request.applymarker(pytest.mark.xfail(strict=True, reason=DIFFERENCES[name]))

@@ -1,5 +1,5 @@
 """torch's RemoteModule suite run against plugin.nn.RemoteModule: ``RemoteModuleTest`` and
-``ThreeWorkersRemoteModuleTest`` from
+``ThreeWorkersRemoteModuleTest`` (and ``CudaRemoteModuleTest`` where CUDA is available) from
 ``torch/testing/_internal/distributed/nn/api/remote_module_test.py``, as torch's
 ``rpc_utils.generate_tests`` runs them (the TensorPipe fixture, real worker processes on
 loopback, forked here rather than spawned), with ``plugin.nn.RemoteModule`` in the place of
@@ -34,6 +34,9 @@ import plugin.nn  # noqa: E402  (imported before the fork: the workers inherit t
 remote_module_test.RemoteModule = plugin.nn.RemoteModule
 
 SUITE_CLASSES = (remote_module_test.RemoteModuleTest, remote_module_test.ThreeWorkersRemoteModuleTest)
+# torch's CUDA cases (valid device, invalid devices, inputs moved to the device), on a machine with
+# a GPU only (torch skips them without one)
+CUDA_CLASSES = (remote_module_test.CudaRemoteModuleTest,) if torch.cuda.is_available() else ()
 
 
 class _ForkHelper(MultiProcessTestCase):
@@ -52,13 +55,13 @@ def _generated(test_class):
     return cls
 
 
-SUITES = [_generated(c) for c in SUITE_CLASSES]
+SUITES = [_generated(c) for c in SUITE_CLASSES + CUDA_CLASSES]
 
 
 def test_names():
     """``"<Class>.<test>"`` of every test of the suite."""
     loader = unittest.TestLoader()
-    return [f"{c.__name__}.{n}" for c in SUITE_CLASSES for n in loader.getTestCaseNames(c)]
+    return [f"{c.__name__}.{n}" for c in SUITE_CLASSES + CUDA_CLASSES for n in loader.getTestCaseNames(c)]
 
 
 class _Result(unittest.TextTestResult):
