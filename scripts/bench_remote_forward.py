@@ -225,7 +225,9 @@ def build(kind, model):
     if kind in ("lazy", "mixed"):
         from plugin.nn import RemoteModule
 
-        return RemoteModule("owner/cpu", cls) if kind == "lazy" else RemoteModule("owner/cpu", models.WithOptions, (model,))
+        if kind == "lazy":
+            return RemoteModule("owner/cpu", cls)
+        return RemoteModule("owner/cpu", models.WithOptions, (model,))
     if kind == "python":
         return rpc.remote("owner", cls, args=(True,))
     # torch's RemoteModule with a TorchScript interface: its scripted path, whose argument the public

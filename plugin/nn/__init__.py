@@ -17,7 +17,7 @@ from torch.utils import _pytree as pytree
 from .. import _rpc_functions, ops
 from .._errors import raise_on_worker
 from ..rpc import _worker_names
-from . import _lower, _owner
+from . import _owner
 
 __all__ = ["RemoteModule"]
 

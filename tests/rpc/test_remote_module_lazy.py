@@ -197,7 +197,8 @@ def test_two_trainers_first_calls_at_once_export_once(cluster):
     one export, both answers eager's."""
     remote = RemoteModule("worker1/cpu", mods.Mixed)
     twin = local_twin(remote, mods.Mixed)
-    futures = [rpc.rpc_async(w, mods.first_forwards, args=(remote, seed)) for w, seed in (("worker2", 1), ("worker3", 2))]
+    futures = [rpc.rpc_async(w, mods.first_forwards, args=(remote, seed))
+               for w, seed in (("worker2", 1), ("worker3", 2))]
     for fut, seed in zip(futures, (1, 2)):
         torch.manual_seed(seed)
         torch.testing.assert_close(fut.wait()[0], twin(torch.randn(3, 6), 2, word="max")["out"], **TOL)
