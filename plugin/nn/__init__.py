@@ -152,6 +152,10 @@ class RemoteModule(torch.nn.Module):
             cannot capture it (as ``torch.compile(fullgraph=True)``). Replaces ``fallback``:
             ``fallback="python"`` is now the default, ``fallback=None`` is ``fullgraph=True``.
 
+    Pickling: as torch's, only into an RPC (``torch.save`` raises ``RuntimeError``); the receiver
+    gets the owner, device, mode, module RRef and the programs' handles known so far, not the
+    attributes set on the object after construction.
+
     Attributes:
         on (str): the owner's worker name. device (torch.device): the module's device there.
         native (bool): whether every call so far ran natively. reason (str or None): why not.
