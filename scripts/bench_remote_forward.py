@@ -6,6 +6,11 @@ time for a fixed time each. The three forwards, in one process group and in alte
 
 * ``native``: ``plugin.nn.RemoteModule`` (the module exported with torch.export on the owner and
   run there op by op in C++, without Python or the GIL);
+* ``lazy``: the same, built as torch's RemoteModule is (no example inputs: exported at the first
+  forward; that first call's latency and a re-export's, at the first call in eval mode, are
+  reported in ms under ``exports``);
+* ``mixed``: the same, lazily, the model called with non-tensor arguments (a float and a str,
+  a dict with an int back: scripts/remote_forward_models.py's ``WithOptions``);
 * ``python``: today's pickled Python RPC to the module (``rpc.rpc_sync(owner, fn, (module_rref,
   x))``, torch's parameter-server pattern), the module cloning its weights on every call as the
   digits workload's must (a backward pass after another trainer's step would otherwise fail
@@ -55,7 +60,8 @@ warnings.filterwarnings("ignore")
 
 import remote_forward_models as models  # noqa: E402  (importable by every worker: scripts/ is on their path)
 
-FORWARDS = ["native", "python", "torch"]
+FORWARDS = ["native", "lazy", "mixed", "python", "torch"]
+NATIVE_KINDS = ("native", "lazy", "mixed")
 TRANSPORTS = ["uv"]  # as bench_gil: no shared-memory reactor busy-polling a core in every process
 NO_TORCHSCRIPT_ENV = "GILFREE_TORCHSCRIPT_REMOVED"
 NO_TORCHSCRIPT_SITE = os.path.join(REPO, "tests", "support", "no_torchscript")
@@ -115,7 +121,9 @@ def keep(key, value):
 def _call(kind, module, x):
     if kind == "python":
         return rpc.rpc_sync(module.owner(), python_forward, args=(module, x))
-    return module(x) if kind == "native" else module.forward(x)
+    if kind == "mixed":
+        return module(x, 0.5, word="logits")["logits"]
+    return module(x) if kind in ("native", "lazy") else module.forward(x)
 
 
 def run_forwards(key, kind, shape, seconds):
@@ -164,7 +172,7 @@ def make_optimizer(key, kind, lr=1e-4):
     """The trainer's DistributedOptimizer (Adam) over the module's parameters: torch's for the
     torch forward, the plugin's otherwise."""
     module = _HELD[key]
-    if kind == "native":
+    if kind in NATIVE_KINDS:
         params = module.remote_parameters()
     else:
         rref = module if kind == "python" else module.module_rref
@@ -214,6 +222,12 @@ def build(kind, model):
         from plugin.nn import RemoteModule
 
         return RemoteModule("owner/cpu", cls, example_inputs=(torch.randn(*shape),))
+    if kind in ("lazy", "mixed"):
+        from plugin.nn import RemoteModule
+
+        if kind == "lazy":
+            return RemoteModule("owner/cpu", cls)
+        return RemoteModule("owner/cpu", models.WithOptions, (model,))
     if kind == "python":
         return rpc.remote("owner", cls, args=(True,))
     # torch's RemoteModule with a TorchScript interface: its scripted path, whose argument the public
@@ -239,11 +253,25 @@ def _ms(value):
 def coordinate(args, world, torchscript):
     trainers = [f"trainer{i}" for i in range(world - 2)]
     kinds = [k for k in FORWARDS if k != "torch" or torchscript]
-    results = {"forward": [], "iteration": []}
+    results = {"forward": [], "iteration": [], "exports": []}
     for model in args.models:
         shape = models.MODELS[model][1]
         for kind in kinds:
             module = build(kind, model)
+            if kind in ("lazy", "mixed"):
+                # the first forward exports (train mode); the first in eval mode exports again
+                timed = {}
+                for mode in ("first", "reexport"):
+                    if mode == "reexport":
+                        module.eval()
+                    start = time.perf_counter()
+                    _call(kind, module, torch.randn(*shape))
+                    timed[mode] = (time.perf_counter() - start) * 1000
+                module.train()
+                results["exports"].append({"model": model, "forward": kind, "first_call_ms": timed["first"],
+                                           "reexport_ms": timed["reexport"], "native": module.native})
+                print(f"{model:5} export    {kind:6} first call {timed['first']:.1f} ms, re-export "
+                      f"{timed['reexport']:.1f} ms, native {module.native}", flush=True)
             for t in trainers:
                 rpc.rpc_sync(t, keep, args=((model, kind), module))
                 rpc.rpc_sync(t, make_optimizer, args=((model, kind), kind))
@@ -335,7 +363,7 @@ def main(argv=None):
     mp.spawn(run, args=(world, free_port(), args, torchscript, out), nprocs=world, join=True)
     results = {"meta": run_meta(seconds=args.seconds, repeats=args.repeats, trainers=args.trainers,
                                 models=args.models, torchscript_removed=args.torchscript_removed, quick=args.quick),
-               "forward": out["forward"], "iteration": out["iteration"]}
+               "forward": out["forward"], "iteration": out["iteration"], "exports": out["exports"]}
     write_results(args.out, results)
 
 

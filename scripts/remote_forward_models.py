@@ -59,6 +59,18 @@ class ConvNet(nn.Module):
 MODELS = {"mlp": (MLP, (32, 256)), "conv": (ConvNet, (32, 3, 16, 16))}  # class, input shape
 
 
+class WithOptions(nn.Module):
+    """A model of MODELS called with non-tensor arguments (a float, a str) and returning a dict
+    with an int: the ``mixed`` forward of bench_remote_forward.py (plugin.nn.RemoteModule only)."""
+
+    def __init__(self, model: str, snapshot: bool = False):
+        super().__init__()
+        self.inner = MODELS[model][0](snapshot)
+
+    def forward(self, x: Tensor, scale: float = 1.0, word: str = "out"):
+        return {word: self.inner(x) * scale, "rows": x.shape[0]}
+
+
 class ForwardInterface:
     """The TorchScript interface torch's RemoteModule needs to script a module's forward (its only
     GIL-free path); None where torch.jit's entry points raise (TorchScript removed)."""

@@ -31,7 +31,8 @@ from torch.utils import _pytree as pytree
 
 from .. import ops
 
-__all__ = ["NotNative", "export", "lower", "default_dynamic_shapes", "default_dynamic_inputs", "input_names"]
+__all__ = ["NotNative", "export", "lower", "default_dynamic_shapes", "default_dynamic_inputs", "input_names",
+           "call_names"]
 
 # the codes of plugin/csrc/nn/program.cpp
 _NONE, _INT, _FLOAT, _BOOL, _STR, _SLOT, _LIST, _DTYPE, _DEVICE, _LAYOUT, _MEMORY_FORMAT, _DEFAULT = range(12)
@@ -93,6 +94,24 @@ def input_names(module: torch.nn.Module, example_inputs: tuple) -> List[str]:
             inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD) else f"args[{i}]"
         leaves = pytree.tree_flatten_with_path(arg)[0]
         names += [top + pytree.keystr(path) for path, _ in leaves]
+    return names
+
+
+def call_names(module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any]) -> List[str]:
+    """The name of each tensor of the call ``(args, kwargs)`` flattened, for messages: the
+    forward's parameter name (or the keyword), then the path inside it (``"x"``, ``"pair[1]"``,
+    ``"extra['a']"``)."""
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names = []
+    tops = [(params[i].name if i < len(params) and params[i].kind in (
+        inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD) else f"args[{i}]", arg)
+        for i, arg in enumerate(args)] + list(kwargs.items())
+    for top, arg in tops:
+        names += [top + pytree.keystr(path) for path, leaf in pytree.tree_flatten_with_path(arg)[0]
+                  if isinstance(leaf, torch.Tensor)]
     return names
 
 
@@ -196,6 +215,9 @@ class _Lowering:
                     dims.append((-1, 0, size))
                     continue
                 expr = size.node.expr
+                if not expr.free_symbols:  # a dynamic dimension the export fixed (Dim.AUTO found it constant)
+                    dims.append((-1, 0, int(expr)))
+                    continue
                 free = list(expr.free_symbols)
                 if len(free) != 1:
                     self.refuse(node, f"dimension {d} has size {expr}, which the native forward cannot check")
@@ -337,14 +359,15 @@ class _Lowering:
 
 
 def lower(ep: torch.export.ExportedProgram, module: torch.nn.Module, params: List[torch.Tensor],
-          device: torch.device, names: List[str]) -> Tuple[torch.ScriptObject, Any]:
+          device: torch.device, names: List[str], name: Optional[str] = None) -> Tuple[torch.ScriptObject, Any]:
     """The ForwardProgram of ``ep`` (exported from ``module``, whose parameters the program reads
     by their index in ``params``), run on ``device``, its inputs named ``names``; and the
     output's tree spec. Raises :class:`NotNative` (naming the node and the reason) for a node
     that cannot run without Python, and the program's own errors (``RuntimeError``) for an
-    argument the operator's schema does not take."""
+    argument the operator's schema does not take. ``name``: the module's name in messages
+    (default: its class's)."""
     try:
-        return _Lowering(ep, module, params, device, type(module).__qualname__, names).build()
+        return _Lowering(ep, module, params, device, name or type(module).__qualname__, names).build()
     except NotNative:
         raise
     except RuntimeError as error:

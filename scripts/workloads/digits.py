@@ -75,13 +75,13 @@ def shard_specs(args):
 
 def forward_shards(args, shards):
     """What the trainers' forward passes call: with ``--forward native``, each shard's module as a
-    ``plugin.nn.RemoteModule`` (exported on its server once, here); else the shards' RRefs."""
+    ``plugin.nn.RemoteModule`` built as torch's is, without example inputs (exported on its server
+    at the first forward of any trainer); else the shards' RRefs."""
     if args.forward != "native":
         return shards
     from plugin.nn import RemoteModule
 
-    return [RemoteModule.init_from_module_rref(f"{rref.owner().name}/cpu", rref, example_inputs=(torch.zeros(2, sizes[0]),))
-            for rref, sizes in zip(shards, shard_sizes(args))]
+    return [RemoteModule.init_from_module_rref(f"{rref.owner().name}/cpu", rref) for rref in shards]
 
 
 def parameters(args):

@@ -60,15 +60,18 @@ def test_cuda_leaf_gradients_on_one_worker():
     assert out.stdout.strip().splitlines()[-1] == "cuda:0 [4.0, 4.0, 4.0]"
 
 
+@pytest.mark.parametrize("lazy", [False, True], ids=["example_inputs", "lazy"])
 @pytest.mark.parametrize("device_map", [False, True])
-def test_remote_module_on_a_gpu(device_map):
+def test_remote_module_on_a_gpu(device_map, lazy):
     """plugin.nn.RemoteModule("worker1/cuda:0", ...): the program runs on the owner's GPU; without
     a device map the inputs and outputs cross on the CPU, with one the outputs come back on the
-    caller's GPU; outputs and gradients equal the CPU eager module's (1e-5, TF32 off)."""
+    caller's GPU; outputs and gradients equal the CPU eager module's (1e-5, TF32 off). ``lazy``:
+    built as torch's RemoteModule (no example inputs), exported at a first forward of a batch of
+    1, then the checked forward of a batch of 4 runs the same program."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-    flags = ["--device-map"] if device_map else []
+    flags = (["--device-map"] if device_map else []) + (["--lazy"] if lazy else [])
     procs = [
         subprocess.Popen(
             [sys.executable, os.path.join(SUPPORT, "nn_cuda_job.py"), "--rank", str(r), "--port", str(port), *flags],

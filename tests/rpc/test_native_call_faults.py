@@ -29,8 +29,8 @@ KINDS = {
     },
     "forward": {
         "prefix": r"^RuntimeError: RemoteModule.forward: the forward of MLP failed on owner '{owner}': ",
-        "refused": r"ValueError: remote_forward of MLP: input x \(inputs\[0\]\) must have dtype torch.float32 \(the "
-                   r"example's\), got torch.float64$",
+        "refused": r"ValueError: remote_forward of MLP: input x \(inputs\[0\]\) dimension 1 must have size 6 \(fixed "
+                   r"when the module was exported\), got 7 \(shape \[3, 7\]\)$",
         # (sent without the RemoteModule: the raw RPC error, the owner's message in it)
         "unknown_handle": r"remote_forward: handle 424242 is not a remote module on this worker \(never registered, or "
                           r"released\)",
@@ -74,8 +74,8 @@ def test_abandoned_calls_leave_no_context_on_either_side(job, case):
 
 @pytest.mark.timeout(300)
 def test_a_refused_call_names_the_owner_and_the_argument(job):
-    """A request only the owner can check (a row out of the table's range; an input of another
-    dtype) and an unknown handle: the owner's refusal, named; the owner then answers a good call."""
+    """A request only the owner can check (a row out of the table's range; an input of
+    another fixed size) and an unknown handle: the owner's refusal, named; the owner then answers a good call."""
     kind = job["kind"]
     outcome = job["refused"]
     refused = (kind["prefix"].format(owner="worker1").replace("^RuntimeError", "^ValueError")

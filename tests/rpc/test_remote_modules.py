@@ -196,16 +196,18 @@ def test_rank_device_string_and_repr(cluster):
         remote.parameters()
 
 
-def test_a_module_that_cannot_run_natively_is_refused_or_falls_back(cluster):
-    """An operator with a Python kernel: refused at construction naming the class, the owner,
-    the node and the operator; with fallback="python" it runs by pickled Python call, and its
-    gradients reach the owner."""
+def test_a_module_that_cannot_run_natively_falls_back_or_is_refused(cluster):
+    """An operator with a Python kernel: by default the module runs by pickled Python call (one
+    warning, ``.native`` False, ``.reason`` naming the operator) and its gradients reach the
+    owner; with fullgraph=True it is refused at construction naming the class, the owner, the
+    node and the operator."""
     with pytest.raises(RuntimeError) as raised:
-        RemoteModule("worker1/cpu", mods.PythonOpModule, example_inputs=(torch.randn(2, 3),))
+        RemoteModule("worker1/cpu", mods.PythonOpModule, example_inputs=(torch.randn(2, 3),), fullgraph=True)
     text = str(raised.value)
     assert "PythonOpModule cannot run natively" in text and "'worker1'" in text
     assert "gilfree_tests.twice" in text and "written in Python" in text, text
-    remote = RemoteModule("worker1/cpu", mods.PythonOpModule, example_inputs=(torch.randn(2, 3),), fallback="python")
+    with pytest.warns(UserWarning, match="runs .* by the Python path"):
+        remote = RemoteModule("worker1/cpu", mods.PythonOpModule, example_inputs=(torch.randn(2, 3),))
     assert not remote.native and "written in Python" in remote.reason
     x = torch.randn(2, 3, requires_grad=True)
     with dist_autograd.context() as ctx:
@@ -216,7 +218,7 @@ def test_a_module_that_cannot_run_natively_is_refused_or_falls_back(cluster):
 
 def test_a_module_export_refuses_is_refused_with_exports_message(cluster):
     with pytest.raises(RuntimeError) as raised:
-        RemoteModule("worker1/cpu", mods.DataDependent, example_inputs=(torch.randn(2, 3),))
+        RemoteModule("worker1/cpu", mods.DataDependent, example_inputs=(torch.randn(2, 3),), fullgraph=True)
     text = str(raised.value)
     assert "DataDependent cannot run natively: torch.export.export failed" in text and "'worker1'" in text, text
 
@@ -224,11 +226,8 @@ def test_a_module_export_refuses_is_refused_with_exports_message(cluster):
 def test_construction_errors(cluster):
     with pytest.raises(TypeError, match="example_inputs must be a tuple"):
         RemoteModule("worker1/cpu", mods.MLP, example_inputs=torch.randn(2, 6))
-    with pytest.raises(ValueError, match="fallback must be None or 'python'"):
-        RemoteModule("worker1/cpu", mods.MLP, example_inputs=(torch.randn(2, 6),), fallback="torchscript")
-    with pytest.raises(ValueError, match=r"example_inputs\[0\] has size 1 in dimension 0, which the default "
-                                         r"dynamic_shapes makes dynamic"):
-        RemoteModule("worker1/cpu", mods.MLP, example_inputs=(torch.randn(1, 6),))
+    with pytest.raises(TypeError, match="fullgraph must be a bool"):
+        RemoteModule("worker1/cpu", mods.MLP, example_inputs=(torch.randn(2, 6),), fullgraph="python")
     with pytest.raises(ValueError, match="no worker has rank 17"):
         RemoteModule("rank:17/cpu", mods.MLP, example_inputs=(torch.randn(2, 6),))
     with pytest.raises(ValueError, match=r"^RemoteModule: the construction of MLP failed on owner 'worker1': "

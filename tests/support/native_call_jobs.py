@@ -82,8 +82,9 @@ class Forwards:
         return self.modules[owner].forward_async(self.x)  # in the thread's current context
 
     def refused(self, owner: str):
-        """An input of another dtype (checked by the owner)."""
-        return self.modules[owner].forward_async(torch.randn(3, 6, dtype=torch.float64))
+        """An input of the program's key (dtype, rank) but another fixed size (checked by the owner;
+        another dtype would be another key, exported at its first call)."""
+        return self.modules[owner].forward_async(torch.randn(3, 7))
 
     def unknown(self, owner: str):
         return _rpc_functions.call(owner, "_nn_forward", (424242, -1, -1, [torch.randn(3, 6)], [False], False))

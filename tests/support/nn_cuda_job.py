@@ -28,12 +28,18 @@ def main():
     parser.add_argument("--rank", type=int, required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--device-map", action="store_true")
+    parser.add_argument("--lazy", action="store_true", help="no example inputs: exported at a first batch of 1")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     table = {"worker0": {"worker1": {"cuda:0": "cuda:0"}}} if args.device_map else None
     plugin.rpc.init_rpc(rank=args.rank, world_size=2, master_port=args.port, device_maps=table, rpc_timeout=60)
     if args.rank == 0:
-        remote = RemoteModule("worker1/cuda:0", mods.MLP, example_inputs=(torch.randn(3, 6),))
+        if args.lazy:
+            remote = RemoteModule("worker1/cuda:0", mods.MLP)
+            first = torch.randn(1, 6)
+            remote(first.cuda() if args.device_map else first)
+        else:
+            remote = RemoteModule("worker1/cuda:0", mods.MLP, example_inputs=(torch.randn(3, 6),))
         twin = mods.MLP()
         twin.load_state_dict({k: v.cpu() for k, v in rpc.rpc_sync("worker1", mods.state, args=(remote.module_rref,)).items()})
         x = torch.randn(4, 6)

@@ -103,6 +103,50 @@ class DataDependent(nn.Module):
         return -y
 
 
+class Mixed(nn.Module):
+    """Non-tensor arguments and results: an int, a float, a str with a default, a keyword-only
+    flag, None, a dict of tensors and a list; returns a dict holding a tensor, an int from the
+    batch size (a symbolic int), the str, a float and a nested tuple."""
+
+    def __init__(self, seed=0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.fc = nn.Linear(6, 4)
+        self.bn = nn.BatchNorm1d(4)
+
+    def forward(self, x, times: int, scale: float = 0.5, word: str = "sum", extra=None, *, parts=None,
+                flip: bool = False):
+        h = self.bn(self.fc(x)) * scale
+        for _ in range(times):
+            h = torch.tanh(h)
+        if extra is not None:
+            h = h + extra["bias"] * extra["weights"][0]
+        if parts is not None:
+            h = h + sum(parts)
+        if flip:
+            h = -h
+        total = h.sum(1) if word == "sum" else h.amax(1)
+        return {"out": h, "rows": x.shape[0], "word": word, "scale": scale, "pair": (total, [times, None])}
+
+
+class Identity3(nn.Module):
+    """torch's RemoteModule suite's module: forward(tensor, number, word="default") returns
+    (word, number, tensor), the tensor an input."""
+
+    def __init__(self, first_arg=0, first_kwarg=-1):
+        super().__init__()
+        self.param1 = nn.Parameter(torch.ones(1))
+
+    def forward(self, tensor, number: int, word: str = "default"):
+        return word, number, tensor
+
+
+def first_forwards(remote, seed: int) -> list:
+    """On a trainer: the first forward of the pickled module (a key no one called yet), its output."""
+    torch.manual_seed(seed)
+    return [remote(torch.randn(3, 6), 2, word="max").get("out")]
+
+
 @torch.library.custom_op("gilfree_tests::twice", mutates_args=())
 def _twice(x: torch.Tensor) -> torch.Tensor:
     return x * 2
@@ -289,3 +333,8 @@ def hold_gil(seconds: float) -> float:
 
     threading.Thread(target=hold, daemon=True).start()
     return until
+
+
+def owner_training(module_rref) -> bool:
+    """The owner's module's mode."""
+    return module_rref.local_value().training
