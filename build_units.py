@@ -104,6 +104,36 @@ def kernel_isas(wanted=None):
     return ["DEFAULT"] + [n for n in ISA_FLAGS if n != "DEFAULT" and n in names]
 
 
+SANITIZERS = ("address", "undefined")
+
+
+def sanitizer_flags(wanted=None):
+    """(compile flags, link flags) of the sanitizers named by ``wanted`` (default: the
+    environment's GILFREE_SANITIZE; ``address``, ``undefined`` or both, comma-separated), for
+    both op libraries; ([], []) when none. ASan and UBSan as GCC and Clang spell them:
+    every UBSan report is an error (-fno-sanitize-recover: the process aborts, so a test fails),
+    frame pointers kept and line tables (-g1) for the reports' stacks; each unit keeps its own
+    optimisation level (the kernels' -O3: the code tested is the code shipped).
+    The runtime must be the process's first library: scripts/with_sanitizers.sh preloads it.
+    Raises ValueError for a name it does not know.
+    """
+    if wanted is None:
+        wanted = os.environ.get("GILFREE_SANITIZE", "")
+    names = [n.strip().lower() for n in wanted.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SANITIZERS]
+    if unknown:
+        raise ValueError(f"GILFREE_SANITIZE: unknown sanitizer(s) {unknown}: expected a comma-separated list of {list(SANITIZERS)}")
+    if not names:
+        return [], []
+    sanitize = "-fsanitize=" + ",".join(n for n in SANITIZERS if n in names)
+    compile_flags = [sanitize, "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g1"]
+    if "undefined" in names:
+        # UBSan's vptr check reads the type_info of every polymorphic class it sees; torch's
+        # libraries do not export theirs (c10::DynamicType's, ...): the library would not load
+        compile_flags.append("-fno-sanitize=vptr")
+    return compile_flags, [sanitize]
+
+
 def sources_of(library, root=HERE):
     """[(unit name, [absolute source paths])] of ``library``, in build order.
 
@@ -184,6 +214,9 @@ def main(argv):
         for isa in isas:
             print(f"flags_{isa}=" + "|".join(ISA_FLAGS[isa]))
         print("kernel_flags=" + "|".join(KERNEL_FLAGS))
+        compile_flags, link_flags = sanitizer_flags()
+        print("sanitize_compile=" + "|".join(compile_flags))
+        print("sanitize_link=" + "|".join(link_flags))
         return 0
     if len(argv) == 2 and argv[1] == "list":
         for library in LIBRARIES:

@@ -25,7 +25,7 @@ from torch.utils.cpp_extension import BuildExtension, CppExtension
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import build_units  # noqa: E402  (the units of both libraries: one table, CMakeLists.txt reads it too)
-from build_units import ISA_FLAGS, KERNEL_FLAGS, kernel_isas  # noqa: E402
+from build_units import ISA_FLAGS, KERNEL_FLAGS, kernel_isas, sanitizer_flags  # noqa: E402
 
 # -g0: no debug information (Python's own flags add -g); it halves the compile time of the
 # template-heavy kernels and shrinks the library, as torch's wheels ship without it.
@@ -66,18 +66,22 @@ class BuildUnits(BuildExtension):
         if not openmp:
             warnings.warn(f"the compiler rejects {OPENMP_FLAGS}: fused kernels will run on one thread")
         units = self.units_dir()
+        # GILFREE_SANITIZE=address,undefined: both libraries under ASan and UBSan
+        # (scripts/with_sanitizers.sh builds and runs them)
+        sanitize_compile, sanitize_link = sanitizer_flags()
         jobs = []
         # the plugin's units first: its rooms take longest (a kernel unit last keeps both cores busy)
         for ext in sorted(self.extensions, key=lambda e: e.name != "plugin._C"):
             library = ext.name.split(".")[0]
             extra = []
+            ext.extra_link_args = list(ext.extra_link_args or []) + sanitize_link
             if library == "functional_optim":
                 # the group steps' at::parallel_for too (csrc/group_step.cpp: inPieces), as
                 # CMake's target-wide OpenMP flags compile them
                 extra = openmp
                 ext.extra_link_args = list(ext.extra_link_args or []) + openmp
             for source in build_units.write_units(library, os.path.join(units, "src")):
-                jobs.append((ext, os.path.splitext(os.path.basename(source))[0], source, [], extra))
+                jobs.append((ext, os.path.splitext(os.path.basename(source))[0], source, [], extra + sanitize_compile))
             if library == "functional_optim":
                 for isa in kernel_isas():
                     if isa != "DEFAULT" and not self.probe(ISA_FLAGS[isa]):
@@ -86,7 +90,7 @@ class BuildUnits(BuildExtension):
                     for source in build_units.write_units("kernels", os.path.join(units, "src")):
                         name = os.path.splitext(os.path.basename(source))[0] + "_" + isa.lower()
                         macros = [("CPU_CAPABILITY", isa), ("CPU_CAPABILITY_" + isa, None)]
-                        jobs.append((ext, name, source, macros, KERNEL_FLAGS + openmp + ISA_FLAGS[isa]))
+                        jobs.append((ext, name, source, macros, KERNEL_FLAGS + openmp + ISA_FLAGS[isa] + sanitize_compile))
         return jobs
 
     def units_dir(self):

@@ -69,7 +69,7 @@ phase "tests on torch 2.13.0"
 # transport's ABI self-test checks; run by hand on 2.13.0 and 2.14.1, scripts/with_torch.sh; cut
 # from this pass for CI's time). The remote modules' tests run next, on this torch with
 # torch.jit raising.
-NN_TESTS="tests/rpc/test_remote_modules.py tests/rpc/test_remote_module_trainers.py tests/rpc/test_remote_module_fuzz.py"
+NN_TESTS="tests/rpc/test_remote_modules.py tests/rpc/test_remote_module_lazy.py tests/rpc/test_remote_module_trainers.py tests/rpc/test_remote_module_fuzz.py"
 "$PYTHON" -m pytest -q $PARALLEL -k "not test_example_prints_its_expect_block or torchscript" \
   $(for f in $NN_TESTS; do echo --deselect "$f"; done) \
   --deselect tests/optim/test_optimizer_faults.py --deselect tests/security \
@@ -85,6 +85,21 @@ phase "tests on torch 2.13.0, torch.jit raising: the remote modules"
 # points raising on both torch releases (here, and in the 2.15.0 pass below), and not a third
 # time in the first pass.
 "$PYTHON" -m pytest -q $PARALLEL --torchscript-removed $NN_TESTS "$@"
+
+phase "native tests under ASan and UBSan (torch 2.13.0)"
+# Both libraries built with GILFREE_SANITIZE=address,undefined (scripts/with_sanitizers.sh:
+# about 4 minutes on 2 cores, then reused): the kernels' and group steps' tests, the property
+# parity against torch.optim, the native local optimizer, the fuzzing of the native RPC
+# functions, lookups and remote modules, and the transport's framing tests (a key holder's cut
+# and fuzzed frames). A report aborts the process that made it, so its test fails.
+# --capture=sys: pytest captures Python's output only, so a report on file descriptor 2 reaches
+# this log before the abort.
+SANITIZER_TESTS="tests/optim/test_fused_kernels.py tests/optim/test_fused_parity.py tests/optim/test_packed_state.py
+  tests/optim/test_property_parity.py tests/optim/test_native_local_optimizer.py tests/optim/test_sparse_optim.py
+  tests/security/test_native_rpc_fuzz.py tests/rpc/test_lookup_fuzz.py tests/rpc/test_remote_module_fuzz.py
+  tests/security/test_key_holder_frames.py"
+# shellcheck disable=SC2086
+bash scripts/with_sanitizers.sh "$PYTHON" -m pytest -q $PARALLEL --capture=sys $SANITIZER_TESTS "$@"
 
 phase "waiting for torch 2.15.0's environment and build"
 if ! wait "$prepare"; then

@@ -222,3 +222,14 @@ def test_kernel_instruction_sets_always_hold_default_and_native_is_what_the_libr
         here = torch.backends.cpu.get_cpu_capability()
         if here.startswith(("AVX2", "AVX512")):
             assert native[1] == here[:6].rstrip("_")
+
+
+def test_sanitizer_flags_name_both_runtimes_and_refuse_an_unknown_one():
+    import build_units
+
+    assert build_units.sanitizer_flags("") == ([], [])
+    compile_flags, link_flags = build_units.sanitizer_flags("undefined,address")
+    assert compile_flags[0] == "-fsanitize=address,undefined" and link_flags == ["-fsanitize=address,undefined"]
+    assert "-fno-sanitize-recover=all" in compile_flags and "-fno-sanitize=vptr" in compile_flags
+    with pytest.raises(ValueError, match=r"GILFREE_SANITIZE: unknown sanitizer\(s\) \['thread'\]"):
+        build_units.sanitizer_flags("address,thread")
