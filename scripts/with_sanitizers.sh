@@ -46,9 +46,9 @@ fi
 STDCXX="$("$CXX" -print-file-name=libstdc++.so.6)"
 SUPP="$PWD/scripts/sanitizers.supp"
 export LD_PRELOAD="$ASAN_RUNTIME:$STDCXX${LD_PRELOAD:+:$LD_PRELOAD}"
-# detect_leaks=0: see sanitizers.supp; alloc_dealloc_mismatch=0: see sanitizers.supp;
-# abort_on_error: a core-dump-free abort (SIGABRT) that a test's process watcher reports.
-export ASAN_OPTIONS="detect_leaks=0:alloc_dealloc_mismatch=0:abort_on_error=1:halt_on_error=1:suppressions=$SUPP${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+# detect_leaks=0: see sanitizers.supp; abort_on_error: the process ends by SIGABRT, which the
+# tests' process watchers report.
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1:suppressions=$SUPP${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:abort_on_error=1:suppressions=$SUPP${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 GILFREE_RPC_LIBRARY="$(ls "$PWD/$BUILD"/lib/plugin/_C*.so)"
