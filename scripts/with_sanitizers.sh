@@ -45,7 +45,6 @@ fi
 # finds no real one when libstdc++ comes later (a CHECK failure at the first C++ exception)
 STDCXX="$("$CXX" -print-file-name=libstdc++.so.6)"
 SUPP="$PWD/scripts/sanitizers.supp"
-export LD_PRELOAD="$ASAN_RUNTIME:$STDCXX${LD_PRELOAD:+:$LD_PRELOAD}"
 # detect_leaks=0: see sanitizers.supp; abort_on_error: the process ends by SIGABRT, which the
 # tests' process watchers report.
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1:suppressions=$SUPP${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
@@ -54,4 +53,6 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 GILFREE_RPC_LIBRARY="$(ls "$PWD/$BUILD"/lib/plugin/_C*.so)"
 GILFREE_OPTIM_LIBRARY="$(ls "$PWD/$BUILD"/lib/functional_optim/_C*.so)"
 export GILFREE_RPC_LIBRARY GILFREE_OPTIM_LIBRARY GILFREE_SANITIZED=1
+# last: this script's own commands run without the runtime
+export LD_PRELOAD="$ASAN_RUNTIME:$STDCXX${LD_PRELOAD:+:$LD_PRELOAD}"
 exec "$@"
