@@ -302,13 +302,11 @@ def test_sparse_adam_tensor_lr_one_dimensional_parameter_is_torchs():
 NATIVE = [F.SGD, F.Adam, F.AdamW, F.Adagrad, F.RMSprop, F.Adamax, F.Adadelta, F.Rprop, F.NAdam, F.RAdam]
 
 
-@SETTINGS
-@given(data=st.data())
-def test_native_local_optimizer_matches_torch(data):
-    """plugin.optim.LocalOptimizer (the native owner's step, C++) over drawn parameters, layouts
-    and gradients' layouts: torch.optim's results within the dtype's tolerance."""
-    from plugin.optim import LocalOptimizer
-
+def draw_native_case(data):
+    """(optimizer class, its OptimInfo, dtype, parameter specs, keyword arguments) for the native
+    owner's path: one of NATIVE, float32 or float64, up to 3 drawn parameters, one of the table's
+    one-group configurations, ``lr`` a number or a Tensor of the parameters' dtype (also
+    tests/optim/test_property_parity_distributed.py)."""
     cls = data.draw(st.sampled_from(NATIVE), label="optimizer")
     info = C.INFO_BY_NAME[cls.__name__]
     dtype = data.draw(st.sampled_from([torch.float32, torch.float64]), label="dtype")
@@ -317,6 +315,17 @@ def test_native_local_optimizer_matches_torch(data):
     kwargs = dict(config.kwargs)
     if data.draw(st.booleans(), label="tensor_lr"):
         kwargs["lr"] = torch.tensor(lr_of(info, config), dtype=dtype)
+    return cls, info, dtype, specs, kwargs
+
+
+@SETTINGS
+@given(data=st.data())
+def test_native_local_optimizer_matches_torch(data):
+    """plugin.optim.LocalOptimizer (the native owner's step, C++) over drawn parameters, layouts
+    and gradients' layouts: torch.optim's results within the dtype's tolerance."""
+    from plugin.optim import LocalOptimizer
+
+    cls, info, dtype, specs, kwargs = draw_native_case(data)
     values = make_values(specs, dtype, seed=3)
     torch_params = [torch.nn.Parameter(v.clone()) for v in values]
     our_params = [laid_out(v, layout) for v, (_, layout, _) in zip(values, specs)]

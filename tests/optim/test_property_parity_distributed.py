@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import plugin
 from plugin.optim import DistributedOptimizer
-from tests.optim.test_property_parity import NATIVE, SHAPES, STEPS, compare, laid_out, lr_of, make_values, param_lists
+from tests.optim.test_property_parity import STEPS, compare, draw_native_case, laid_out, make_values
 from tests.support import optim_configs as C
 from tests.support import optim_remote
 
@@ -42,14 +42,7 @@ def loss_on_owner(name, grad):
 @SETTINGS
 @given(data=st.data())
 def test_distributed_optimizer_on_drawn_parameters_matches_torch(cluster, data):
-    cls = data.draw(st.sampled_from(NATIVE), label="optimizer")
-    info = C.INFO_BY_NAME[cls.__name__]
-    dtype = data.draw(st.sampled_from([torch.float32, torch.float64]), label="dtype")
-    specs = data.draw(param_lists(SHAPES, max_size=3), label="params")
-    config = data.draw(st.sampled_from([c for c in info.configs if c.groups is None]), label="config")
-    kwargs = dict(config.kwargs)
-    if data.draw(st.booleans(), label="tensor_lr"):
-        kwargs["lr"] = torch.tensor(lr_of(info, config), dtype=dtype)
+    cls, info, dtype, specs, kwargs = draw_native_case(data)
     values = make_values(specs, dtype, seed=5)
     owners = [f"worker{1 + k % 3}" for k in range(len(specs))]
     names = [f"drawn{next(_names)}" for _ in specs]
