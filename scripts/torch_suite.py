@@ -45,7 +45,7 @@ MODE_VARIABLE = "GILFREE_TORCH_SUITE_MODE"
 
 # The worker processes are forked from this one (torch's harness spawns them, which imports
 # torch and its test modules again in each: about 10 s of CPU per test). The plugin is
-# imported in each worker after the fork (_ForkHelper._run), never here, so that its
+# imported in each worker after the fork (tests/support/torch_rpc_suites.py: ForkHelper._run), never here, so that its
 # threads (the peer watch) start in the worker that uses them.
 
 
@@ -71,16 +71,14 @@ def _plugin_distributed_optimizer(*args, **kwargs):
 dist_autograd.backward = _plugin_backward
 dist_autograd.get_gradients = _plugin_get_gradients
 
-from torch.testing._internal.common_distributed import MultiProcessTestCase  # noqa: E402
 from torch.testing._internal.distributed.rpc import dist_optimizer_test  # noqa: E402
 from torch.testing._internal.distributed.rpc.dist_autograd_test import (  # noqa: E402
     DistAutogradTest,
     TensorPipeAgentDistAutogradTest,
 )
 from torch.testing._internal.distributed.rpc.dist_optimizer_test import DistOptimizerTest  # noqa: E402
-from torch.testing._internal.distributed.rpc.tensorpipe_rpc_agent_test_fixture import (  # noqa: E402
-    TensorPipeRpcAgentTestFixture,
-)
+
+from tests.support.torch_rpc_suites import OutcomeResult, generated, suite_of  # noqa: E402
 
 dist_optimizer_test.DistributedOptimizer = _plugin_distributed_optimizer
 
@@ -102,31 +100,8 @@ EXPECTED_DIFFERENCES_FAST = {
 }
 
 
-class _ForkHelper(MultiProcessTestCase):
-    """torch.testing._internal.distributed.rpc_utils.SpawnHelper (that module imports every
-    RPC test module, several of which need TorchScript), forking the worker processes."""
-
-    def setUp(self):
-        super().setUp()
-        self._start_processes(torch.multiprocessing.get_context("fork").Process)
-
-    @classmethod
-    def _run(cls, rank, test_name, file_name, parent_pipe, **kwargs):
-        import plugin  # noqa: F401  (loads the op library and its RPC functions before RPC starts)
-
-        super()._run(rank, test_name, file_name, parent_pipe, **kwargs)
-
-
-def _generated(test_class):
-    # As torch's rpc_utils.generate_tests: the suite, the TensorPipe fixture, the spawner.
-    name = f"Plugin{test_class.__name__}"
-    cls = type(name, (test_class, TensorPipeRpcAgentTestFixture, _ForkHelper), {})
-    cls.__module__ = __name__
-    globals()[name] = cls
-    return cls
-
-
-SUITES = [_generated(c) for c in (DistAutogradTest, TensorPipeAgentDistAutogradTest, DistOptimizerTest)]
+# As torch's rpc_utils.generate_tests: the suite, the TensorPipe fixture, the process starter.
+SUITES = [generated(c, globals()) for c in (DistAutogradTest, TensorPipeAgentDistAutogradTest, DistOptimizerTest)]
 
 
 def expected_differences(mode: str):
@@ -138,43 +113,6 @@ def expected_differences(mode: str):
             else:
                 expected[name] = reason
     return expected
-
-
-class _Result(unittest.TextTestResult):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.outcomes = {}  # test method name -> "passed" | "failed" | "skipped"
-        self.details = {}
-        self.durations = {}
-        self._started = {}
-
-    def startTest(self, test):
-        self._started[test.id()] = time.monotonic()
-        super().startTest(test)
-
-    def _record(self, test, outcome, detail=""):
-        name = test.id().rsplit(".", 1)[-1]
-        suite = test.id().rsplit(".", 2)[-2]
-        key = f"{suite}.{name}"
-        self.outcomes[key] = outcome
-        self.details[key] = detail
-        self.durations[key] = time.monotonic() - self._started.get(test.id(), time.monotonic())
-
-    def addSuccess(self, test):
-        super().addSuccess(test)
-        self._record(test, "passed")
-
-    def addFailure(self, test, err):
-        super().addFailure(test, err)
-        self._record(test, "failed", self._exc_info_to_string(err, test))
-
-    def addError(self, test, err):
-        super().addError(test, err)
-        self._record(test, "failed", self._exc_info_to_string(err, test))
-
-    def addSkip(self, test, reason):
-        super().addSkip(test, reason)
-        self._record(test, "skipped", reason)
 
 
 def main(argv=None) -> int:
@@ -191,16 +129,11 @@ def main(argv=None) -> int:
             print(f"{name}: {reason}")
         return 0
 
-    loader = unittest.TestLoader()
-    suite = unittest.TestSuite()
-    for cls in SUITES:
-        for name in loader.getTestCaseNames(cls):
-            if not args.k or any(k in name for k in args.k):
-                suite.addTest(cls(name))
+    suite = suite_of(SUITES, args.k)
     print(f"torch {torch.__version__}: {suite.countTestCases()} tests of torch's suite, plugin backward in "
           f"{args.mode} mode", flush=True)
     start = time.monotonic()
-    runner = unittest.TextTestRunner(resultclass=_Result, verbosity=2 if args.v else 1, stream=sys.stderr)
+    runner = unittest.TextTestRunner(resultclass=OutcomeResult, verbosity=2 if args.v else 1, stream=sys.stderr)
     result = runner.run(suite)
 
     unexpected_failures, unexpected_passes, differences = [], [], []

@@ -23,11 +23,9 @@ warnings.simplefilter("ignore", DeprecationWarning)
 warnings.simplefilter("ignore", FutureWarning)
 
 import torch  # noqa: E402
-from torch.testing._internal.common_distributed import MultiProcessTestCase  # noqa: E402
 from torch.testing._internal.distributed.nn.api import remote_module_test  # noqa: E402
-from torch.testing._internal.distributed.rpc.tensorpipe_rpc_agent_test_fixture import (  # noqa: E402
-    TensorPipeRpcAgentTestFixture,
-)
+
+from tests.support.torch_rpc_suites import OutcomeResult, generated, suite_of  # noqa: E402
 
 import plugin.nn  # noqa: E402  (imported before the fork: the workers inherit the swap)
 
@@ -39,23 +37,7 @@ SUITE_CLASSES = (remote_module_test.RemoteModuleTest, remote_module_test.ThreeWo
 CUDA_CLASSES = (remote_module_test.CudaRemoteModuleTest,) if torch.cuda.is_available() else ()
 
 
-class _ForkHelper(MultiProcessTestCase):
-    """torch's rpc_utils.SpawnHelper, forking the worker processes (as scripts/torch_suite.py)."""
-
-    def setUp(self):
-        super().setUp()
-        self._start_processes(torch.multiprocessing.get_context("fork").Process)
-
-
-def _generated(test_class):
-    name = f"Plugin{test_class.__name__}"
-    cls = type(name, (test_class, TensorPipeRpcAgentTestFixture, _ForkHelper), {})
-    cls.__module__ = __name__
-    globals()[name] = cls
-    return cls
-
-
-SUITES = [_generated(c) for c in SUITE_CLASSES + CUDA_CLASSES]
+SUITES = [generated(c, globals()) for c in SUITE_CLASSES + CUDA_CLASSES]
 
 
 def test_names():
@@ -64,44 +46,15 @@ def test_names():
     return [f"{c.__name__}.{n}" for c in SUITE_CLASSES + CUDA_CLASSES for n in loader.getTestCaseNames(c)]
 
 
-class _Result(unittest.TextTestResult):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.outcomes = {}
-
-    def _record(self, test, outcome, detail=""):
-        cls, name = test.id().rsplit(".", 2)[-2:]
-        self.outcomes[f"{cls[len('Plugin'):]}.{name}"] = {"outcome": outcome, "detail": detail[-4000:]}
-
-    def addSuccess(self, test):
-        super().addSuccess(test)
-        self._record(test, "passed")
-
-    def addFailure(self, test, err):
-        super().addFailure(test, err)
-        self._record(test, "failed", self._exc_info_to_string(err, test))
-
-    def addError(self, test, err):
-        super().addError(test, err)
-        self._record(test, "failed", self._exc_info_to_string(err, test))
-
-    def addSkip(self, test, reason):
-        super().addSkip(test, reason)
-        self._record(test, "skipped", reason)
-
-
 def main(argv) -> int:
     out, selected = argv[0], argv[2::2] if len(argv) > 1 and argv[1] == "-k" else []
-    loader = unittest.TestLoader()
-    suite = unittest.TestSuite()
-    for cls in SUITES:
-        for name in loader.getTestCaseNames(cls):
-            if not selected or any(k in name for k in selected):
-                suite.addTest(cls(name))
+    suite = suite_of(SUITES, selected)
     start = time.monotonic()
-    result = unittest.TextTestRunner(resultclass=_Result, verbosity=2, stream=sys.stderr).run(suite)
+    result = unittest.TextTestRunner(resultclass=OutcomeResult, verbosity=2, stream=sys.stderr).run(suite)
     with open(out, "w") as f:
-        json.dump(result.outcomes, f, indent=1)
+        # keyed by torch's class names (the generated classes' without "Plugin")
+        json.dump({key[len("Plugin"):]: {"outcome": outcome, "detail": result.details[key][-4000:]}
+                   for key, outcome in result.outcomes.items()}, f, indent=1)
     print(f"{suite.countTestCases()} tests in {time.monotonic() - start:.0f} s", flush=True)
     return 0
 
