@@ -73,24 +73,24 @@ class BuildUnits(BuildExtension):
         # the plugin's units first: its rooms take longest (a kernel unit last keeps both cores busy)
         for ext in sorted(self.extensions, key=lambda e: e.name != "plugin._C"):
             library = ext.name.split(".")[0]
-            extra = []
             ext.extra_link_args = list(ext.extra_link_args or []) + sanitize_link
-            if library == "functional_optim":
-                # the group steps' at::parallel_for too (csrc/group_step.cpp: inPieces), as
-                # CMake's target-wide OpenMP flags compile them
-                extra = openmp
-                ext.extra_link_args = list(ext.extra_link_args or []) + openmp
+            # functional_optim: the group steps' at::parallel_for too (csrc/group_step.cpp:
+            # inPieces), as CMake's target-wide OpenMP flags compile them
+            extra = openmp if library == "functional_optim" else []
+            ext.extra_link_args += extra
             for source in build_units.write_units(library, os.path.join(units, "src")):
                 jobs.append((ext, os.path.splitext(os.path.basename(source))[0], source, [], extra + sanitize_compile))
-            if library == "functional_optim":
-                for isa in kernel_isas():
-                    if isa != "DEFAULT" and not self.probe(ISA_FLAGS[isa]):
-                        warnings.warn(f"the compiler rejects {ISA_FLAGS[isa]}: fused kernels built without {isa}")
-                        continue
-                    for source in build_units.write_units("kernels", os.path.join(units, "src")):
-                        name = os.path.splitext(os.path.basename(source))[0] + "_" + isa.lower()
-                        macros = [("CPU_CAPABILITY", isa), ("CPU_CAPABILITY_" + isa, None)]
-                        jobs.append((ext, name, source, macros, KERNEL_FLAGS + openmp + ISA_FLAGS[isa] + sanitize_compile))
+            if library != "functional_optim":
+                continue
+            kernels = build_units.write_units("kernels", os.path.join(units, "src"))
+            for isa in kernel_isas():
+                if isa != "DEFAULT" and not self.probe(ISA_FLAGS[isa]):
+                    warnings.warn(f"the compiler rejects {ISA_FLAGS[isa]}: fused kernels built without {isa}")
+                    continue
+                for source in kernels:
+                    name = os.path.splitext(os.path.basename(source))[0] + "_" + isa.lower()
+                    macros = [("CPU_CAPABILITY", isa), ("CPU_CAPABILITY_" + isa, None)]
+                    jobs.append((ext, name, source, macros, KERNEL_FLAGS + openmp + ISA_FLAGS[isa] + sanitize_compile))
         return jobs
 
     def units_dir(self):
@@ -106,6 +106,7 @@ class BuildUnits(BuildExtension):
 
     def compile_all(self):
         jobs = self.jobs()
+        units = self.units_dir()
         compile_one = self.compiler.compile  # torch's ninja compile (BuildExtension.build_extensions)
 
         def run(job):
@@ -115,7 +116,7 @@ class BuildUnits(BuildExtension):
             flags["cxx"] = flags["cxx"] + extra
             objects = compile_one(
                 [source],
-                output_dir=os.path.join(self.units_dir(), name),
+                output_dir=os.path.join(units, name),
                 macros=macros,
                 include_dirs=ext.include_dirs,
                 extra_postargs=flags,
