@@ -702,10 +702,13 @@ def render_profile_mainjob(data: Any) -> str:
 
 # --- results/bench_remote_forward.json (scripts/bench_remote_forward.py) -------------------------
 
-REMOTE_FORWARD_TARGET = ("Target (issue 43): the native forward (`plugin.nn.RemoteModule`) with a thread on the owner "
-                         "holding its GIL keeps at least 0.9x its rate with the owner idle.")
-REMOTE_FORWARD_KINDS = {"native": "RemoteModule (native)", "python": "pickled Python forward",
+REMOTE_FORWARD_TARGET = ("Target (issues 43 and 48): the native forward (`plugin.nn.RemoteModule`: with example inputs, "
+                         "exported lazily at the first call, and lazily with non-tensor arguments) with a thread on the "
+                         "owner holding its GIL keeps at least 0.9x its rate with the owner idle.")
+REMOTE_FORWARD_KINDS = {"native": "RemoteModule (native)", "lazy": "RemoteModule (native, lazy export)",
+                        "mixed": "RemoteModule (native, lazy, non-tensor args)", "python": "pickled Python forward",
                         "torch": "torch's RemoteModule (TorchScript)"}
+REMOTE_FORWARD_NATIVE = ("native", "lazy", "mixed")
 
 
 def render_bench_remote_forward(data: Any) -> str:
@@ -723,7 +726,8 @@ def render_bench_remote_forward(data: Any) -> str:
     rows = []
     for r in data["forward"]:
         ratio = r.get("busy_over_idle")
-        verdict = (f"{ratio:.2f} ({_verdict(ratio, 0.9, below=False)})" if ratio is not None and r["forward"] == "native"
+        verdict = (f"{ratio:.2f} ({_verdict(ratio, 0.9, below=False)})"
+                   if ratio is not None and r["forward"] in REMOTE_FORWARD_NATIVE
                    else f"{ratio:.2f}" if ratio is not None else "")
         rows.append([r["model"], str(r["trainers"]), REMOTE_FORWARD_KINDS.get(r["forward"], r["forward"]), r["owner"],
                      f"{r['per_s']:.0f}", _ms(r.get("p50_ms")), _ms(r.get("p99_ms")), verdict,
@@ -738,6 +742,12 @@ def render_bench_remote_forward(data: Any) -> str:
                      f"{r['per_s']:.0f}", f"{ratio:.2f}" if ratio is not None else "",
                      f"{r['over_python']:.2f}x" if r.get("over_python") else ""])
     out.append(_table(["model", "trainers", "forward", "owner", "iterations/s", "busy / idle", "vs Python"], rows))
+    if data.get("exports"):
+        out += ["", "Export latency of the lazily exported modules (ms, on the caller: the first forward, which "
+                "exports on the owner and runs; a re-export: the first forward in eval mode, a new call key):", ""]
+        out.append(_table(["model", "forward", "first call ms", "re-export ms", "native"],
+                          [[r["model"], REMOTE_FORWARD_KINDS.get(r["forward"], r["forward"]), f"{r['first_call_ms']:.0f}",
+                            f"{r['reexport_ms']:.0f}", str(r["native"])] for r in data["exports"]]))
     return "\n".join(out)
 
 
