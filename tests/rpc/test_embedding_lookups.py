@@ -270,3 +270,24 @@ def test_a_lookup_in_a_released_or_unknown_context_raises_on_the_caller_and_reco
 def test_share_refuses_what_the_lookup_cannot_apply(kind, error, message):
     with pytest.raises(error, match=message):
         remote.share(kind)
+
+
+def test_torchs_own_engine_takes_a_lookups_graph_too(cluster):
+    """A lookup is recorded as torch's RPC records one (send and recv functions sharing an
+    autograd_message_id), so torch's dist_autograd.backward brings the bags' gradient to the
+    owner too: the tables' gradients in the context equal nn.EmbeddingBag's, read through torch's
+    dist_autograd.get_gradients and the plugin's get_gradients alike."""
+    names = ["torch_engine_0", "torch_engine_1"]
+    handles = tables("torch_engine")
+    local = local_twins("torch_engine")
+    with dist_autograd.context() as ctx:
+        rows = plugin.embedding.lookup_bags_async("worker1", ctx, handles, INPUTS, OFFSETS).wait()
+        dist_autograd.backward(ctx, [(rows * WEIGHTS).sum()])
+        grads = rpc.rpc_sync("worker1", remote.gradients, args=(ctx, names))
+        torch_grads = rpc.rpc_sync("worker1", remote.torch_gradients, args=(ctx, names))
+    want = torch.cat([m(i, o) for m, i, o in zip(local, INPUTS, OFFSETS)], dim=1)
+    (want * WEIGHTS).sum().backward()
+    for g, t, m in zip(grads, torch_grads, local):
+        assert g is not None and t is not None
+        torch.testing.assert_close(g.to_dense(), m.weight.grad.to_dense())
+        torch.testing.assert_close(t.to_dense(), m.weight.grad.to_dense())

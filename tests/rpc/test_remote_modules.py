@@ -132,11 +132,14 @@ def test_forward_outside_a_context_records_nothing(cluster):
 
 
 def test_torchs_engine_runs_the_backward_too(cluster):
-    """torch's dist_autograd.backward through a native forward gives the same parameter and
-    input gradients as the plugin's engine."""
+    """torch's dist_autograd.backward through a native forward gives the input and parameter
+    gradients of eager autograd on the same module, as the plugin's engine does."""
     remote = RemoteModule("worker1/cpu", mods.MLP, example_inputs=(torch.randn(3, 6),))
+    twin = local_twin(remote, mods.MLP)
     x = torch.randn(4, 6)
-    results = []
+    eager_x = x.clone().requires_grad_(True)
+    loss_of(twin(eager_x)).backward()
+    want_params = [p.grad for p in twin.parameters()]
     for engine in ("plugin", "torch"):
         a = x.clone().requires_grad_(True)
         with dist_autograd.context() as ctx:
@@ -148,11 +151,10 @@ def test_torchs_engine_runs_the_backward_too(cluster):
                 dist_autograd.backward(ctx, [loss])
                 input_grad = dist_autograd.get_gradients(ctx)[a]
             params = rpc.rpc_sync("worker1", mods.parameter_gradients, args=(remote.module_rref, ctx, engine))
-        results.append((input_grad, params))
-    (g1, p1), (g2, p2) = results
-    torch.testing.assert_close(g1, g2, **TOL)
-    for a, b in zip(p1, p2):
-        torch.testing.assert_close(a, b, **TOL)
+        torch.testing.assert_close(input_grad, eager_x.grad, **TOL)
+        assert len(params) == len(want_params), engine
+        for got, want in zip(params, want_params):
+            torch.testing.assert_close(got, want, **TOL)
 
 
 def test_a_step_is_seen_by_the_next_forward(cluster):
@@ -176,15 +178,20 @@ def test_a_step_is_seen_by_the_next_forward(cluster):
 
 
 def test_pickled_into_an_rpc_it_works_on_the_receiver(cluster):
-    """A RemoteModule sent to worker2 runs its forward there (on the owner, worker1)."""
+    """A RemoteModule sent to worker2 runs its forward there natively (on the owner, worker1:
+    the owner's native forward counter moves by one), with eager's output."""
     remote = RemoteModule("worker1/cpu", mods.MLP, example_inputs=(torch.randn(3, 6),))
+    twin = local_twin(remote, mods.MLP)
     x = torch.randn(2, 6)
-    there = rpc.rpc_sync("worker2", _forward_there, args=(remote, x))
-    torch.testing.assert_close(there, remote(x), **TOL)
+    before = remote._debug_info()["forwards"]
+    there, native = rpc.rpc_sync("worker2", _forward_there, args=(remote, x))
+    assert native is True
+    assert remote._debug_info()["forwards"] == before + 1
+    torch.testing.assert_close(there, twin(x), **TOL)
 
 
 def _forward_there(remote, x):
-    return remote(x)
+    return remote(x), remote.native
 
 
 def test_rank_device_string_and_repr(cluster):

@@ -3,6 +3,7 @@ live on a worker, by name."""
 from typing import Dict, List
 
 import torch
+import torch.distributed.autograd
 from torch import Tensor
 from torch.distributed.rpc import RRef
 
@@ -35,6 +36,12 @@ def python_lookup(name: str, inputs: Tensor, offsets: Tensor) -> Tensor:
 def gradients(context_id: int, names: List[str]) -> List[Tensor]:
     """The engine's gradient of each table in the context (sparse COO), or None."""
     grads = plugin.autograd.get_gradients(context_id)
+    return [grads.get(TABLES[n].weight) for n in names]
+
+
+def torch_gradients(context_id: int, names: List[str]) -> List[Tensor]:
+    """torch's dist_autograd.get_gradients of each table in the context, or None."""
+    grads = torch.distributed.autograd.get_gradients(context_id)
     return [grads.get(TABLES[n].weight) for n in names]
 
 
