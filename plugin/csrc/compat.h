@@ -1,4 +1,5 @@
-// Every use of a torch internal by the engine, each behind one named helper.
+// Every use of a torch internal by this library (every room: engine, rpc, optim, nn, embedding),
+// each behind one named helper.
 //
 // "Internal" here: a private or undocumented field, type or bit layout, a test on a
 // mangled type name, a behaviour torch does not promise, or a function of torch's own
