@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from . import _validation, state_protocol
-from ._state import GroupedState
+from ._state import GroupedState, holds_tensor
 
 __all__ = [
     "with_shared_methods", "step", "step_param", "set_group", "param_group_indices",
@@ -277,10 +277,6 @@ def set_state(self, state: Dict[int, Dict[str, Tensor]]) -> None:
     self._s.set_state(state)
 
 
-def _holds_tensor(value: Any) -> bool:
-    """Eager only: a Tensor, or a pair holding one (a Tensor hyperparameter as torch keeps it)."""
-    return isinstance(value, Tensor) or (isinstance(value, tuple) and any(isinstance(v, Tensor) for v in value))
-
 
 @torch.jit.unused
 def state_dict(self) -> Dict[str, Any]:
@@ -307,7 +303,7 @@ def state_dict(self) -> Dict[str, Any]:
         for key, value in group.items():
             # other keys, and Tensor hyperparameters as the group holds them (the Tensor
             # objects, as torch.optim's state_dict has them)
-            if (key not in packed and key != "params") or _holds_tensor(value):
+            if (key not in packed and key != "params") or holds_tensor(value):
                 packed[key] = value
         packed["params"] = params
     return result
@@ -356,7 +352,7 @@ def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         # saved groups); the values were checked and set by the protocol's load
         tensors = {
             k: copy.deepcopy(v) for k, v in saved.items()
-            if k != "params" and _holds_tensor(v) and k in group and k not in ("param_names",)
+            if k != "params" and holds_tensor(v) and k in group and k not in ("param_names",)
         }
         if tensors:
             group._bind(tensors)

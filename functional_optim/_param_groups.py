@@ -16,9 +16,9 @@ from torch import Tensor
 
 from ._state import (
     CHOICE_HYPERPARAMETERS, INT_HYPERPARAMETERS, OPTIONAL_HYPERPARAMETERS, TUPLE_HYPERPARAMETERS, torch_value,
-    tuple_parts,
+    holds_tensor, tuple_parts,
 )
-from ._validation import check_params, check_tensor_betas, choice_index, tensor_number
+from ._validation import check_params, choice_index, tensor_number
 
 __all__ = ["parse", "attach", "add_param_group", "ParamGroup", "TensorRules"]
 
@@ -68,11 +68,6 @@ def _as_float(
     return float(value)
 
 
-def _holds_tensor(value: Any) -> bool:
-    return isinstance(value, Tensor) or (
-        isinstance(value, (tuple, list)) and any(isinstance(v, Tensor) for v in value)
-    )
-
 
 def _as_option(name: str, value: Any) -> Optional[bool]:
     if value is None or isinstance(value, bool):
@@ -118,7 +113,7 @@ def split_values(
                 raise TypeError(f"'{key}' must be a tuple of {len(parts)} values, got {value!r}")
             for k, part in enumerate(parts):
                 hparams[part] = _as_float(key, value[k], rules, k, part)
-            if rules is not None and _holds_tensor(value):
+            if rules is not None and holds_tensor(value):
                 rules.tensors[key] = value
         elif key in hparam_names:
             hparams[key] = _as_float(key, value, rules)

@@ -43,7 +43,7 @@ from . import _kernels, _validation, ops
 
 __all__ = [
     "GroupedState", "TUPLE_HYPERPARAMETERS", "INT_HYPERPARAMETERS", "OPTIONAL_HYPERPARAMETERS",
-    "CHOICE_HYPERPARAMETERS", "tuple_parts", "torch_value", "choose_impl", "split_by_device_dtype",
+    "CHOICE_HYPERPARAMETERS", "tuple_parts", "torch_value", "holds_tensor", "copy_tensors", "choose_impl", "split_by_device_dtype",
     "flag", "take", "scalar_list", "new_step", "empty_names", "empty_tensors", "foreach_gradients", "fused_step", "no_fresh",
 ]
 
@@ -109,6 +109,44 @@ def torch_value(name: str, value: Any) -> Any:
         return None
     if name in CHOICE_HYPERPARAMETERS:
         return None if value == 0 else CHOICE_HYPERPARAMETERS[name][0][int(value) - 1]
+    return value
+
+
+
+def holds_tensor(value: Any) -> bool:
+    """Eager only: whether a param group's value is, or holds, a Tensor: a Tensor, or a tuple or
+    list with one among its items (a Tensor hyperparameter as torch keeps it, ``betas``' parts).
+    The one test of it for this package and the plugin (``configuration.holds_tensor``).
+
+    Args:
+        value (Any): a param group's value (a number, a bool, a str, None, a Tensor, a tuple or
+            list of them).
+
+    Returns:
+        bool: True for a Tensor, or a tuple or list with a Tensor among its items.
+
+    Raises nothing.
+    """
+    return isinstance(value, Tensor) or (isinstance(value, (tuple, list)) and any(isinstance(v, Tensor) for v in value))
+
+
+def copy_tensors(value: Any) -> Any:
+    """Eager only: a param group's value with every Tensor in it replaced by a detached copy.
+
+    Args:
+        value (Any): a param group's value (as :func:`holds_tensor` takes it).
+
+    Returns:
+        Any: ``value.detach().clone()`` for a Tensor (same shape, dtype, device and values, no
+        autograd history); for a tuple or list, one of the same type with its items copied so;
+        any other value unchanged.
+
+    Raises nothing.
+    """
+    if isinstance(value, Tensor):
+        return value.detach().clone()
+    if isinstance(value, (tuple, list)):
+        return type(value)(copy_tensors(v) for v in value)
     return value
 
 

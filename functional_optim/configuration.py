@@ -15,6 +15,8 @@ there. What they read and change of the optimizer goes through here:
   param group, a scheduler's write), checked;
 * :func:`torch_group`, :func:`torch_state_dict`, :func:`state_entry`, :func:`tuple_parts`,
   :func:`torch_value`: the ``torch.optim`` format of values and state;
+* :func:`holds_tensor`, :func:`copy_tensors`: a group value that is or holds a Tensor, and its
+  copy;
 * :func:`check_gradients`: the check every step makes of its gradients (count, shape, dtype,
   device), with this package's messages (the op library's ``check_gradients``, which the
   native local optimizers call from C++).
@@ -26,12 +28,13 @@ from torch import Tensor
 
 from . import _kernels, _validation
 from ._param_groups import TensorRules, split_values
-from ._state import TUPLE_HYPERPARAMETERS, choose_impl, torch_value, tuple_parts
+from ._state import TUPLE_HYPERPARAMETERS, choose_impl, copy_tensors, holds_tensor, torch_value, tuple_parts
 
 __all__ = [
     "StepPlan", "optimizer_name", "step_plans", "not_fused", "implementation", "dense_error", "set_group",
     "check_group", "group_update", "tensor_value", "torch_group", "torch_state_dict", "state_entry",
-    "check_gradients", "split_values", "TUPLE_HYPERPARAMETERS", "tuple_parts", "torch_value",
+    "check_gradients", "split_values", "TUPLE_HYPERPARAMETERS", "tuple_parts", "torch_value", "holds_tensor",
+    "copy_tensors",
 ]
 
 

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from functional_optim.configuration import TUPLE_HYPERPARAMETERS, split_values, torch_group
+from functional_optim.configuration import TUPLE_HYPERPARAMETERS, copy_tensors, holds_tensor, split_values, torch_group
 from functional_optim.torch_optimizer import WriteThroughDict
 
 from ._owners import wait_all
@@ -69,8 +69,8 @@ class DistributedParamGroup(WriteThroughDict):
     def _note_sent(self, key: str, value: Any) -> None:
         """Keeps what the owners hold of a Tensor-holding ``value`` (copies), for
         :meth:`push_tensor_changes`."""
-        if _holds_tensor(value):
-            self._sent[key] = _copy_tensors(value)
+        if holds_tensor(value):
+            self._sent[key] = copy_tensors(value)
         else:
             self._sent.pop(key, None)
 
@@ -111,9 +111,9 @@ class DistributedParamGroup(WriteThroughDict):
             dict.__setitem__(self, key, value)
             return
         hparams, options = self._functional({key: value})
-        stored = value if _holds_tensor(value) else torch_group(hparams, options)[key]
+        stored = value if holds_tensor(value) else torch_group(hparams, options)[key]
         current = self[key]
-        if not _holds_tensor(stored) and not _holds_tensor(current) and stored == current and type(stored) is type(current):
+        if not holds_tensor(stored) and not holds_tensor(current) and stored == current and type(stored) is type(current):
             return  # nothing changes on the owners
         self._optimizer._set_group(hparams, options, f"setting {key!r}")  # on every owner, checked first
         dict.__setitem__(self, key, stored)
@@ -129,15 +129,6 @@ class DistributedParamGroup(WriteThroughDict):
             raise ValueError(f"'{key}' cannot be removed from a DistributedOptimizer's param group")
         return dict.pop(self, key, *default)
 
-
-def _holds_tensor(value: Any) -> bool:
-    return isinstance(value, Tensor) or (isinstance(value, (tuple, list)) and any(isinstance(v, Tensor) for v in value))
-
-
-def _copy_tensors(value: Any) -> Any:
-    if isinstance(value, Tensor):
-        return value.detach().clone()
-    return tuple(_copy_tensors(v) for v in value) if isinstance(value, (tuple, list)) else value
 
 
 def _same_tensors(a: Any, b: Any) -> bool:

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 import functional_optim
-from functional_optim.configuration import TUPLE_HYPERPARAMETERS, check_gradients
+from functional_optim.configuration import TUPLE_HYPERPARAMETERS, check_gradients, copy_tensors
 
 from .. import ops
 from ._adapter import StepAdapter
@@ -282,7 +282,7 @@ class PythonLocalOptimizer(StepAdapter):
         with ops._holding(self._lock):
             items = [(k, v) for k, v in self.optimizer.param_groups[0].items() if k != "params"]
             # a Tensor hyperparameter as a copy of it (what a scheduler changes in place)
-            items = [(k, _copy_tensors(v)) for k, v in items]
+            items = [(k, copy_tensors(v)) for k, v in items]
         group, hparams, options = {}, [], []
         for key, value in items:
             if _is_number(value):
@@ -354,11 +354,6 @@ def _is_number(value: Any) -> bool:
         return value.numel() == 1 and value.is_floating_point()
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
-
-def _copy_tensors(value: Any) -> Any:
-    if isinstance(value, Tensor):
-        return value.detach().clone()
-    return tuple(_copy_tensors(v) for v in value) if isinstance(value, tuple) else value
 
 
 def _like(current: Any, value: float) -> Any:
