@@ -44,7 +44,6 @@ parts keeps the other parts' earlier results.
                                 [--torchscript-removed] [--quick] [--out PATH]
 """
 import argparse
-import ctypes
 import json
 import os
 import platform
@@ -60,6 +59,7 @@ import torch.distributed.rpc as rpc
 import torch.multiprocessing as mp
 
 from bench_results import run_meta, write_results
+from gil_threads import start_gil_holder, start_spinner, stop_gil_thread
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
@@ -96,45 +96,8 @@ def torch_adam_path() -> str:
 def torchscript_removed() -> bool:
     return os.environ.get(NO_TORCHSCRIPT_ENV) == "1"
 
-# --- the spinning thread --------------------------------------------------------------------
 
-_SPIN = {}
-
-
-def start_spinner():
-    """A pure-Python busy loop: it holds the GIL except when the interpreter hands it over."""
-    stop = threading.Event()
-
-    def spin():
-        x = 0
-        while not stop.is_set():
-            x += 1
-
-    thread = threading.Thread(target=spin, daemon=True)
-    thread.start()
-    _SPIN["stop"], _SPIN["thread"] = stop, thread
-
-
-def stop_spinner():
-    if "stop" in _SPIN:
-        _SPIN.pop("stop").set()
-        _SPIN.pop("thread").join()
-
-
-def start_gil_holder(hold_us=20_000):
-    """A thread that holds the GIL nearly all the time: ``usleep(hold_us)`` through
-    ``ctypes.PyDLL``, which does not release the GIL during the call, in a loop (between two
-    calls the interpreter may hand the GIL over once)."""
-    libc = ctypes.PyDLL(None)
-    stop = threading.Event()
-
-    def hold():
-        while not stop.is_set():
-            libc.usleep(hold_us)
-
-    thread = threading.Thread(target=hold, daemon=True)
-    thread.start()
-    _SPIN["stop"], _SPIN["thread"] = stop, thread
+# --- the threads that compete for the GIL: scripts/gil_threads.py -------------------------
 
 
 # --- part 1: the parameter server -------------------------------------------------------------
@@ -342,7 +305,7 @@ def _steps_per_s(engine, spinner, servers, names, param_rrefs, args, holder=None
     runs = [f.wait() for f in futs]
     if spinner:
         for server in servers:
-            rpc.rpc_sync(server, stop_spinner)
+            rpc.rpc_sync(server, stop_gil_thread)
     for name in names:
         rpc.rpc_sync(name, trainer_release)
     steps = sum(r[0] for r in runs)
@@ -461,7 +424,7 @@ def local_step_benchmark(args):
                 try:
                     spun = time_calls(call, max(args.local_iters // steps_per_call, 5)) / steps_per_call
                 finally:
-                    stop_spinner()
+                    stop_gil_thread()
                 results[name][case] = {"alone_ms": alone, "spinner_ms": spun, "slowdown": spun / alone}
     rpc.shutdown()
     return results
@@ -473,7 +436,7 @@ LOOP_STEPS = 50
 def _native_step_loop(handle: int, context_id: int, n: int) -> None:
     """Steps a native local optimizer n times from TorchScript, through its op."""
     for _ in range(n):
-        torch.ops.gilfree_rpc._optimizer_step(handle, context_id)
+        torch.ops.gilfree_rpc._optimizer_step(handle, context_id, -1, -1)  # no version check, no deadline
 
 
 class _StepLoop(torch.nn.Module):

@@ -21,8 +21,8 @@ time for a fixed time each. The three forwards, in one process group and in alte
   too (without, several trainers fail autograd's in-place check, as seen).
 
 Busy: a thread on the owner holds its GIL nearly all the time (``ctypes.PyDLL(None).usleep`` in a
-loop: a PyDLL call keeps the GIL; as scripts/bench_gil.py's part 4). Reported per model (an MLP
-and a small conv net, scripts/remote_forward_models.py), forward, T and owner state: forwards/s
+loop: a PyDLL call keeps the GIL; scripts/gil_threads.py's, as scripts/bench_gil.py's part 4).
+Reported per model (an MLP and a small conv net, scripts/remote_forward_models.py), forward, T and owner state: forwards/s
 (all trainers together, outside any autograd context) and each call's p50/p99 latency in ms.
 Then the whole training iteration (forward in a distributed autograd context, backward, step
 with Adam), iterations/s, idle and busy: ``native`` and ``python`` with the plugin's engine and
@@ -37,11 +37,9 @@ docs/benchmarks.md quotes.
                                            [--models mlp,conv] [--torchscript-removed] [--quick] [--out PATH]
 """
 import argparse
-import ctypes
 import os
 import statistics
 import sys
-import threading
 import time
 import warnings
 
@@ -51,6 +49,7 @@ import torch.distributed.rpc as rpc
 import torch.multiprocessing as mp
 
 from bench_results import run_meta, write_results
+from gil_threads import start_gil_holder, stop_gil_thread
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
@@ -69,30 +68,6 @@ MAX_TRAINERS = 4
 
 
 # --- the owner ---------------------------------------------------------------------------------
-
-_BUSY = {}
-
-
-def start_gil_holder():
-    """A thread that holds this process's GIL nearly all the time (usleep through a PyDLL call
-    keeps it), as scripts/bench_gil.py's part 4."""
-    stop = threading.Event()
-    usleep = ctypes.PyDLL(None).usleep
-
-    def hold():
-        while not stop.is_set():
-            usleep(20_000)
-
-    thread = threading.Thread(target=hold, daemon=True)
-    thread.start()
-    _BUSY["stop"], _BUSY["thread"] = stop, thread
-
-
-def stop_gil_holder():
-    if "stop" in _BUSY:
-        _BUSY.pop("stop").set()
-        _BUSY.pop("thread").join()
-
 
 def python_forward(module_rref, x):
     """The pickled Python forward (torch's parameter-server pattern)."""
@@ -297,7 +272,7 @@ def coordinate(args, world, torchscript):
                         count = sum(f.wait() for f in futs)
                         rows.setdefault(("iteration", kind, busy, n), {"rate": []})["rate"].append(count / args.seconds)
                 if busy:
-                    rpc.rpc_sync("owner", stop_gil_holder)
+                    rpc.rpc_sync("owner", stop_gil_thread)
         for (what, kind, busy, n), row in sorted(rows.items(), key=lambda item: (item[0][0], item[0][3], item[0][1], item[0][2])):
             entry = {"model": model, "forward": kind, "owner": "busy" if busy else "idle", "trainers": n,
                      "per_s": median(row["rate"]), "rounds": row["rate"]}

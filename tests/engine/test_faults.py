@@ -1,15 +1,12 @@
 """Workers that stop, die or are slow, with real processes: each scenario runs in a fresh
 process that is worker0 of its own RPC group with a short RPC timeout
 (tests/support/fault_jobs.py), so a broken group cannot affect other tests."""
-import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.support.jobs import job_result
+
 RPC_TIMEOUT = 3.0
 # Slack for time measured around backward on a shared, loaded machine; the promise is
 # 1.2 times the RPC timeout (the engine aims at 1.1).
@@ -17,14 +14,7 @@ SLACK_S = 0.6
 
 
 def run_scenario(name: str, timeout_s: float = 120, rpc_timeout: float = RPC_TIMEOUT):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.support.fault_jobs", name, str(rpc_timeout)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert done.returncode == 0 and lines, f"scenario {name} failed:\n{done.stdout}\n{done.stderr}"
-    return json.loads(lines[-1][len("RESULT "):])
+    return job_result("fault_jobs", (name, str(rpc_timeout)), timeout_s=timeout_s)
 
 
 @pytest.mark.timeout(150)

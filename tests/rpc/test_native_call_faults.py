@@ -3,15 +3,12 @@ plugin.nn.RemoteModule, when owners die, freeze, are busy or refuse, and when th
 context goes before the answer comes, with real processes: per kind, one fresh RPC group with a
 short RPC timeout runs every scenario in order (tests/support/native_call_jobs.py), so that a
 broken group cannot affect other tests."""
-import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.support.jobs import job_result
+
 RPC_TIMEOUT = 3.0
 # Slack for time measured around a call on a shared, loaded machine (as tests/engine/test_faults.py);
 # the promise is 1.2 times the RPC timeout.
@@ -40,14 +37,8 @@ KINDS = {
 
 @pytest.fixture(scope="module", params=sorted(KINDS))
 def job(request):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.support.native_call_jobs", request.param, str(RPC_TIMEOUT)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert done.returncode == 0 and lines, f"the {request.param} job failed:\n{done.stdout}\n{done.stderr}"
-    return dict(json.loads(lines[-1][len("RESULT "):]), kind=KINDS[request.param])
+    return dict(job_result("native_call_jobs", (request.param, str(RPC_TIMEOUT)), timeout_s=240),
+                kind=KINDS[request.param])
 
 
 def within_the_timeout(outcome):

@@ -5,26 +5,17 @@ weights its own forward used, whatever steps came between (the stale case, direc
 engines and both kinds of owner step); four trainers train one module written as for local
 training (no weight clones) without autograd's in-place error; a forward never reads half a
 step; concurrent forwards' buffer updates all land."""
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.support import REPO
+from tests.support.jobs import job_result
 
 TOL = 1e-6
 
 
 @pytest.fixture(scope="module")
 def job():
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run([sys.executable, "-m", "tests.support.nn_trainer_jobs"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=400)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert done.returncode == 0 and lines, f"the trainers' job failed:\n{done.stdout}\n{done.stderr[-6000:]}"
-    return json.loads(lines[-1][len("RESULT "):])
+    return job_result("nn_trainer_jobs", timeout_s=400)
 
 
 @pytest.mark.timeout(450)

@@ -8,13 +8,11 @@ starting with ``RESULT `` and exits without a graceful RPC shutdown (a broken gr
 cannot shut down gracefully), killing its workers first. A scenario never waits without
 a bound; the test runs the process under a timeout too.
 """
-import json
 import os
 import signal
 import sys
 import threading
 import time
-import traceback
 
 import torch
 import torch.distributed.autograd as dist_autograd
@@ -22,6 +20,7 @@ import torch.distributed.rpc as rpc
 
 from tests.support import graphs
 from tests.support.cluster import Cluster
+from tests.support.jobs import run_job
 import plugin
 
 
@@ -153,16 +152,7 @@ SCENARIOS = {
 def main():
     scenario, rpc_timeout = sys.argv[1], float(sys.argv[2])
     cluster = Cluster(world_size=4, num_worker_threads=4, rpc_timeout=rpc_timeout, imports=("tests.support.graphs",))
-    code = 0
-    try:
-        cluster.start()
-        result = SCENARIOS[scenario](cluster)
-        print("RESULT " + json.dumps(result), flush=True)
-    except BaseException:  # noqa: BLE001
-        traceback.print_exc()
-        code = 1
-    finally:
-        cluster.abandon(code)
+    run_job(cluster, lambda: SCENARIOS[scenario](cluster))
 
 
 if __name__ == "__main__":

@@ -14,13 +14,11 @@ new call. Each call's error and how long it took are reported. Prints one JSON l
 shutdown (a broken group cannot shut down gracefully), killing its workers first. Every wait
 is bounded; the test runs the process under a timeout too.
 """
-import json
 import os
 import signal
 import sys
 import threading
 import time
-import traceback
 
 import torch
 import torch.distributed.autograd as dist_autograd
@@ -32,6 +30,7 @@ from plugin import _rpc_functions
 from tests.support import embedding_remote as remote
 from tests.support import graphs
 from tests.support.cluster import Cluster
+from tests.support.jobs import run_job
 from tests.support.fault_jobs import wait_until
 
 INPUTS = [torch.tensor([1, 2, 4, 4, 0, 7]), torch.tensor([3, 5, 5])]
@@ -197,11 +196,9 @@ def main():
     cluster = Cluster(world_size=4, num_worker_threads=4, rpc_timeout=rpc_timeout,
                       imports=("tests.support.graphs", "tests.support.optim_remote", "tests.support.embedding_remote",
                                "tests.support.nn_modules"))
-    code = 0
-    try:
-        cluster.start()
+    def compute():
         owners = ("worker1", "worker2", "worker3")
-        calls = Lookups(owners) if kind == "lookup" else Forwards(owners)
+        calls = Lookups(owners) if kind == "lookup" else Forwards(owners)  # (these call the owners)
         result = {
             "abandoned_frozen": abandoned(cluster, "worker1", calls, frozen=True),
             "abandoned": abandoned(cluster, "worker2", calls, frozen=False),
@@ -217,12 +214,9 @@ def main():
         error, elapsed = call_error(calls.send, "worker1")
         result["frozen"] = {"error": error, "elapsed_s": elapsed}
         result["killed"] = killed_owner(cluster, "worker2", calls)
-        print("RESULT " + json.dumps(result), flush=True)
-    except BaseException:  # noqa: BLE001
-        traceback.print_exc()
-        code = 1
-    finally:
-        cluster.abandon(code)
+        return result
+
+    run_job(cluster, compute)
 
 
 if __name__ == "__main__":

@@ -12,9 +12,7 @@ with BatchNorm. Each scenario reports what the test checks (differences from eag
 Prints one JSON line starting with ``RESULT `` and exits without a graceful shutdown of a broken
 group, killing its workers first.
 """
-import json
 import threading
-import traceback
 
 import torch
 import torch.distributed.autograd as dist_autograd
@@ -25,6 +23,7 @@ from plugin import ops
 from plugin.nn import RemoteModule
 from tests.support import nn_modules as mods
 from tests.support.cluster import Cluster
+from tests.support.jobs import run_job
 
 
 def outside_context(call):
@@ -132,22 +131,9 @@ def racing_buffers(times: int = 25) -> dict:
 
 def main():
     cluster = Cluster(world_size=6, num_worker_threads=8, rpc_timeout=60.0, imports=("tests.support.nn_modules",))
-    code = 0
-    try:
-        cluster.start()
-        result = {"stale": {f"{e}-{s}": stale(e, s) for e in ("plugin", "torch") for s in ("native", "python")},
-                  "four_trainers": four_trainers(), "half_steps": half_steps(), "racing_buffers": racing_buffers()}
-        print("RESULT " + json.dumps(result), flush=True)
-    except BaseException:  # noqa: BLE001
-        traceback.print_exc()
-        code = 1
-    finally:
-        if code == 0:
-            try:
-                cluster.stop()
-            except BaseException:  # noqa: BLE001
-                code = 0
-        cluster.abandon(code)
+    run_job(cluster, lambda: {
+        "stale": {f"{e}-{s}": stale(e, s) for e in ("plugin", "torch") for s in ("native", "python")},
+        "four_trainers": four_trainers(), "half_steps": half_steps(), "racing_buffers": racing_buffers()}, stop=True)
 
 
 if __name__ == "__main__":
