@@ -1,6 +1,7 @@
 // The registry of remote modules, their snapshots and their forward handler
 // (remote_module.h); the kernels of their ops (schemas in ops.cpp).
 #include "nn/remote_module.h"
+#include "nn/program_encoding.h"
 
 #include "handle_registry.h"
 #include "python_names.h"
@@ -204,4 +205,5 @@ TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
     }
     return std::make_tuple(std::move(outputs), std::move(marks), answerId);
   });
+  m.impl("_nn_program_tables", TORCH_FN(gilfree_rpc::nn::programTables));
 }
