@@ -110,7 +110,8 @@ std::vector<at::Tensor> ForwardProgram::run(
     const std::string& prefix,
     const std::vector<at::Tensor>& params,
     std::vector<at::Tensor> inputs,
-    std::mutex& buffersMu) const {
+    std::mutex& buffersMu,
+    StreamOrder& buffersOrder) const {
   checkBuilt();
   std::vector<c10::IValue> frame(bound_);
   for (const auto& [slot, index] : parameters_) {
@@ -139,8 +140,12 @@ std::vector<at::Tensor> ForwardProgram::run(
           std::unique_lock<std::mutex> buffers(buffersMu, std::defer_lock);
           if (inst.holdsBuffers) {
             buffers.lock();
+            buffersOrder.wait();  // the previous buffer update, maybe on another stream
           }
           inst.op->callBoxed(stack);
+          if (inst.holdsBuffers) {
+            buffersOrder.record(device_);
+          }
           break;
         }
         case Instruction::kListItem: {

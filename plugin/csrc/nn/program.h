@@ -42,6 +42,8 @@
 #include <c10/core/Device.h>
 #include <torch/custom_class.h>
 
+#include "stream_order.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <mutex>
@@ -151,10 +153,12 @@ class ForwardProgram : public torch::CustomClassHolder {
   void checkInputs(const std::string& prefix, const std::vector<at::Tensor>& inputs) const;
   // Runs the program on `params` (the module's parameters, as registered) and `inputs`
   // (checked; moved to the program's device first), in the grad mode of the calling thread;
-  // the instructions that take buffers hold `buffersMu`. Returns the outputs. An operator's
+  // the instructions that take buffers hold `buffersMu`, their streams ordered by
+  // `buffersOrder` (each waits for the previous one's work and records its own; nothing on the
+  // CPU). Returns the outputs. An operator's
   // error is raised with its text first, then the node, the operator and `prefix`.
   std::vector<at::Tensor> run(const std::string& prefix, const std::vector<at::Tensor>& params,
-                              std::vector<at::Tensor> inputs, std::mutex& buffersMu) const;
+                              std::vector<at::Tensor> inputs, std::mutex& buffersMu, StreamOrder& buffersOrder) const;
 
  private:
   // What a slot holds, beside its kind: the module's buffer, parameter or an input, or a view or

@@ -23,6 +23,7 @@ namespace gilfree_rpc::nn {
 struct Snapshot {
   std::vector<at::Tensor> params;
   std::vector<uint32_t> versions;
+  StreamOrder ready;  // the copies' work (set before the snapshot is shared)
 };
 
 namespace {
@@ -124,6 +125,7 @@ std::shared_ptr<const Snapshot> NativeModule::snapshot() {
     at::AutoGradMode gradMode(p.requires_grad());
     fresh->params.push_back(p.clone());
   }
+  fresh->ready.record(fresh->params);
   snapshots_.fetch_add(1);
   std::lock_guard<std::mutex> lock(mu_);
   snapshot_ = fresh;
@@ -166,7 +168,8 @@ std::tuple<std::vector<at::Tensor>, std::vector<bool>, int64_t> forward(
   std::vector<at::Tensor> outputs;
   try {
     auto snapshot = module->snapshot();
-    outputs = program->run(prefix, snapshot->params, std::move(inputs), module->buffersMutex());
+    snapshot->ready.wait();  // copied on another forward's stream, maybe
+    outputs = program->run(prefix, snapshot->params, std::move(inputs), module->buffersMutex(), module->buffersOrder());
     if (program->device().is_cuda() && !deviceMapSet) {
       // Without a device map only CPU tensors cross (torch's RemoteModule does the same).
       for (auto& output : outputs) {
