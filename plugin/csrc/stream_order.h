@@ -15,6 +15,7 @@
 
 #include "compat.h"
 
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <c10/core/Event.h>
@@ -71,5 +72,19 @@ class StreamOrder {
  private:
   std::vector<std::shared_ptr<const c10::Event>> events_;
 };
+
+// Tells the caching allocator that `tensors` (those not on the CPU) are used on their device's
+// current stream too (Tensor::record_stream): their memory is not given to another stream's
+// allocation before the work queued here on them is done, whichever stream made them.
+// Called below autograd and ADInplaceOrView (the op's schema says it writes its tensor: it must
+// not move the version counter of a tensor that a graph saved).
+inline void usedOnCurrentStream(const std::vector<at::Tensor>& tensors) {
+  at::AutoDispatchBelowADInplaceOrView belowAutograd;
+  for (const auto& t : tensors) {
+    if (t.defined() && !t.device().is_cpu()) {
+      t.record_stream(currentStream(t.device()));
+    }
+  }
+}
 
 }  // namespace gilfree_rpc

@@ -169,6 +169,7 @@ std::tuple<std::vector<at::Tensor>, std::vector<bool>, int64_t> forward(
   try {
     auto snapshot = module->snapshot();
     snapshot->ready.wait();  // copied on another forward's stream, maybe
+    usedOnCurrentStream(snapshot->params);  // and freed only after this forward's work on it
     outputs = program->run(prefix, snapshot->params, std::move(inputs), module->buffersMutex(), module->buffersOrder());
     if (program->device().is_cuda() && !deviceMapSet) {
       // Without a device map only CPU tensors cross (torch's RemoteModule does the same).
