@@ -431,6 +431,18 @@ def new_native_module(name: str, params: List[Tensor]) -> torch.ScriptObject:
     return torch.classes.gilfree_rpc.NativeModule(name, params)
 
 
+def _nn_program_tables() -> Dict[str, Dict[str, int]]:
+    """The op ``gilfree_rpc::_nn_program_tables``: the tables of a ``ForwardProgram``'s encoding,
+    defined in C++ only (``plugin/csrc/nn/program_encoding.h``, ``plugin/csrc/python_names.h``),
+    each ``{name: value}``: ``codes`` (the argument codes: ``none``, ``int``, ``float``, ``bool``,
+    ``str``, ``slot``, ``list``, ``dtype``, ``device``, ``layout``, ``memory_format``,
+    ``default``), ``int_ops`` (the integer operations on sizes, by their names in Python's
+    ``operator`` module), ``dtypes``, ``layouts`` and ``memory_formats`` (every one the decoder
+    reads, by the name Python prints: ``"torch.float32"``, a dtype also by its legacy name, with
+    c10's enum value). ``plugin.nn._lower`` reads them once, at import."""
+    return torch.ops.gilfree_rpc._nn_program_tables()
+
+
 def _nn_forward(handle: int, context_id: int, autograd_message_id: int, inputs: List[Tensor],
                 requires_grad: List[bool], device_map_set: bool) -> Tuple[List[Tensor], List[bool], int]:
     """The op ``gilfree_rpc::_nn_forward`` (RPC handler): module ``handle``'s forward on ``inputs``;

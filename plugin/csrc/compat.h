@@ -73,6 +73,8 @@
 //                             TensorPipe's public API (tensorpipe/tensorpipe.h: Context,
 //                             Listener, Pipe, basic channel; shipped with torch, exported
 //                             from libtorch_cpu on 2.13.0, 2.14.1 and 2.15.0)
+//   currentStream             c10::impl::getDeviceGuardImpl: a device's current stream
+//                             (stream_order.h, the order of CUDA streams)
 //   addOpFunction             the process-wide TorchScript compilation unit in which torch's
 //                             RPC agent looks up the function a SCRIPT_CALL names
 //                             (torch::jit::get_python_cu, a Python-binding helper), and the
@@ -148,6 +150,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/LegacyBatchedTensorImpl.h>
 #include <c10/core/AutogradState.h>
+#include <c10/core/Stream.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Type.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/edge.h>
@@ -716,6 +720,18 @@ inline int64_t workerIdOf(int64_t id) {
 // An id made by worker `workerId`, with `sequence` (below 2^48) in the low bits.
 inline int64_t workerScopedId(int64_t workerId, int64_t sequence) {
   return (workerId << kWorkerIdShift) | sequence;
+}
+
+// --- streams -------------------------------------------------------------------------
+
+// The current stream of `device` on this thread (CUDA: the stream a torch.cuda.stream()
+// block or torch's RPC agent set, else the default stream), through the device guard
+// implementation registered for its type (c10/core/impl, an internal namespace: the
+// device-generic way that c10::Event itself records and blocks). Never called for the CPU.
+// Checked on torch 2.13.0 (compiled against its CPU build; the CUDA guard is the one
+// torch's CUDA builds register).
+inline c10::Stream currentStream(c10::Device device) {
+  return c10::impl::getDeviceGuardImpl(device.type())->getStream(device);
 }
 
 }  // namespace gilfree_rpc

@@ -113,6 +113,10 @@ TORCH_LIBRARY(gilfree_rpc, m) {
   def(m,
       "_nn_forward(int handle, int context_id, int autograd_message_id, Tensor[] inputs, bool[] requires_grad, "
       "bool device_map_set) -> (Tensor[], bool[], int)");
+  // The tables of the remote modules' program encoding (nn/program_encoding.h, python_names.h):
+  // {"codes", "int_ops", "dtypes", "layouts", "memory_formats"}, each {name: value}; what
+  // plugin/nn/_lower.py writes a program with (read once, at import).
+  def(m, "_nn_program_tables() -> Dict(str, Dict(str, int))");
   // Counters for tests and monitoring: live contexts, running passes, ...
   def(m, "_debug_info() -> Dict(str, int)");
 

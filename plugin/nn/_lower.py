@@ -34,11 +34,17 @@ from .. import ops
 __all__ = ["NotNative", "export", "lower", "default_dynamic_shapes", "default_dynamic_inputs", "input_names",
            "call_names"]
 
-# the codes of plugin/csrc/nn/program.cpp
-_NONE, _INT, _FLOAT, _BOOL, _STR, _SLOT, _LIST, _DTYPE, _DEVICE, _LAYOUT, _MEMORY_FORMAT, _DEFAULT = range(12)
-
-_INT_OPS = {operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.floordiv: "floordiv",
-            operator.mod: "mod", operator.neg: "neg"}
+# The encoding's tables, defined in C++ only (plugin/csrc/nn/program_encoding.h, python_names.h),
+# read once: the argument codes, the integer operations (by their names in Python's operator
+# module), and the dtype, layout and memory format names the decoder reads.
+_TABLES = ops._nn_program_tables()
+_CODES = _TABLES["codes"]
+_NONE, _INT, _FLOAT, _BOOL, _STR, _SLOT, _LIST, _DTYPE, _DEVICE, _LAYOUT, _MEMORY_FORMAT, _DEFAULT = (
+    _CODES[name] for name in ("none", "int", "float", "bool", "str", "slot", "list", "dtype", "device", "layout",
+                              "memory_format", "default"))
+_INT_OPS = {getattr(operator, name): name for name in _TABLES["int_ops"]}
+_NAMED = {torch.dtype: ("dtype", _DTYPE, _TABLES["dtypes"]), torch.layout: ("layout", _LAYOUT, _TABLES["layouts"]),
+          torch.memory_format: ("memory format", _MEMORY_FORMAT, _TABLES["memory_formats"])}
 
 # The dispatch keys whose kernels a CPU or CUDA call of an operator can run (an operator with a
 # kernel written in Python for one of them needs Python, and its GIL, to run).
@@ -271,14 +277,13 @@ class _Lowering:
             codes += [_LIST, len(value)]
             for item in value:
                 self.encode(node, name, item, codes, floats, strings)
-        elif isinstance(value, torch.dtype):
-            codes += [_DTYPE, string(str(value))]
+        elif type(value) in _NAMED:
+            kind, code, names = _NAMED[type(value)]
+            if str(value) not in names:
+                self.refuse(node, f"argument {name} = {value}: a {kind} the native forward does not know")
+            codes += [code, string(str(value))]
         elif isinstance(value, torch.device):
             codes += [_DEVICE, string(str(value))]
-        elif isinstance(value, torch.layout):
-            codes += [_LAYOUT, string(str(value))]
-        elif isinstance(value, torch.memory_format):
-            codes += [_MEMORY_FORMAT, string(str(value))]
         else:
             self.refuse(node, f"argument {name} = {value!r} ({type(value).__name__}) is not a value the native forward "
                               f"passes to an operator")

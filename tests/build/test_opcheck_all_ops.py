@@ -389,6 +389,11 @@ def _(env):
     return [Sample(lambda: ())]
 
 
+@samples("_nn_program_tables")
+def _(env):
+    return [Sample(lambda: ())]
+
+
 @samples("_optimizer_debug_info")
 def _(env):
     return [Sample(lambda: ())]

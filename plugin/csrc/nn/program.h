@@ -16,6 +16,11 @@
 // sub-graph is inlined: the instructions of the innermost no_grad region run with grad mode
 // off, the others in the call's grad mode).
 //
+// Four files, one job each: the decoder of the encoding plugin/nn/_lower.py writes (the
+// builders, program_decoder.cpp; the encoding's tables, program_encoding.h), the alias policy
+// (alias_policy.cpp), the admission check of the caller's inputs (input_check.cpp) and the
+// interpreter (interpreter.cpp).
+//
 // Inputs: the program checks what a caller sends (an untrusted worker) before anything runs:
 // their number; each one defined, dense (strided), of the example's dtype and number of
 // dimensions; each dimension the export's size for it: a fixed number, or a symbol (a
@@ -36,6 +41,8 @@
 #include <ATen/core/ivalue.h>
 #include <c10/core/Device.h>
 #include <torch/custom_class.h>
+
+#include "stream_order.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -100,7 +107,7 @@ class ForwardProgram : public torch::CustomClassHolder {
                 std::vector<int64_t> offsets);
   // A call of operator `op` (its qualified name, "aten::linear") overload `overload`, node
   // `node`, its arguments encoded in `codes` (with the float constants `floats` and the string
-  // constants `strings`, see program.cpp), its results into `outputs` (one slot per result of
+  // constants `strings`, see program_encoding.h), its results into `outputs` (one slot per result of
   // the schema).
   void addCall(const std::string& op, const std::string& overload, const std::string& node, bool gradOff,
                const std::vector<int64_t>& codes, const std::vector<double>& floats,
@@ -146,10 +153,12 @@ class ForwardProgram : public torch::CustomClassHolder {
   void checkInputs(const std::string& prefix, const std::vector<at::Tensor>& inputs) const;
   // Runs the program on `params` (the module's parameters, as registered) and `inputs`
   // (checked; moved to the program's device first), in the grad mode of the calling thread;
-  // the instructions that take buffers hold `buffersMu`. Returns the outputs. An operator's
+  // the instructions that take buffers hold `buffersMu`, their streams ordered by
+  // `buffersOrder` (each waits for the previous one's work and records its own; nothing on the
+  // CPU). Returns the outputs. An operator's
   // error is raised with its text first, then the node, the operator and `prefix`.
   std::vector<at::Tensor> run(const std::string& prefix, const std::vector<at::Tensor>& params,
-                              std::vector<at::Tensor> inputs, std::mutex& buffersMu) const;
+                              std::vector<at::Tensor> inputs, std::mutex& buffersMu, StreamOrder& buffersOrder) const;
 
  private:
   // What a slot holds, beside its kind: the module's buffer, parameter or an input, or a view or
@@ -164,6 +173,12 @@ class ForwardProgram : public torch::CustomClassHolder {
                size_t& pos, const std::vector<double>& floats, const std::vector<std::string>& strings,
                const std::string& where, uint8_t* marks) const;
   void checkBuilt() const;
+  // The alias policy (alias_policy.cpp): an argument of `inst` that reads slots marked `marks`
+  // (the instruction then holds the buffers' mutex; raises, after `where`, for a write to a
+  // parameter or an input); the marks of result number `result` of `schema`, in `slot`, from the
+  // arguments it aliases (`argMarks`, one per argument).
+  void admitArgument(Instruction& inst, const c10::Argument& argument, uint8_t marks, const std::string& where) const;
+  void markResult(const c10::FunctionSchema& schema, size_t result, const std::vector<uint8_t>& argMarks, int64_t slot);
 
   const std::string module_;
   const c10::Device device_;

@@ -1,6 +1,7 @@
 // The registry of remote modules, their snapshots and their forward handler
 // (remote_module.h); the kernels of their ops (schemas in ops.cpp).
 #include "nn/remote_module.h"
+#include "nn/program_encoding.h"
 
 #include "handle_registry.h"
 #include "python_names.h"
@@ -22,6 +23,7 @@ namespace gilfree_rpc::nn {
 struct Snapshot {
   std::vector<at::Tensor> params;
   std::vector<uint32_t> versions;
+  StreamOrder ready;  // the copies' work (set before the snapshot is shared)
 };
 
 namespace {
@@ -123,6 +125,7 @@ std::shared_ptr<const Snapshot> NativeModule::snapshot() {
     at::AutoGradMode gradMode(p.requires_grad());
     fresh->params.push_back(p.clone());
   }
+  fresh->ready.record(fresh->params);
   snapshots_.fetch_add(1);
   std::lock_guard<std::mutex> lock(mu_);
   snapshot_ = fresh;
@@ -165,7 +168,9 @@ std::tuple<std::vector<at::Tensor>, std::vector<bool>, int64_t> forward(
   std::vector<at::Tensor> outputs;
   try {
     auto snapshot = module->snapshot();
-    outputs = program->run(prefix, snapshot->params, std::move(inputs), module->buffersMutex());
+    snapshot->ready.wait();  // copied on another forward's stream, maybe
+    usedOnCurrentStream(snapshot->params);  // and freed only after this forward's work on it
+    outputs = program->run(prefix, snapshot->params, std::move(inputs), module->buffersMutex(), module->buffersOrder());
     if (program->device().is_cuda() && !deviceMapSet) {
       // Without a device map only CPU tensors cross (torch's RemoteModule does the same).
       for (auto& output : outputs) {
@@ -204,4 +209,5 @@ TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
     }
     return std::make_tuple(std::move(outputs), std::move(marks), answerId);
   });
+  m.impl("_nn_program_tables", TORCH_FN(gilfree_rpc::nn::programTables));
 }

@@ -26,10 +26,17 @@
 // Buffers: the program reads and writes the live buffers (BatchNorm's running statistics
 // update in place, as in eager mode); the instructions that take a buffer run one at a time
 // per module (program.h).
+//
+// Streams (a module on a GPU): a snapshot is copied on the current stream of the forward that
+// takes it, under the parameters' locks (which order it after the last step's writes and the
+// next step after it: optim/step_lock.h), and every forward that reads it first makes its own
+// stream wait for the copy; each instruction that takes a buffer waits for the work of the
+// previous one (another forward's, on another stream) and records its own (stream_order.h).
 #pragma once
 
 #include "nn/program.h"
 #include "optim/step_lock.h"
+#include "stream_order.h"
 
 #include <ATen/core/Dict.h>
 #include <ATen/core/Tensor.h>
@@ -80,9 +87,13 @@ class NativeModule : public torch::CustomClassHolder {
   c10::intrusive_ptr<ForwardProgram> program();
   // The snapshot of the parameters at their current versions (see the top of this file).
   std::shared_ptr<const Snapshot> snapshot();
-  // The mutex of the instructions that take a buffer.
+  // The mutex of the instructions that take a buffer, and the order of their streams (guarded
+  // by the mutex).
   std::mutex& buffersMutex() {
     return buffersMu_;
+  }
+  StreamOrder& buffersOrder() {
+    return buffersOrder_;
   }
   void countForward() {
     forwards_.fetch_add(1);
@@ -98,6 +109,7 @@ class NativeModule : public torch::CustomClassHolder {
   c10::intrusive_ptr<ForwardProgram> programs_[2];  // eval, train
   bool training_ = true;
   std::mutex buffersMu_;
+  StreamOrder buffersOrder_;
   std::atomic<int64_t> forwards_{0};
   std::atomic<int64_t> snapshots_{0};
 };

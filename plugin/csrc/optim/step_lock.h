@@ -14,14 +14,22 @@
 // intrusive_ptr to the TensorImpl next to it: while that weak reference exists the
 // address cannot be reused by another tensor.
 //
+// Streams: a parameter on a GPU is written (a step) and read (a remote module's snapshot) on
+// the current stream of whoever holds its lock; each holder's stream first waits for the
+// work the previous holder queued on it, and records its own when it releases the lock
+// (stream_order.h), so the lock orders the GPU's work as it orders the threads.
+//
 // Lock order inside the library: a StepLock's ParamLocks (in the global order) are
 // taken before any engine or registry mutex; the registry mutex is never held while
 // waiting for a ParamLock.
 #pragma once
 
+#include "stream_order.h"
+
 #include <ATen/core/Tensor.h>
 #include <torch/custom_class.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -39,7 +47,32 @@ struct ParamLock {
   // Position in the global lock order (creation order; unique in the process).
   const uint64_t order;
   std::mutex mutex;
+  // The last holder's work on the parameter's device (guarded by `mutex`).
+  StreamOrder writes;
 };
+
+// After taking `locks`: the current streams wait for the previous holders' work. Before
+// releasing them: records this holder's (one event per device, not the CPU).
+inline void waitForPreviousHolders(const std::vector<std::shared_ptr<ParamLock>>& locks) {
+  for (const auto& lock : locks) {
+    lock->writes.wait();
+  }
+}
+inline void recordThisHolder(const std::vector<std::shared_ptr<ParamLock>>& locks) {
+  std::vector<std::shared_ptr<const c10::Event>> events;
+  for (const auto& lock : locks) {
+    const c10::Device device = lock->key->device();  // the holder keeps the tensor alive
+    if (device.is_cpu()) {
+      continue;
+    }
+    auto found = std::find_if(events.begin(), events.end(), [&](const auto& e) { return e->device() == device; });
+    if (found == events.end()) {
+      events.push_back(recordedEvent(device));
+      found = events.end() - 1;
+    }
+    lock->writes.set(*found);
+  }
+}
 
 // The ParamLocks of `params`, sorted by the global order, one per distinct tensor.
 std::vector<std::shared_ptr<ParamLock>> paramLocksFor(const std::vector<at::Tensor>& params);
@@ -54,8 +87,14 @@ class HeldParamLocks {
     for (const auto& lock : locks_) {
       lock->mutex.lock();
     }
+    waitForPreviousHolders(locks_);
   }
   ~HeldParamLocks() {
+    try {
+      recordThisHolder(locks_);
+    } catch (...) {
+      // a device error (the device is unusable then): the next holder waits for older work only
+    }
     for (auto it = locks_.rbegin(); it != locks_.rend(); ++it) {
       (*it)->mutex.unlock();
     }
@@ -79,9 +118,11 @@ struct StepLock : torch::CustomClassHolder {
     for (auto& lock : locks) {
       lock->mutex.lock();
     }
+    waitForPreviousHolders(locks);
   }
   // (exception type, value, traceback) as in Python; returns false: never swallows.
   bool exit(const c10::IValue&, const c10::IValue&, const c10::IValue&) {
+    recordThisHolder(locks);
     for (auto it = locks.rbegin(); it != locks.rend(); ++it) {
       (*it)->mutex.unlock();
     }
