@@ -47,8 +47,8 @@ def backward(context_id: int, roots: List[Tensor], retain_graph: bool = False, m
         mode (str): ``"smart"`` (default) or ``"fast"``.
 
     Raises:
-        RuntimeError: as :func:`plugin.autograd.backward`, and also for a ``mode`` that is
-            neither ``"smart"`` nor ``"fast"`` (not ``ValueError``: the op checks it).
+        RuntimeError: as :func:`plugin.autograd.backward`.
+        ValueError: a ``mode`` that is neither ``"smart"`` nor ``"fast"`` (the one check of it).
     """
     torch.ops.gilfree_rpc.backward(context_id, roots, retain_graph, mode)
 
@@ -200,6 +200,14 @@ def _error_parts(text: str) -> Dict[str, str]:
     <n>: "``) and ``context_id`` (a backward pass's) when present; ``{}`` when there is none.
     What :mod:`plugin._errors` decodes every native error with."""
     return torch.ops.gilfree_rpc._error_parts(text)
+
+
+def _check_context(what: str, context_id: int, advice: str) -> None:
+    """The op ``gilfree_rpc::_check_context``: raises ``RuntimeError`` unless ``context_id`` is a
+    live distributed autograd context on this worker, with the library's one message for it
+    (``"<what>: no distributed autograd context <id> on this worker (...): <advice> inside the
+    `with dist_autograd.context()` block that created it"``; ``plugin/csrc/rpc/recorded_call.h``)."""
+    torch.ops.gilfree_rpc._check_context(what, context_id, advice)
 
 
 def _wall_clock_ms() -> int:

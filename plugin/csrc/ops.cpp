@@ -78,6 +78,10 @@ TORCH_LIBRARY(gilfree_rpc, m) {
   // request's send function over `sent` and the answer's recv function over the tensors of
   // `answer` marked in `answer_requires_grad` (nothing when answer_id is -1); returns
   // `answer`, now in the context's graph.
+  // Raises RuntimeError unless context_id is a live distributed autograd context here, the
+  // message beginning with `what` and telling to `advice` inside its `with` block
+  // (recorded_call.h, checkLiveContext: the library's one text for it).
+  def(m, "_check_context(str what, int context_id, str advice) -> ()");
   def(m, "_begin_call(str what, int context_id, int callee, bool[] requires_grad) -> (int, int)");
   def(m,
       "_record_call(str what, int context_id, int request_id, Tensor[] sent, int answer_id, int from_worker, "

@@ -325,6 +325,11 @@ def _(env):
             Sample(lambda: ("no trailer",))]
 
 
+@samples("_check_context")
+def _(env):
+    return [Sample(lambda: ("opcheck", env.graph()[0], "call"))]  # a live context: nothing raised
+
+
 @samples("_swap_current_context")
 def _(env):
     return [Sample(lambda: (env.graph()[0],), after=_no_current_context),

@@ -125,6 +125,15 @@ def test_invalid_mode(cluster):
             plugin.autograd.backward(ctx, [a.sum()], mode="slow")
 
 
+def test_the_mode_is_checked_once_by_the_op(cluster):
+    """The op itself raises the ValueError (no Python check before it), and nothing runs."""
+    with dist_autograd.context() as ctx:
+        a = torch.rand(3, requires_grad=True)
+        with pytest.raises(ValueError, match='^mode must be "smart" or "fast", got "slow"'):
+            plugin.ops.backward(ctx, [a.sum()], False, "slow")
+        assert plugin.autograd.get_gradients(ctx) == {}
+
+
 def test_the_error_trailer_is_read_in_one_place():
     """The error contract (plugin/csrc/rpc/worker_error.h): the op _error_parts reads the trailer
     of a native op's error as it comes back over RPC and of a backward pass's error; the Python
