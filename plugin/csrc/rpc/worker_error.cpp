@@ -1,5 +1,7 @@
 #include "rpc/worker_error.h"
 
+#include "compat.h"
+
 #include <torch/csrc/distributed/rpc/rpc_agent.h>
 
 #include <cctype>
@@ -106,29 +108,13 @@ std::string passError(int64_t contextId, const std::string& what, const std::str
       errorTrailer(origin, kPassWhere + std::to_string(contextId));
 }
 
-const char* pythonTypeName(const c10::Error& error) {
-  if (dynamic_cast<const c10::IndexError*>(&error) != nullptr) {
-    return "IndexError";
-  }
-  if (dynamic_cast<const c10::ValueError*>(&error) != nullptr) {
-    return "ValueError";
-  }
-  if (dynamic_cast<const c10::TypeError*>(&error) != nullptr) {
-    return "TypeError";
-  }
-  if (dynamic_cast<const c10::NotImplementedError*>(&error) != nullptr) {
-    return "NotImplementedError";
-  }
-  return "RuntimeError";
-}
-
 void rethrowWithTrailer(const c10::Error& error, const std::string& where) {
   const std::string& message = error.msg();
   const auto found = lastTrailer(message);
   if (found.has_value() && found->atEnd) {
     throw;  // raised further on, with its trailer
   }
-  const std::string name = pythonTypeName(error);
+  const std::string name = pythonTypeOf(error);  // compat.h: torch's own mapping
   std::string text = message;
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) {
     text.pop_back();
@@ -145,6 +131,9 @@ void rethrowWithTrailer(const c10::Error& error, const std::string& where) {
   }
   if (name == "NotImplementedError") {
     throw c10::NotImplementedError(std::move(text), error.backtrace());
+  }
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&error) != nullptr) {
+    throw c10::OutOfMemoryError(std::move(text), error.backtrace());
   }
   throw c10::Error(std::move(text), error.backtrace());
 }

@@ -56,12 +56,10 @@ std::string errorTrailer(const std::string& origin, const std::string& where);
 // "sending gradients to worker 'w0' (id 0) failed"), "" for the engine's own errors.
 std::string passError(int64_t contextId, const std::string& what, const std::string& origin = "");
 
-// The Python name of a c10 error's type: "ValueError", "TypeError", "IndexError",
-// "NotImplementedError", else "RuntimeError" (the types torch.ops maps; the one table).
-const char* pythonTypeName(const c10::Error& error);
-
 // Throws `error` again, of its own type, its message followed by errorTrailer("<Type> raised",
-// where); unchanged when its message already ends with a trailer (raised further on).
+// where), <Type> the Python type torch gives it (compat.h pythonTypeOf: the one table of
+// them); unchanged when its message already ends with a trailer (raised further on). Called
+// inside a catch handler.
 [[noreturn]] void rethrowWithTrailer(const c10::Error& error, const std::string& where);
 
 // Runs `body` (an RPC function's kernel); its c10 errors leave with the trailer (where: "in
