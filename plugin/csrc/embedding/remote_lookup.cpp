@@ -51,8 +51,8 @@ std::string tensorTypeName(const at::Tensor& t) {
 // -1: not known, only rows < 0 are refused). Reads each value once; names the first offending
 // position. `prefix` leads every message ("lookup_bags: " on the owner), `rowsName` names the
 // rows' argument ("indices" on the owner). After them, torch's text where nn.EmbeddingBag
-// checks the same (F.embedding_bag's ValueErrors, whose type leads the text so that it survives
-// RPC; ATen's checkScalarTypes for the dtypes; embedding_bag's offsets[0], offsets[-1] and
+// checks the same (F.embedding_bag's ValueErrors, typed: by RPC the error trailer carries the
+// type, rpc/worker_error.h; ATen's checkScalarTypes for the dtypes; embedding_bag's offsets[0], offsets[-1] and
 // index checks); torch does not check that offsets never decrease (it reads outside the
 // rows, or crashes, when they do).
 void checkTable(
