@@ -270,9 +270,10 @@ class GroupedState:
         self.cache_state: List[Dict[str, List[Tensor]]] = []
         # Made once, read on every step, never modified: each group's flat indices.
         self.full_indices: List[List[int]] = []
-        # The default (fused) implementation's view (group_step): each group's values as the
-        # ops take them, each parameter's state keys (set when a fused group's values are
-        # committed), and a whole group's state as one list, cached with cache_state.
+        # The op library's view (group_step): each group's values as the ops take them, each
+        # parameter's state keys (the op library's state_keys, set when a group's values are
+        # committed, for every implementation), and a whole group's state as one list, cached
+        # with cache_state (the default, fused, implementation's).
         self.op_names: List[List[str]] = []
         self.op_values: List[List[float]] = []
         self.keys: List[List[str]] = []
@@ -443,6 +444,39 @@ class GroupedState:
                 for key, value in fills.items():
                     if key not in state:
                         state[key] = torch.full_like(p, value, memory_format=torch.preserve_format)
+
+    def prepare_state(self, g: int, indices: List[int], grads: List[Tensor]) -> Dict[str, List[Tensor]]:
+        """The state lists of the parameters ``indices`` (all in group ``g``, each with its
+        gradient in ``grads``) under their keys, and the parameters under ``'param'``, after
+        making the state they lack: the keys and the initial values are the op library's
+        (``state_keys``, ``new_state``: ``csrc/steps/<name>.cpp``, the one table of them), but
+        ``'step'``, made as torch's single-tensor and foreach implementations make it
+        (:func:`new_step`). For the optimizers whose state keys do not depend on a parameter's
+        number of dimensions (the group's first parameter's keys name the lists). Costs nothing
+        for a whole-group step whose state lists are cached."""
+        if self.needs_init(g, indices):
+            lacking: List[int] = []
+            lacking_params: List[Tensor] = []
+            lacking_grads: List[Tensor] = []
+            for k in range(len(indices)):
+                i = indices[k]
+                for key in self.keys[i]:
+                    if key not in self.state[i]:
+                        lacking.append(i)
+                        lacking_params.append(self.params[i])
+                        lacking_grads.append(grads[k])
+                        break
+            if len(lacking) > 0:
+                made = ops.new_state(self.name, lacking_params, lacking_grads, self.op_names[g], self.op_values[g])
+                at = 0
+                for i in lacking:
+                    for key in self.keys[i]:
+                        if key not in self.state[i]:
+                            self.state[i][key] = new_step(self.params[i]) if key == "step" else made[at]
+                        at += 1
+        lists = self.state_lists(g, indices, self.keys[indices[0]])
+        lists["param"] = self.params_of(g, indices)
+        return lists
 
     def prepare(self, g: int, indices: List[int], fills: Dict[str, float]) -> Dict[str, List[Tensor]]:
         """:meth:`init_state`, then :meth:`state_lists` of ``'step'`` and the keys of ``fills``,
@@ -639,6 +673,8 @@ class GroupedState:
     def set_keys(self, g: int) -> None:
         """The state keys of group ``g``'s parameters with its current values (the op
         library's ``state_keys``, asked once per number of dimensions)."""
+        if not torch.jit.is_scripting():
+            _kernels.eager_load()  # ImportError naming the library file when it is missing
         by_dim: Dict[int, List[str]] = {}
         for i in range(self.offsets[g], self.offsets[g + 1]):
             dim = self.params[i].dim()
@@ -857,9 +893,9 @@ class GroupedState:
         self.sparse_errors[group] = sparse_error
         self.invalidate(group)
         self.set_op_values(group)
+        keys_before = self.keys[self.offsets[group]:self.offsets[group + 1]]
+        self.set_keys(group)
         if impl == "fused":
-            keys_before = self.keys[self.offsets[group]:self.offsets[group + 1]]
-            self.set_keys(group)
             for k in range(len(keys_before)):
                 if keys_before[k] != self.keys[self.offsets[group] + k]:  # a key more or less: not packed
                     self.unpack(group)

@@ -134,7 +134,7 @@ class Adadelta:
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
         s = self._s
         h = s.hparams[g]
-        lists = s.prepare(g, indices, {"square_avg": 0.0, "acc_delta": 0.0})
+        lists = s.prepare_state(g, indices, grads)  # keys, initial values: csrc/steps/adadelta.cpp
         adadelta(
             lists["param"], grads, lists["square_avg"], lists["acc_delta"], lists["step"], s.impl[g] == "foreach",
             False, lr=h["lr"], rho=h["rho"], eps=h["eps"], weight_decay=h["weight_decay"],

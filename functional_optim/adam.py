@@ -160,10 +160,7 @@ class Adam:
         s = self._s
         h = s.hparams[g]
         amsgrad = s.flag(g, "amsgrad")
-        fills: Dict[str, float] = {"exp_avg": 0.0, "exp_avg_sq": 0.0}
-        if amsgrad:
-            fills["max_exp_avg_sq"] = 0.0
-        lists = s.prepare(g, indices, fills)
+        lists = s.prepare_state(g, indices, grads)  # keys, initial values: csrc/steps/adam.cpp
         empty: List[Tensor] = []
         adam(
             lists["param"], grads, lists["exp_avg"], lists["exp_avg_sq"],

@@ -138,7 +138,7 @@ class Adamax:
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
         s = self._s
         h = s.hparams[g]
-        lists = s.prepare(g, indices, {"exp_avg": 0.0, "exp_inf": 0.0})
+        lists = s.prepare_state(g, indices, grads)  # keys, initial values: csrc/steps/adamax.cpp
         adamax(
             lists["param"], grads, lists["exp_avg"], lists["exp_inf"], lists["step"], s.impl[g] == "foreach", False,
             eps=h["eps"], beta1=h["beta1"], beta2=h["beta2"], lr=h["lr"], weight_decay=h["weight_decay"],

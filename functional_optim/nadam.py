@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation
-from ._state import adam_moments, choose_impl, foreach_adam_moments, fused_step, new_step, no_fresh, scalar_list
+from ._state import adam_moments, choose_impl, foreach_adam_moments, fused_step, no_fresh, scalar_list
 
 __all__ = ["NAdam", "nadam"]
 
@@ -164,16 +164,9 @@ class NAdam:
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
         s = self._s
         h = s.hparams[g]
-        if s.needs_init(g, indices):
-            for i in indices:  # 'step' and 'mu_product' first: torch's key order
-                state = s.state[i]
-                if "step" not in state:
-                    state["step"] = new_step(s.params[i])
-                if "mu_product" not in state:
-                    state["mu_product"] = torch.ones((), device=torch.device("cpu"))
-        s.init_state(g, indices, {"exp_avg": 0.0, "exp_avg_sq": 0.0})
-        lists = s.state_lists(g, indices, ["step", "mu_product", "exp_avg", "exp_avg_sq"])
-        params = s.params_of(g, indices)
+        # keys (torch's order: 'step', 'mu_product' first), initial values: csrc/steps/nadam.cpp
+        lists = s.prepare_state(g, indices, grads)
+        params = lists["param"]
         nadam(
             params, grads, lists["exp_avg"], lists["exp_avg_sq"], lists["mu_product"], lists["step"],
             s.impl[g] == "foreach", False, beta1=h["beta1"], beta2=h["beta2"], lr=h["lr"],

@@ -162,12 +162,7 @@ class RMSprop:
         h = self._s.hparams[g]
         momentum = h["momentum"]
         centered = self._s.flag(g, "centered")
-        fills: Dict[str, float] = {"square_avg": 0.0}
-        if momentum > 0:
-            fills["momentum_buffer"] = 0.0
-        if centered:
-            fills["grad_avg"] = 0.0
-        lists = self._s.prepare(g, indices, fills)
+        lists = self._s.prepare_state(g, indices, grads)  # keys, initial values: csrc/steps/rmsprop.cpp
         empty: List[Tensor] = []
         rmsprop(
             lists["param"], grads, lists["square_avg"], lists["grad_avg"] if centered else empty,

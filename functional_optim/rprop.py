@@ -152,7 +152,7 @@ class Rprop:
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
         s = self._s
         h = s.hparams[g]
-        lists = s.prepare(g, indices, {"prev": 0.0, "step_size": h["lr"]})
+        lists = s.prepare_state(g, indices, grads)  # keys, initial values: csrc/steps/rprop.cpp
         rprop(
             lists["param"], grads, lists["prev"], lists["step_size"], lists["step"], s.impl[g] == "foreach", False,
             step_size_min=h["step_size_min"], step_size_max=h["step_size_max"], etaminus=h["etaminus"],

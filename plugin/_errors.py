@@ -1,17 +1,27 @@
 """Short error messages for failures that come back over RPC, and the parts of the
-engine's errors of a backward pass.
+engine's errors of a backward pass: the Python side of the library's one error contract
+(``plugin/csrc/rpc/worker_error.h``).
 
 An exception raised by a function run by RPC reaches the caller with the callee's
 traceback folded into its message (and, for TorchScript, the interpreter's). The line
 that says what went wrong is the last ``SomeError: message`` line; this module finds it
 so the caller's message can lead with it, naming the worker, while the full text stays
 available as the exception's ``__cause__``.
+
+A native op's error (a typed c10 error on the callee) comes back as the text of a
+``RuntimeError`` (the callee's TorchScript interpreter writes every error so) that ends with
+the library's one trailer, ``" [<Type> raised on worker '<name>' (id <n>), in gilfree_rpc::<op>]"``,
+read by the op ``_error_parts`` (the trailer's one parser, in C++); :func:`decode_native` turns it
+back into ``"<Type>: <message>"``, torch's message first, and :func:`raise_on_worker` raises that
+type. A backward pass's errors end with the same trailer (:func:`parse_pass_error`).
 """
 import builtins
 import re
 import threading
 from collections import OrderedDict
 from typing import Optional
+
+from . import ops
 
 _ERROR_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt)\b: ")
 
@@ -41,11 +51,35 @@ def remote_error_summary(error: BaseException) -> str:
             summary = " ".join(paragraph)
             # TorchScript names Python's exceptions "builtins.RuntimeError"
             summary = summary[len("builtins."):] if summary.startswith("builtins.") else summary
-            # a native op's error ("ValueError: ...", plugin/csrc/optim/local_optimizer.h) as the
-            # interpreter that ran its RPC function reports it: "RuntimeError: ValueError: ..."
+            decoded = decode_native(summary)
+            if decoded is not None:
+                return decoded
+            # TRANSITIONAL, until plugin/csrc/nn raises by the contract (worker_error.h): a native
+            # op's error whose text begins with the Python type it stands for ("ValueError: ..."),
+            # as the interpreter that ran its RPC function reports it: "RuntimeError: ValueError: ...".
+            # The only place that reads that old encoding; it goes with the last such site.
             inner = summary[len("RuntimeError: "):]
             return inner if summary.startswith("RuntimeError: ") and _ERROR_LINE.match(inner) else summary
     return str(error).strip()
+
+
+def decode_native(text: str) -> Optional[str]:
+    """``"<Type>: <message>"`` for the text of a native op's error that ends with the error
+    trailer naming its type (``plugin/csrc/rpc/worker_error.h``; ``text``: the error's
+    ``"Type: message"`` line), the trailer removed (the caller's message names the worker) and
+    the line's ``"Type: "`` replaced by the trailer's type; None for any other text (a backward
+    pass's errors, which keep their trailer)."""
+    parts = ops._error_parts(text)
+    if not parts or not parts["type"] or parts["at_end"] != "1" or "context_id" in parts:
+        return None
+    # the line's own "<Type>: ": the interpreter's RuntimeError, or the type itself (a Python
+    # function on the callee let the op's error through: torch prints its traceback)
+    message = parts["message"]
+    for shown in ("RuntimeError: ", parts["type"] + ": "):
+        if message.startswith(shown):
+            message = message[len(shown):]
+            break
+    return f"{parts['type']}: {message.rstrip()}"
 
 
 def raise_on_worker(worker: str, what: str, error: BaseException, prefix: str, detail: str = "",
@@ -72,18 +106,6 @@ def raise_on_worker(worker: str, what: str, error: BaseException, prefix: str, d
 
 
 # --- errors of a backward pass (plugin.autograd.backward) ------------------------------
-
-# The bracketed end of the engine's message for an error in a backward pass
-# (plugin/csrc/rpc/worker_error.h, passError): "[<origin> on worker '<name>' (id <n>), in the
-# backward pass of context <id>]", the origin optional and free of brackets.
-_PASS_ERROR = re.compile(
-    r"^Error on Node (?P<node>-?\d+): (?P<what>.*) "
-    r"\[(?:(?P<origin>[^\[\]\n]*) )?on worker '(?P<worker>[^'\n]*)' \(id (?P<worker_id>-?\d+)\), "
-    r"in the backward pass of context (?P<context_id>-?\d+)\]$",
-    re.DOTALL,
-)
-# The origin's first words when an exception raised: "<Type> raised ..."
-_RAISED_TYPE = re.compile(r"^(?P<type>[A-Za-z_][\w.:<>]*) raised\b")
 
 # context id -> the Python exception a hook or autograd.Function raised on this worker in
 # the latest failed pass of that context (python_errors.cpp hands them over); at most
@@ -115,17 +137,17 @@ def parse_pass_error(message: str) -> Optional[dict]:
     message), ``origin`` (what raised it, or None) and ``error_type`` (the original exception
     type's name, or None for the engine's own errors and transport failures). None when
     ``message`` is not of that form."""
-    match = _PASS_ERROR.match(message)
-    if match is None:
+    # "Error on Node <n>: <what> [<origin> on worker '<name>' (id <n>), in the backward pass of
+    # context <id>]" (worker_error.h, passError), read by the trailer's one parser
+    parts = ops._error_parts(message)
+    if not parts or parts["at_end"] != "1" or "context_id" not in parts or "node" not in parts:
         return None
-    origin = match.group("origin")
-    raised = _RAISED_TYPE.match(origin) if origin else None
     return {
-        "node": int(match.group("node")),
-        "what": match.group("what"),
-        "origin": origin,
-        "worker": match.group("worker"),
-        "worker_id": int(match.group("worker_id")),
-        "context_id": int(match.group("context_id")),
-        "error_type": raised.group("type") if raised else None,
+        "node": int(parts["node"]),
+        "what": parts["what"],
+        "origin": parts["origin"] or None,
+        "worker": parts["worker"],
+        "worker_id": int(parts["worker_id"]),
+        "context_id": int(parts["context_id"]),
+        "error_type": parts["type"] or None,
     }

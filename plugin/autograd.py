@@ -78,8 +78,7 @@ def backward(context_id: int, roots: List[Tensor], retain_graph: bool = False, m
     """
     if not torch.jit.is_scripting():  # TorchScript checks the types itself
         _check_backward_arguments(context_id, roots, retain_graph, mode)
-    if mode != "smart" and mode != "fast":
-        raise ValueError(f'backward(): mode must be "smart" or "fast", got "{mode}"')
+    # (the op checks the mode: ValueError, before anything runs)
     if torch.jit.is_scripting():
         ops.backward(context_id, roots, retain_graph, mode)
     else:

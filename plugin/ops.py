@@ -1,10 +1,12 @@
 """The op library's ops and classes, one typed Python function each: the library's Python face.
 
 Every op the library declares (``plugin/csrc/ops.cpp``, as ``torch.ops.gilfree_rpc.<name>``)
-and its custom classes (``torch.classes.gilfree_rpc.StepLock``, ``LocalOptimizer``) are named here and nowhere
-else in the package: the other modules call these functions. Each function calls its op
-directly and does nothing more, so it behaves exactly as the op does (same errors, no extra
-checks); the friendlier entry points are :mod:`plugin.autograd` and :mod:`plugin.optim`.
+and its custom classes (``torch.classes.gilfree_rpc.StepLock``, ``LocalOptimizer``, ``ForwardProgram``,
+``NativeModule``) are named here and nowhere else in the package: the other modules call these
+functions. Each function calls its op directly and does nothing more, so it behaves exactly as
+the op does (same errors, no extra checks: the ops raise typed errors, which torch gives their
+Python types; ``plugin/csrc/rpc/worker_error.h``); the friendlier entry points are
+:mod:`plugin.autograd` and :mod:`plugin.optim`.
 
 The functions are TorchScript-compatible (TorchScript is optional: nothing here needs it):
 a scripted function that calls one compiles it too, and the compiled graph calls the op
@@ -27,7 +29,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-__all__ = ["backward", "get_gradients", "gradients_for", "new_step_lock", "new_local_optimizer"]
+__all__ = ["backward", "get_gradients", "gradients_for", "new_step_lock", "new_local_optimizer", "new_forward_program",
+           "new_native_module"]
 
 
 def backward(context_id: int, roots: List[Tensor], retain_graph: bool = False, mode: str = "smart") -> None:
@@ -44,8 +47,8 @@ def backward(context_id: int, roots: List[Tensor], retain_graph: bool = False, m
         mode (str): ``"smart"`` (default) or ``"fast"``.
 
     Raises:
-        RuntimeError: as :func:`plugin.autograd.backward`, and also for a ``mode`` that is
-            neither ``"smart"`` nor ``"fast"`` (not ``ValueError``: the op checks it).
+        RuntimeError: as :func:`plugin.autograd.backward`.
+        ValueError: a ``mode`` that is neither ``"smart"`` nor ``"fast"`` (the one check of it).
     """
     torch.ops.gilfree_rpc.backward(context_id, roots, retain_graph, mode)
 
@@ -188,6 +191,25 @@ def _failure_kind(future: torch.futures.Future[Any]) -> str:
     return torch.ops.gilfree_rpc._failure_kind(future)
 
 
+def _error_parts(text: str) -> Dict[str, str]:
+    """The op ``gilfree_rpc::_error_parts``: the parts of the last error trailer in ``text``
+    (``plugin/csrc/rpc/worker_error.h``: ``" [<origin> on worker '<name>' (id <n>), <where>]"`` at
+    the end of a line): ``message`` (the text before it), ``origin``, ``type`` (the origin's
+    ``"<Type> raised"``, else ``""``), ``worker``, ``worker_id``, ``where``, ``at_end`` (``"1"``:
+    only blank space follows it), and ``node``, ``what`` (``text`` begins with ``"Error on Node
+    <n>: "``) and ``context_id`` (a backward pass's) when present; ``{}`` when there is none.
+    What :mod:`plugin._errors` decodes every native error with."""
+    return torch.ops.gilfree_rpc._error_parts(text)
+
+
+def _check_context(what: str, context_id: int, advice: str) -> None:
+    """The op ``gilfree_rpc::_check_context``: raises ``RuntimeError`` unless ``context_id`` is a
+    live distributed autograd context on this worker, with the library's one message for it
+    (``"<what>: no distributed autograd context <id> on this worker (...): <advice> inside the
+    `with dist_autograd.context()` block that created it"``; ``plugin/csrc/rpc/recorded_call.h``)."""
+    torch.ops.gilfree_rpc._check_context(what, context_id, advice)
+
+
 def _wall_clock_ms() -> int:
     """The op ``gilfree_rpc::_wall_clock_ms``: milliseconds since the Unix epoch (system clock)."""
     return torch.ops.gilfree_rpc._wall_clock_ms()
@@ -216,9 +238,9 @@ def _scale_gradients(context_id: int, params: List[Any], coefficient: Tensor) ->
 
 
 # --- the native local optimizers (plugin/csrc/optim/local_optimizer.h; plugin.optim.LocalOptimizer)
-# Each op reaches one by its handle; errors begin with the Python type they stand for
-# ("ValueError: ..."); the steps return a status of the table _step_statuses gives. Schemas and
-# contracts: ops.cpp.
+# Each op reaches one by its handle; errors are typed (ValueError, RuntimeError), and those of the
+# steps' ops carry the error trailer (plugin/csrc/rpc/worker_error.h); the steps return a status
+# of the table _step_statuses gives. Schemas and contracts: ops.cpp.
 
 
 def new_local_optimizer(name: str, groups: List[List[Tensor]], dense_error: Optional[str]) -> torch.ScriptObject:
@@ -240,48 +262,35 @@ def new_local_optimizer(name: str, groups: List[List[Tensor]], dense_error: Opti
         ``handle()`` its handle.
 
     Raises:
-        ValueError: an empty parameter list (the text starts with the type).
+        ValueError: an empty parameter list.
     """
     return torch.classes.gilfree_rpc.LocalOptimizer(name, groups, dense_error)
-
-
-def _native(op: str, *args: Any) -> Any:
-    """``torch.ops.gilfree_rpc.<op>(*args)``, its error raised as the type its text begins with
-    (the C++ writes ``"ValueError: ..."`` for a caller over RPC), without that prefix."""
-    try:
-        return getattr(torch.ops.gilfree_rpc, op)(*args)
-    except (ValueError, RuntimeError) as e:
-        text = str(e)
-        prefix = type(e).__name__ + ": "
-        if text.startswith(prefix):
-            raise type(e)(text[len(prefix):]) from None
-        raise
 
 
 def _optimizer_step(handle: int, context_id: int, version: int, deadline_ms: int) -> int:
     """The op ``gilfree_rpc::_optimizer_step``: the context's gradients (version -1) or those the
     backward pass checked (``version``), applied before ``deadline_ms`` (-1: none)."""
-    return _native("_optimizer_step", handle, context_id, version, deadline_ms)
+    return torch.ops.gilfree_rpc._optimizer_step(handle, context_id, version, deadline_ms)
 
 
 def _optimizer_prepare(handle: int, context_id: int, lease_ms: int) -> int:
     """The op ``gilfree_rpc::_optimizer_prepare``: phase 1 (check and park); the token."""
-    return _native("_optimizer_prepare", handle, context_id, lease_ms)
+    return torch.ops.gilfree_rpc._optimizer_prepare(handle, context_id, lease_ms)
 
 
 def _optimizer_commit(handle: int, token: int, deadline_ms: int) -> int:
     """The op ``gilfree_rpc::_optimizer_commit``: phase 2, before ``deadline_ms``."""
-    return _native("_optimizer_commit", handle, token, deadline_ms)
+    return torch.ops.gilfree_rpc._optimizer_commit(handle, token, deadline_ms)
 
 
 def _optimizer_drop(handle: int, token: int) -> bool:
     """The op ``gilfree_rpc::_optimizer_drop``: forgets a prepared step."""
-    return _native("_optimizer_drop", handle, token)
+    return torch.ops.gilfree_rpc._optimizer_drop(handle, token)
 
 
 def _optimizer_step_gradients(handle: int, gradients: List[Optional[Tensor]]) -> None:
     """The op ``gilfree_rpc::_optimizer_step_gradients``: a step with these gradients."""
-    _native("_optimizer_step_gradients", handle, gradients)
+    torch.ops.gilfree_rpc._optimizer_step_gradients(handle, gradients)
 
 
 def _step_statuses() -> Dict[str, int]:
@@ -379,7 +388,7 @@ def _lookup_bags(context_id: int, handles: List[int], indices: List[Tensor], off
 def _check_lookup(prefix: str, inputs: List[Tensor], offsets: List[Tensor]) -> None:
     """The op ``gilfree_rpc::_check_lookup``: on the caller, ``_lookup_bags``' checks that need no
     table (every message after ``prefix``; the rows named ``inputs``), raised as their type."""
-    _native("_check_lookup", prefix, inputs, offsets)
+    torch.ops.gilfree_rpc._check_lookup(prefix, inputs, offsets)
 
 
 # --- native RPC calls recorded in a distributed autograd context (plugin/csrc/rpc/recorded_call.h) --

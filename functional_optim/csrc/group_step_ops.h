@@ -86,15 +86,15 @@ inline void groupStep(
   op.call(optimizer, params, grads, state, std::move(fresh), names, values, tensorNames, tensorValues);
 }
 
-// gilfree_optim::gradient_error: the check every step makes of its gradients (see ops.cpp):
-// the first failure as (its Python exception type, "ValueError" or "RuntimeError", and
-// functional_optim's message), or ("", "") when every gradient passes.
-inline std::tuple<std::string, std::string> gradientError(
+// gilfree_optim::check_gradients: the check every step makes of its gradients (see ops.cpp):
+// raises the first failure, typed (c10::ValueError, or c10::Error: RuntimeError, as torch.optim
+// raises them), with functional_optim's message; returns when every gradient passes.
+inline void checkGradients(
     at::TensorList params, const c10::List<std::optional<at::Tensor>>& gradients, const std::vector<int64_t>& offsets,
     const std::vector<std::optional<std::string>>& sparseErrors, const std::optional<std::string>& denseError,
     int64_t firstIndex = 0) {
-  static const auto op = detail::typedOp<GradientErrorFn>("gilfree_optim::gradient_error");
-  return op.call(params, gradients, offsets, sparseErrors, denseError, firstIndex);
+  static const auto op = detail::typedOp<CheckGradientsFn>("gilfree_optim::check_gradients");
+  op.call(params, gradients, offsets, sparseErrors, denseError, firstIndex);
 }
 
 }  // namespace gilfree_optim

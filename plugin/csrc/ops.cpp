@@ -1,7 +1,12 @@
 // Every op schema of the library, declared in one place.
 //
-// Kernels are registered next to the code they run (engine_kernels.cpp,
-// optimizer_kernels.cpp); the custom classes are declared here too.
+// Kernels are registered next to the code they run, one TORCH_LIBRARY_IMPL block per file
+// that has kernels: engine/engine_kernels.cpp (the engine), optim/optimizer_kernels.cpp,
+// optim/local_optimizer.cpp and optim/gradient_clipping.cpp (the distributed optimizer),
+// embedding/remote_lookup.cpp, nn/remote_module.cpp, rpc/recorded_call.cpp,
+// rpc/rpc_functions.cpp and rpc/auth_transport.cpp; the custom classes are declared here too.
+// Errors follow one contract (rpc/worker_error.h): typed c10 errors, and a trailer naming the
+// type and the worker on those that leave a worker in an RPC function's answer.
 // Ops whose names start with an underscore are the RPC handlers and bookkeeping of
 // the engine and the distributed optimizer; the handlers are what other workers call
 // by RPC (rpc_functions.h), the rest serve the package's Python modules.
@@ -73,6 +78,10 @@ TORCH_LIBRARY(gilfree_rpc, m) {
   // request's send function over `sent` and the answer's recv function over the tensors of
   // `answer` marked in `answer_requires_grad` (nothing when answer_id is -1); returns
   // `answer`, now in the context's graph.
+  // Raises RuntimeError unless context_id is a live distributed autograd context here, the
+  // message beginning with `what` and telling to `advice` inside its `with` block
+  // (recorded_call.h, checkLiveContext: the library's one text for it).
+  def(m, "_check_context(str what, int context_id, str advice) -> ()");
   def(m, "_begin_call(str what, int context_id, int callee, bool[] requires_grad) -> (int, int)");
   def(m,
       "_record_call(str what, int context_id, int request_id, Tensor[] sent, int answer_id, int from_worker, "
@@ -149,6 +158,10 @@ TORCH_LIBRARY(gilfree_rpc, m) {
   // "pending" (not completed yet).
   // Callers tell failures apart by it, not by their messages.
   def(m, "_failure_kind(Future(Any) future) -> str");
+  // The parts of the last error trailer in `text` (rpc/worker_error.h, errorParts: message,
+  // origin, type, worker, worker_id, where, at_end; node, what and context_id when present),
+  // empty when there is none: how Python reads every native error (plugin/_errors.py).
+  def(m, "_error_parts(str text) -> Dict(str, str)");
   // Gradient clipping's part on an owner (RPC handlers; gradient_clipping.cpp): the norm
   // of the gradient of each parameter of `params` (RRefs owned here) that has one in the
   // context (0-dim, its dtype, on the CPU; torch._foreach_norm per device and dtype),
@@ -171,7 +184,7 @@ TORCH_LIBRARY(gilfree_rpc, m) {
   // The native local optimizers (local_optimizer.h): each op reaches one by its handle, on
   // this worker (a handle whose optimizer is gone raises, naming it). Every call that reads or
   // writes parameters, state or hyperparameters holds the parameters' locks (step_lock.h).
-  // Errors begin with the Python exception type they stand for ("ValueError: ...").
+  // Errors are typed (ValueError, RuntimeError); by RPC, with the trailer (rpc/worker_error.h).
   //
   // The steps return a StepStatus (optim/step_status.h): applied; changed (the gradients
   // changed since the backward pass checked them); late (the locks were reached after

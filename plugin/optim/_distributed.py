@@ -334,8 +334,6 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         from .. import autograd
 
         autograd._check_backward_arguments(context_id, roots, retain_graph, mode, "backward_and_step")
-        if mode != "smart" and mode != "fast":
-            raise ValueError(f'backward_and_step(): mode must be "smart" or "fast", got "{mode}"')
         what = f"backward_and_step({context_id})"
         check_context(context_id, f"DistributedOptimizer: {what}", "call it")
         self._push_tensor_changes()

@@ -16,7 +16,6 @@ from collections import OrderedDict
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import torch
-import torch.distributed.autograd as dist_autograd
 import torch.distributed.rpc as rpc
 
 from .. import _rpc_functions, ops
@@ -92,14 +91,9 @@ def check_context(context_id: int, prefix: str, advice: str) -> None:
     """Raises unless ``context_id`` is a live context on this worker, as torch's
     DistributedOptimizer.step checks (owners skip a context they do not know, so the caller is
     where a released one is caught); the message begins with ``prefix`` and tells to
-    ``advice`` inside the context's ``with`` block."""
-    try:
-        dist_autograd._is_valid_context(context_id)
-    except RuntimeError as e:
-        raise RuntimeError(
-            f"{prefix}: no distributed autograd context {context_id} on this worker "
-            f"({rpc.get_worker_info().name!r}): {advice} inside the `with dist_autograd.context()` block that created it"
-        ) from e
+    ``advice`` inside the context's ``with`` block (the op's text, the library's one:
+    :func:`plugin.ops._check_context`)."""
+    ops._check_context(prefix, context_id, advice)
 
 
 # --- sending --------------------------------------------------------------------------------

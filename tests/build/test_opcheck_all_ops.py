@@ -317,6 +317,19 @@ def _(env):
             Sample(lambda: failed(False)), Sample(lambda: failed(True))]
 
 
+@samples("_error_parts")
+def _(env):
+    # a native op's error as it comes back over RPC, a backward pass's, and text with no trailer
+    return [Sample(lambda: ("RuntimeError: boom [ValueError raised on worker 'worker1' (id 1), in gilfree_rpc::_x]\n",)),
+            Sample(lambda: ("Error on Node 2: boom [on worker 'worker2' (id 2), in the backward pass of context 5]",)),
+            Sample(lambda: ("no trailer",))]
+
+
+@samples("_check_context")
+def _(env):
+    return [Sample(lambda: ("opcheck", env.graph()[0], "call"))]  # a live context: nothing raised
+
+
 @samples("_swap_current_context")
 def _(env):
     return [Sample(lambda: (env.graph()[0],), after=_no_current_context),

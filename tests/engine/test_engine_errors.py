@@ -125,6 +125,42 @@ def test_invalid_mode(cluster):
             plugin.autograd.backward(ctx, [a.sum()], mode="slow")
 
 
+def test_the_mode_is_checked_once_by_the_op(cluster):
+    """The op itself raises the ValueError (no Python check before it), and nothing runs."""
+    with dist_autograd.context() as ctx:
+        a = torch.rand(3, requires_grad=True)
+        with pytest.raises(ValueError, match='^mode must be "smart" or "fast", got "slow"'):
+            plugin.ops.backward(ctx, [a.sum()], False, "slow")
+        assert plugin.autograd.get_gradients(ctx) == {}
+
+
+def test_the_error_trailer_is_read_in_one_place():
+    """The error contract (plugin/csrc/rpc/worker_error.h): the op _error_parts reads the trailer
+    of a native op's error as it comes back over RPC and of a backward pass's error; the Python
+    decoder rebuilds "<Type>: <message>" from the first and leaves the second alone."""
+    from plugin import _errors
+
+    op_error = "RuntimeError: lookup_bags: bad [ValueError raised on worker 'w1' (id 1), in gilfree_rpc::_lookup_bags]\n"
+    parts = plugin.ops._error_parts(op_error)
+    assert parts == {"message": "RuntimeError: lookup_bags: bad", "origin": "ValueError raised", "type": "ValueError",
+                     "worker": "w1", "worker_id": "1", "where": "in gilfree_rpc::_lookup_bags", "at_end": "1"}, parts
+    assert _errors.decode_native(op_error) == "ValueError: lookup_bags: bad"
+    assert _errors.decode_native("ValueError: x [ValueError raised on worker 'w1' (id 1), in gilfree_rpc::_y]") == \
+        "ValueError: x"
+    pass_error = ("Error on Node 2: boom [TypeError raised by a Python hook while running MulBackward0 on worker 'w2' "
+                  "(id 2), in the backward pass of context 5]")
+    parts = plugin.ops._error_parts(pass_error)
+    assert (parts["node"], parts["what"], parts["type"], parts["worker"], parts["context_id"]) == (
+        "2", "boom", "TypeError", "w2", "5"), parts
+    assert _errors.decode_native(pass_error) is None
+    assert _errors.parse_pass_error(pass_error) == {
+        "node": 2, "what": "boom", "origin": "TypeError raised by a Python hook while running MulBackward0",
+        "worker": "w2", "worker_id": 2, "context_id": 5, "error_type": "TypeError"}
+    assert _errors.parse_pass_error(pass_error + " and more") is None
+    assert plugin.ops._error_parts("no trailer [here]") == {}
+    assert plugin.ops._error_parts(op_error + "more")["at_end"] == "0"
+
+
 def test_second_backward_while_one_runs(cluster):
     with dist_autograd.context() as ctx:
         a = torch.rand(3, requires_grad=True)

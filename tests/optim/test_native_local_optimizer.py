@@ -542,7 +542,7 @@ def test_ops_by_rpc_on_an_owner(cluster):
     again = rpc.rpc_sync(owner, state_dict_on_owner, args=(name,))
     assert_same_state(loaded["state"], again["state"])
     assert again["param_groups"][0]["lr"] == 0.2 and again["param_groups"][0]["amsgrad"] is False
-    # errors come back with their type (the steps': their text starts with it), nothing changed
+    # errors come back with their type (the steps': their error trailer names it), nothing changed
     with pytest.raises(ValueError, match=r"set_state: state\[0\]\['exp_avg'\] has shape \[7\]"):
         rpc.rpc_sync(owner, load_state_dict_on_owner,
                      args=(name, dict(loaded, state={0: {"exp_avg": torch.zeros(7)}})))

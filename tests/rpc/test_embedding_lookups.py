@@ -218,7 +218,8 @@ def test_the_owner_checks_every_argument_itself(cluster):
                                                              r"'indices' to have one of the following scalar types: Long, Int; "
                                                              r"but got torch.FloatTensor instead"),
         ((handles, INPUTS, [OFFSETS[0], OFFSETS[1].int()]), r"lookup_bags: offsets\[1\]: Expected tensor for argument #2"),
-        ((handles, [INPUTS[0].view(2, 3), INPUTS[1]], OFFSETS), r"ValueError: lookup_bags: indices\[0\]: input has to be a 1D"),
+        ((handles, [INPUTS[0].view(2, 3), INPUTS[1]], OFFSETS), r"lookup_bags: indices\[0\]: input has to be a 1D.*"
+                                                      r"\[ValueError raised on worker 'worker1' \(id 1\), in gilfree_rpc::_lookup_bags\]"),
         ((handles, [INPUTS[0].to_sparse(), INPUTS[1]], OFFSETS), r"lookup_bags: indices\[0\] must be a dense \(strided\)"),
         ((handles, INPUTS[:1], OFFSETS), r"lookup_bags: expected one indices and one offsets tensor per handle \(2\), got 1 and 2"),
         (([], [], []), r"lookup_bags: handles is empty"),

@@ -2,6 +2,7 @@
 
 #include "python_names.h"
 #include "rpc/recorded_call.h"
+#include "rpc/worker_error.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
@@ -50,8 +51,8 @@ std::string tensorTypeName(const at::Tensor& t) {
 // -1: not known, only rows < 0 are refused). Reads each value once; names the first offending
 // position. `prefix` leads every message ("lookup_bags: " on the owner), `rowsName` names the
 // rows' argument ("indices" on the owner). After them, torch's text where nn.EmbeddingBag
-// checks the same (F.embedding_bag's ValueErrors, whose type leads the text so that it survives
-// RPC; ATen's checkScalarTypes for the dtypes; embedding_bag's offsets[0], offsets[-1] and
+// checks the same (F.embedding_bag's ValueErrors, typed: by RPC the error trailer carries the
+// type, rpc/worker_error.h; ATen's checkScalarTypes for the dtypes; embedding_bag's offsets[0], offsets[-1] and
 // index checks); torch does not check that offsets never decrease (it reads outside the
 // rows, or crashes, when they do).
 void checkTable(
@@ -72,10 +73,10 @@ void checkTable(
     TORCH_CHECK(t.device().is_cpu(), prefix, arg, "[", i, "] must be on the CPU, got ", t.device());
   }
   TORCH_CHECK_VALUE(
-      indices.dim() == 1, "ValueError: ", prefix, rowsName, "[", i,
+      indices.dim() == 1, prefix, rowsName, "[", i,
       "]: input has to be a 1D Tensor (the bags' rows, with offsets), but got Tensor of dimension ", indices.dim());
   TORCH_CHECK_VALUE(
-      offsets.dim() == 1, "ValueError: ", prefix, "offsets[", i,
+      offsets.dim() == 1, prefix, "offsets[", i,
       "]: offsets has to be a 1D Tensor, but got Tensor of dimension ", offsets.dim());
   TORCH_CHECK(
       indices.scalar_type() == at::kLong || indices.scalar_type() == at::kInt, prefix, rowsName, "[", i,
@@ -207,6 +208,12 @@ std::tuple<at::Tensor, int64_t> lookupBags(
 TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
   m.impl("_share_table", TORCH_FN(gilfree_rpc::registerTable));
   m.impl("_unshare_table", TORCH_FN(gilfree_rpc::unregisterTable));
-  m.impl("_lookup_bags", TORCH_FN(gilfree_rpc::lookupBags));
+  // answered as an RPC function: its errors leave with the trailer (rpc/worker_error.h)
+  m.impl("_lookup_bags", [](int64_t contextId, const std::vector<int64_t>& handles, const std::vector<at::Tensor>& indices,
+                            const std::vector<at::Tensor>& offsets) {
+    return gilfree_rpc::withTrailer("in gilfree_rpc::_lookup_bags", [&] {
+      return gilfree_rpc::lookupBags(contextId, handles, indices, offsets);
+    });
+  });
   m.impl("_check_lookup", TORCH_FN(gilfree_rpc::checkLookupRequest));
 }

@@ -44,7 +44,7 @@ bool unregisterTable(int64_t handle);
 // a send function in that context and returns its autograd_message_id (else -1). Raises, before
 // anything is read or recorded, naming the argument, the position and the value, for an
 // unknown handle or any other broken rule (torch's text where embedding_bag checks the same;
-// "ValueError: " leads the text of a tensor that is not 1-D).
+// ValueError for a tensor that is not 1-D, as embedding_bag's).
 std::tuple<at::Tensor, int64_t> lookupBags(
     int64_t contextId,
     const std::vector<int64_t>& handles,

@@ -18,7 +18,10 @@ Mode parseMode(const std::string& mode) {
   if (mode == "smart") {
     return Mode::kSmart;
   }
-  TORCH_CHECK(mode == "fast", "mode must be \"smart\" or \"fast\", got \"", mode, "\"");
+  // the one check of the mode, for every caller (plugin.autograd.backward, backward_and_step):
+  // ValueError, as Python raises for an argument of the right type and a wrong value; checked
+  // before the pass starts (nothing runs)
+  TORCH_CHECK_VALUE(mode == "fast", "mode must be \"smart\" or \"fast\", got \"", mode, "\"");
   return Mode::kFast;
 }
 

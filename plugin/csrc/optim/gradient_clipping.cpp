@@ -5,8 +5,10 @@
 // device and dtype (torch/nn/utils/clip_grad.py).
 #include "compat.h"
 #include "engine/gradients.h"
+#include "rpc/worker_error.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <torch/library.h>
 
@@ -92,7 +94,7 @@ void scaleGradientsKernel(const c10::OperatorHandle&, torch::jit::Stack* stack) 
   TORCH_CHECK_VALUE(
       coefficient.defined() && coefficient.layout() == at::kStrided && coefficient.dim() == 0 &&
           at::isFloatingType(coefficient.scalar_type()),
-      "ValueError: _scale_gradients: coefficient must be a dense 0-dim floating-point tensor (the clip coefficient), "
+      "_scale_gradients: coefficient must be a dense 0-dim floating-point tensor (the clip coefficient), "
       "got ",
       coefficient.defined() ? coefficient.toString() + " of shape " + c10::str(coefficient.sizes()) : "an undefined tensor");
   for (auto& grad : presentGradients(contextId, params).grads) {
@@ -100,11 +102,19 @@ void scaleGradientsKernel(const c10::OperatorHandle&, torch::jit::Stack* stack) 
   }
 }
 
+// A boxed kernel whose c10 errors leave with the trailer, naming the op.
+template <void (*Kernel)(const c10::OperatorHandle&, torch::jit::Stack*)>
+void trailed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const std::string where = "in " + op.schema().name();
+  withTrailer(where.c_str(), [&] { Kernel(op, stack); });
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
-  m.impl("_gradient_norms", torch::CppFunction::makeFromBoxedFunction<&gradientNormsKernel>());
-  m.impl("_scale_gradients", torch::CppFunction::makeFromBoxedFunction<&scaleGradientsKernel>());
+  // answered as RPC functions: their errors leave with the trailer (rpc/worker_error.h)
+  m.impl("_gradient_norms", torch::CppFunction::makeFromBoxedFunction<&trailed<&gradientNormsKernel>>());
+  m.impl("_scale_gradients", torch::CppFunction::makeFromBoxedFunction<&trailed<&scaleGradientsKernel>>());
 }
 
 }  // namespace gilfree_rpc

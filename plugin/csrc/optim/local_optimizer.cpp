@@ -46,7 +46,7 @@ LocalOptimizer::LocalOptimizer(
       params_(flatten(groups)),
       denseError_(std::move(denseError)),
       locks_(paramLocksFor(params_)) {
-  TORCH_CHECK_VALUE(!params_.empty(), "ValueError: optimizer got an empty parameter list");
+  TORCH_CHECK_VALUE(!params_.empty(), "optimizer got an empty parameter list");
   offsets_.push_back(0);
   for (const auto& group : groups) {
     offsets_.push_back(offsets_.back() + static_cast<int64_t>(group.size()));
@@ -66,7 +66,6 @@ c10::intrusive_ptr<LocalOptimizer> LocalOptimizer::find(int64_t handle) {
   auto found = registry().find(handle);
   TORCH_CHECK(
       found,
-      "RuntimeError: ",
       workerError(
           "in a call of a native local optimizer",
           "there is no local optimizer with handle " + std::to_string(handle) +
@@ -92,18 +91,18 @@ void LocalOptimizer::configure(
   TORCH_CHECK_VALUE(
       names.size() == n && values.size() == n && tensorNames.size() == n && tensorValues.size() == n &&
           sparseErrors.size() == n,
-      "ValueError: LocalOptimizer.configure: one plan per group named (", n, " groups)");
+      "LocalOptimizer.configure: one plan per group named (", n, " groups)");
   for (size_t k = 0; k < n; ++k) {
     TORCH_CHECK_VALUE(
         groups[k] >= 0 && groups[k] < static_cast<int64_t>(plans_.size()) && names[k].size() == values[k].size() &&
             tensorNames[k].size() == tensorValues[k].size(),
-        "ValueError: LocalOptimizer.configure: the plan of group ", groups[k], " does not fit");
+        "LocalOptimizer.configure: the plan of group ", groups[k], " does not fit");
   }
   if (state.has_value()) {
     for (const auto& item : *state) {
       TORCH_CHECK_VALUE(
           item.key() >= 0 && item.key() < static_cast<int64_t>(params_.size()),
-          "ValueError: LocalOptimizer.configure: state of parameter ", item.key(), ", which does not exist");
+          "LocalOptimizer.configure: state of parameter ", item.key(), ", which does not exist");
     }
   }
   HeldParamLocks held(locks_);
@@ -155,10 +154,9 @@ void LocalOptimizer::setKeysLocked(size_t g) {
 
 void LocalOptimizer::check(const MaybeGradients& gradients, const std::vector<std::optional<std::string>>& sparseErrors)
     const {
-  const auto [kind, message] = gilfree_optim::gradientError(
+  // raises ValueError or RuntimeError, as the functional_optim class's step does
+  gilfree_optim::checkGradients(
       params_, c10::List<std::optional<at::Tensor>>(gradients), offsets_, sparseErrors, denseError_);
-  TORCH_CHECK_VALUE(kind != "ValueError", "ValueError: ", message);
-  TORCH_CHECK(kind.empty(), kind, ": ", message);
 }
 
 void LocalOptimizer::applyLocked(const MaybeGradients& gradients) {
@@ -259,19 +257,29 @@ void LocalOptimizer::stepGradients(const MaybeGradients& gradients) {
 // --- the ops' kernels ----------------------------------------------------------------------
 
 TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
+  // the steps' ops are answered as RPC functions: their errors leave with the trailer
+  // (rpc/worker_error.h)
   m.impl("_optimizer_step", [](int64_t handle, int64_t contextId, int64_t version, int64_t deadlineMs) {
-    return LocalOptimizer::find(handle)->step(contextId, version, deadlineMs);
+    return withTrailer("in gilfree_rpc::_optimizer_step", [&] {
+      return LocalOptimizer::find(handle)->step(contextId, version, deadlineMs);
+    });
   });
   m.impl("_optimizer_prepare", [](int64_t handle, int64_t contextId, int64_t leaseMs) {
-    return LocalOptimizer::find(handle)->prepare(contextId, leaseMs);
+    return withTrailer("in gilfree_rpc::_optimizer_prepare", [&] {
+      return LocalOptimizer::find(handle)->prepare(contextId, leaseMs);
+    });
   });
   m.impl("_optimizer_commit", [](int64_t handle, int64_t token, int64_t deadlineMs) {
-    return LocalOptimizer::find(handle)->commit(token, deadlineMs);
+    return withTrailer("in gilfree_rpc::_optimizer_commit", [&] {
+      return LocalOptimizer::find(handle)->commit(token, deadlineMs);
+    });
   });
   m.impl("_optimizer_drop", [](int64_t handle, int64_t token) {
-    const bool dropped = dropStep(token, handle);  // forgotten even when the optimizer is gone
-    LocalOptimizer::find(handle);
-    return dropped;
+    return withTrailer("in gilfree_rpc::_optimizer_drop", [&] {
+      const bool dropped = dropStep(token, handle);  // forgotten even when the optimizer is gone
+      LocalOptimizer::find(handle);
+      return dropped;
+    });
   });
   m.impl("_optimizer_step_gradients", [](int64_t handle, const c10::List<std::optional<at::Tensor>>& gradients) {
     LocalOptimizer::find(handle)->stepGradients(MaybeGradients(gradients.begin(), gradients.end()));

@@ -16,9 +16,10 @@
 // references; it lives as long as the Python LocalOptimizer (kept by its caller's RRef), and the
 // step ops reach it by handle, locally and by RPC (rpc/rpc_functions.h). Every call that reads or
 // writes the parameters, their state or the plans holds the parameters' locks (step_lock.h), but
-// prepare, which only reads and checks. Errors of the steps (see ops.cpp) begin with the Python
-// exception type, which the caller rebuilds from the text (plugin/_errors.py); nothing changes
-// when a check fails.
+// prepare, which only reads and checks. Errors are typed c10 errors (ValueError for a gradient
+// that does not fit, RuntimeError for a sparse one it does not take); the steps' ops append the
+// error trailer (rpc/worker_error.h), from which a caller over RPC rebuilds the type
+// (plugin/_errors.py); nothing changes when a check fails.
 #pragma once
 
 #include "optim/step_lock.h"

@@ -49,7 +49,7 @@ std::vector<Parked> sweepLocked(PreparedTable& t, Clock::time_point now) {
 
 int64_t parkStep(Gradients gradients, int64_t leaseMs, int64_t owner) {
   TORCH_CHECK_VALUE(
-      leaseMs > 0 && leaseMs <= kMaxLeaseMs, "ValueError: lease_ms must be positive and at most ", kMaxLeaseMs,
+      leaseMs > 0 && leaseMs <= kMaxLeaseMs, "lease_ms must be positive and at most ", kMaxLeaseMs,
       " (a day), got ", leaseMs);
   auto& t = preparedTable();
   auto now = Clock::now();

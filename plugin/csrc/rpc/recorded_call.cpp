@@ -43,7 +43,19 @@ bool isGroupWorker(int64_t workerId) {
   }
 }
 
+// checkLiveContext's message (recorded_call.h).
+std::string noContextMessage(
+    const std::string& what, int64_t contextId, const std::string& advice, const std::string& after) {
+  return what + ": no distributed autograd context " + std::to_string(contextId) + " on this worker (" +
+      thisWorkerLabel() + "; released, or never made here): " + advice +
+      " inside the `with dist_autograd.context()` block that created it" + after;
+}
+
 }  // namespace
+
+void checkLiveContext(const std::string& what, int64_t contextId, const std::string& advice, const std::string& after) {
+  TORCH_CHECK(liveContext(contextId) != nullptr, noContextMessage(what, contextId, advice, after));
+}
 
 std::tuple<int64_t, int64_t> beginCall(
     const std::string& what,
@@ -57,10 +69,7 @@ std::tuple<int64_t, int64_t> beginCall(
     }
   }
   auto ctx = liveContext(contextId);
-  TORCH_CHECK(
-      ctx != nullptr, what, ": no distributed autograd context ", contextId, " on this worker (", thisWorkerLabel(),
-      "; released, or never made here): call inside the `with dist_autograd.context()` block that created it; "
-      "nothing was sent");
+  TORCH_CHECK(ctx != nullptr, noContextMessage(what, contextId, "call", "; nothing was sent"));
   TORCH_CHECK(isGroupWorker(callee), what, ": worker id ", callee, " is not a worker of this group");
   ctx->addKnownWorkerId(static_cast<torch::distributed::rpc::worker_id_t>(callee));
   const bool any = std::any_of(requiresGrad.begin(), requiresGrad.end(), [](bool b) { return b; });
@@ -217,6 +226,9 @@ void dropRequest(HeldRequest& held) {
 
 // Kernels (schemas in ops.cpp).
 TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
+  m.impl("_check_context", [](const std::string& what, int64_t contextId, const std::string& advice) {
+    gilfree_rpc::checkLiveContext(what, contextId, advice);
+  });
   m.impl("_begin_call", [](const std::string& what, int64_t contextId, int64_t callee, c10::List<bool> requiresGrad) {
     return gilfree_rpc::beginCall(what, contextId, callee, std::vector<bool>(requiresGrad.begin(), requiresGrad.end()));
   });

@@ -50,6 +50,14 @@ namespace gilfree_rpc {
 
 // --- the caller -------------------------------------------------------------------------
 
+// Raises RuntimeError unless `contextId` is a live distributed autograd context on this worker,
+// with the library's one message for it (the op _check_context: also the distributed
+// optimizer's, plugin/optim/_owners.py): "<what>: no distributed autograd context <id> on this
+// worker (worker '<name>' (id <n>); released, or never made here): <advice> inside the `with
+// dist_autograd.context()` block that created it<after>".
+void checkLiveContext(
+    const std::string& what, int64_t contextId, const std::string& advice, const std::string& after = "");
+
 // Before sending a call to worker `callee` in context `contextId` (-1: this thread's current
 // context): the context to record the call in and, when some of `requiresGrad` is true, a new
 // autograd_message_id for the request; (-1, -1) outside a context or, for the current context,

@@ -1,6 +1,7 @@
 #include "rpc/rpc_functions.h"
 
 #include "compat.h"
+#include "rpc/worker_error.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
@@ -64,6 +65,14 @@ TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
   // RPCs sent with no current distributed autograd context (the distributed optimizer's steps;
   // see compat.h)
   m.impl("_swap_current_context", TORCH_FN(swapCurrentContext));
+  // the error contract's one reader (worker_error.h)
+  m.impl("_error_parts", [](const std::string& text) {
+    c10::Dict<std::string, std::string> parts;
+    for (const auto& [key, value] : errorParts(text)) {
+      parts.insert(key, value);
+    }
+    return parts;
+  });
 }
 
 c10::QualifiedName rpcFunctionName(const std::string& op) {

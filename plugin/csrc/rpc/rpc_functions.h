@@ -11,8 +11,11 @@
 // taken. The op's own code does the work; an op that returns a Future is called with async
 // execution (the RPC is answered when the future completes; no thread waits for it).
 //
-// Callers send them with callFunction (transport.h) or, from Python, with the op
-// _call_function (plugin/ops.py). Every worker of a job must run the same library build.
+// Callers send them with callFunction (transport.h) or, from Python, with
+// plugin._rpc_functions.call (torch's rpc_async of the function). Their errors reach the
+// caller as text: each kernel that can raise wraps its body in withTrailer (worker_error.h), so
+// that the text names the error's type and the worker. Every worker of a job must run the same
+// library build.
 #pragma once
 
 #include <ATen/core/qualified_name.h>
