@@ -54,12 +54,7 @@ def remote_error_summary(error: BaseException) -> str:
             decoded = decode_native(summary)
             if decoded is not None:
                 return decoded
-            # TRANSITIONAL, until plugin/csrc/nn raises by the contract (worker_error.h): a native
-            # op's error whose text begins with the Python type it stands for ("ValueError: ..."),
-            # as the interpreter that ran its RPC function reports it: "RuntimeError: ValueError: ...".
-            # The only place that reads that old encoding; it goes with the last such site.
-            inner = summary[len("RuntimeError: "):]
-            return inner if summary.startswith("RuntimeError: ") and _ERROR_LINE.match(inner) else summary
+            return summary
     return str(error).strip()
 
 

@@ -36,11 +36,11 @@ void checkMemory(const std::string& prefix, const std::string& name, const at::T
   int64_t bytes = 0;
   overflow = overflow || __builtin_mul_overflow(last + 1, static_cast<int64_t>(t.element_size()), &bytes);
   TORCH_CHECK_VALUE(
-      !overflow && t.has_storage() && bytes <= static_cast<int64_t>(t.storage().nbytes()), "ValueError: ", prefix,
+      !overflow && t.has_storage() && bytes <= static_cast<int64_t>(t.storage().nbytes()), prefix,
       name, " reaches outside its storage (shape ", t.sizes(), ", strides ", t.strides(), ", offset ",
       t.storage_offset(), ")");
   TORCH_CHECK_VALUE(
-      at::has_internal_overlap(t) != at::MemOverlap::Yes, "ValueError: ", prefix, name,
+      at::has_internal_overlap(t) != at::MemOverlap::Yes, prefix, name,
       " overlaps itself (an expanded tensor, with stride 0: strides ", t.strides(),
       "); send one whose elements each have their own memory (.contiguous())");
 }
@@ -50,7 +50,7 @@ void checkMemory(const std::string& prefix, const std::string& name, const at::T
 void ForwardProgram::checkInputs(const std::string& prefix, const std::vector<at::Tensor>& inputs) const {
   checkBuilt();
   TORCH_CHECK_VALUE(
-      inputs.size() == inputs_.size(), "ValueError: ", prefix, "expected ", inputs_.size(),
+      inputs.size() == inputs_.size(), prefix, "expected ", inputs_.size(),
       " input tensors (the forward's tensor inputs, flattened), got ", inputs.size());
   std::vector<int64_t> values(symbolRanges_.size(), -1);
   std::vector<std::string> setBy(symbolRanges_.size());
@@ -60,18 +60,18 @@ void ForwardProgram::checkInputs(const std::string& prefix, const std::vector<at
       const InputSpec& spec = inputs_[i];
       const std::string name = "input " + spec.name + " (inputs[" + std::to_string(i) + "])";
       if (!derived) {
-        TORCH_CHECK_VALUE(t.defined(), "ValueError: ", prefix, name, " is undefined");
+        TORCH_CHECK_VALUE(t.defined(), prefix, name, " is undefined");
         TORCH_CHECK_VALUE(
-            t.layout() == at::kStrided && !t.is_nested(), "ValueError: ", prefix, name,
+            t.layout() == at::kStrided && !t.is_nested(), prefix, name,
             " must be a dense (strided) tensor, got layout ", t.is_nested() ? "torch.jagged" : layoutName(t.layout()));
         TORCH_CHECK_VALUE(
-            t.device().is_cpu() || t.device() == device_, "ValueError: ", prefix, name, " must be on the CPU or on ",
+            t.device().is_cpu() || t.device() == device_, prefix, name, " must be on the CPU or on ",
             device_, ", got ", t.device());
         TORCH_CHECK_VALUE(
-            t.scalar_type() == spec.dtype, "ValueError: ", prefix, name, " must have dtype ", dtypeName(spec.dtype),
+            t.scalar_type() == spec.dtype, prefix, name, " must have dtype ", dtypeName(spec.dtype),
             " (the example's), got ", dtypeName(t.scalar_type()));
         TORCH_CHECK_VALUE(
-            t.dim() == static_cast<int64_t>(spec.symbols.size()), "ValueError: ", prefix, name, " must have ",
+            t.dim() == static_cast<int64_t>(spec.symbols.size()), prefix, name, " must have ",
             spec.symbols.size(), " dimensions (the example's), got ", t.dim(), " (shape ", t.sizes(), ")");
         checkMemory(prefix, name, t);
       }
@@ -80,7 +80,7 @@ void ForwardProgram::checkInputs(const std::string& prefix, const std::vector<at
         const int64_t s = spec.symbols[d];
         if (s == -1) {
           TORCH_CHECK_VALUE(
-              derived || size == spec.offsets[d], "ValueError: ", prefix, name, " dimension ", d, " must have size ",
+              derived || size == spec.offsets[d], prefix, name, " dimension ", d, " must have size ",
               spec.offsets[d], " (fixed when the module was exported), got ", size, " (shape ", t.sizes(), ")");
           continue;
         }
@@ -95,13 +95,13 @@ void ForwardProgram::checkInputs(const std::string& prefix, const std::vector<at
           int64_t rest = 0;
           const bool overflow = __builtin_sub_overflow(size, spec.offsets[d], &rest);
           TORCH_CHECK_VALUE(
-              !overflow && rest >= 0 && rest % spec.scales[d] == 0, "ValueError: ", prefix, name, " dimension ", d,
+              !overflow && rest >= 0 && rest % spec.scales[d] == 0, prefix, name, " dimension ", d,
               " has size ", size, ", which is not of the form ", form, " the export gives it");
           values[s] = rest / spec.scales[d];
           setBy[s] = name + " dimension " + std::to_string(d);
           const auto [min, max] = symbolRanges_[s];
           TORCH_CHECK_VALUE(
-              values[s] >= min && (max == -1 || values[s] <= max), "ValueError: ", prefix, name, " dimension ", d,
+              values[s] >= min && (max == -1 || values[s] <= max), prefix, name, " dimension ", d,
               " has size ", size, ", outside the range torch.export allows for it (s", s, " in [", min, ", ",
               max == -1 ? std::string("inf") : std::to_string(max), "], size ", form, ")");
           continue;
@@ -110,7 +110,7 @@ void ForwardProgram::checkInputs(const std::string& prefix, const std::vector<at
         const bool overflow = __builtin_mul_overflow(spec.scales[d], values[s], &expected) ||
             __builtin_add_overflow(expected, spec.offsets[d], &expected);
         TORCH_CHECK_VALUE(
-            !overflow && size == expected, "ValueError: ", prefix, name, " dimension ", d,
+            !overflow && size == expected, prefix, name, " dimension ", d,
             " has size ", size, ", but ", setBy[s], " gives s", s, " = ", values[s], " and the export ties them (",
             name, " dimension ", d, " is ", form, ")");
       }

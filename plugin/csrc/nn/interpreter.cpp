@@ -83,9 +83,9 @@ int64_t intValue(const Arg& arg, const std::vector<c10::IValue>& frame) {
   return arg.kind == Arg::kConst ? arg.value.toInt() : frame[arg.slot].toInt();
 }
 
-// Raises the error `e` of an instruction again, its text first, then where it happened; of
-// the same Python type, which leads the text when it is not RuntimeError (the caller rebuilds
-// it: plugin/_errors.py).
+// Raises the error `e` of an instruction again, of the same type (the contract of
+// rpc/worker_error.h: the kernel's trailer names it to a caller over RPC), its text first, then
+// where it happened.
 [[noreturn]] void raiseFrom(const std::exception& e, const Instruction& inst, const std::string& prefix) {
   // Operators run here raise c10 errors (no Python runs on this path).
   const auto* error = dynamic_cast<const c10::Error*>(&e);
@@ -93,13 +93,13 @@ int64_t intValue(const Arg& arg, const std::vector<c10::IValue>& frame) {
   const std::string message = error != nullptr ? error->what_without_backtrace() : e.what();
   const std::string where = " [" + prefix + "node " + inst.node + ", " + inst.what + "]";
   if (type == "ValueError") {
-    TORCH_CHECK_VALUE(false, "ValueError: ", message, where);
+    TORCH_CHECK_VALUE(false, message, where);
   } else if (type == "TypeError") {
-    TORCH_CHECK_TYPE(false, "TypeError: ", message, where);
+    TORCH_CHECK_TYPE(false, message, where);
   } else if (type == "IndexError") {
-    TORCH_CHECK_INDEX(false, "IndexError: ", message, where);
+    TORCH_CHECK_INDEX(false, message, where);
   } else if (type == "NotImplementedError") {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "NotImplementedError: ", message, where);
+    TORCH_CHECK_NOT_IMPLEMENTED(false, message, where);
   }
   TORCH_CHECK(false, message, where);
 }

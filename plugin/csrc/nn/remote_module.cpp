@@ -6,6 +6,7 @@
 #include "handle_registry.h"
 #include "python_names.h"
 #include "rpc/recorded_call.h"
+#include "rpc/worker_error.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -148,17 +149,17 @@ std::tuple<std::vector<at::Tensor>, std::vector<bool>, int64_t> forward(
   checkRequestId(prefix, contextId, requestId);
   program->checkInputs(prefix, inputs);
   TORCH_CHECK_VALUE(
-      requiresGrad.size() == inputs.size(), "ValueError: ", prefix, "requires_grad has ", requiresGrad.size(),
+      requiresGrad.size() == inputs.size(), prefix, "requires_grad has ", requiresGrad.size(),
       " flags for ", inputs.size(), " inputs");
   const bool anyRequiresGrad = std::any_of(requiresGrad.begin(), requiresGrad.end(), [](bool b) { return b; });
   TORCH_CHECK_VALUE(
-      (requestId >= 0) == anyRequiresGrad, "ValueError: ", prefix,
+      (requestId >= 0) == anyRequiresGrad, prefix,
       requestId >= 0 ? "an autograd_message_id for a request in which no input requires grad"
                      : "inputs that require grad need an autograd_message_id");
   for (size_t i = 0; i < inputs.size(); ++i) {
     const auto dtype = inputs[i].scalar_type();
     TORCH_CHECK_VALUE(
-        !requiresGrad[i] || at::isFloatingType(dtype) || at::isComplexType(dtype), "ValueError: ", prefix, "inputs[", i,
+        !requiresGrad[i] || at::isFloatingType(dtype) || at::isComplexType(dtype), prefix, "inputs[", i,
         "] of dtype ", dtypeName(dtype), " cannot require grad (only floating point and complex tensors can)");
   }
 
@@ -200,14 +201,16 @@ std::tuple<std::vector<at::Tensor>, std::vector<bool>, int64_t> forward(
 TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
   m.impl("_nn_forward", [](int64_t handle, int64_t contextId, int64_t requestId, std::vector<at::Tensor> inputs,
                            c10::List<bool> requiresGrad, bool deviceMapSet) {
-    auto [outputs, outputsRequireGrad, answerId] = gilfree_rpc::nn::forward(
-        handle, contextId, requestId, std::move(inputs), std::vector<bool>(requiresGrad.begin(), requiresGrad.end()),
-        deviceMapSet);
-    c10::List<bool> marks;
-    for (const bool mark : outputsRequireGrad) {
-      marks.push_back(mark);
-    }
-    return std::make_tuple(std::move(outputs), std::move(marks), answerId);
+    return gilfree_rpc::withTrailer("in gilfree_rpc::_nn_forward", [&] {
+      auto [outputs, outputsRequireGrad, answerId] = gilfree_rpc::nn::forward(
+          handle, contextId, requestId, std::move(inputs), std::vector<bool>(requiresGrad.begin(), requiresGrad.end()),
+          deviceMapSet);
+      c10::List<bool> marks;
+      for (const bool mark : outputsRequireGrad) {
+        marks.push_back(mark);
+      }
+      return std::make_tuple(std::move(outputs), std::move(marks), answerId);
+    });
   });
   m.impl("_nn_program_tables", TORCH_FN(gilfree_rpc::nn::programTables));
 }
