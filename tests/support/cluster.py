@@ -37,11 +37,12 @@ def backend_options(num_worker_threads: int, rpc_timeout: float):
     extra = {}
     key = os.environ.get(AUTH_KEY_ENV)
     if key:
+        import plugin._auth
         import plugin.rpc
 
         os.environ.setdefault("TP_SOCKET_IFNAME", "lo")
         plugin.rpc._configure_auth_transport(key.encode(), "localhost")
-        extra = {"_transports": [plugin.rpc.AUTH_TRANSPORT], "_channels": ["basic"]}
+        extra = {"_transports": [plugin._auth.AUTH_TRANSPORT], "_channels": ["basic"]}
     return rpc.TensorPipeRpcBackendOptions(
         num_worker_threads=num_worker_threads, rpc_timeout=rpc_timeout, init_method="env://", **extra
     )
