@@ -14,7 +14,7 @@
 #include "nn/remote_module.h"
 #include "optim/local_optimizer.h"
 #include "rpc/rpc_functions.h"
-#include "optim/step_lock.h"
+#include "param_locks.h"
 
 #include <torch/library.h>
 
@@ -166,7 +166,7 @@ TORCH_LIBRARY(gilfree_rpc, m) {
 
   // The native local optimizers (local_optimizer.h): each op reaches one by its handle, on
   // this worker (a handle whose optimizer is gone raises, naming it). Every call that reads or
-  // writes parameters, state or hyperparameters holds the parameters' locks (step_lock.h).
+  // writes parameters, state or hyperparameters holds the parameters' locks (param_locks.h).
   // Errors begin with the Python exception type they stand for ("ValueError: ...").
   //
   // The steps return a StepStatus (optim/step_status.h): applied; changed (the gradients

@@ -29,7 +29,7 @@
 #pragma once
 
 #include "nn/program.h"
-#include "optim/step_lock.h"
+#include "param_locks.h"
 
 #include <ATen/core/Dict.h>
 #include <ATen/core/Tensor.h>

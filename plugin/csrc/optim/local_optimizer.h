@@ -15,13 +15,13 @@
 // Each object has a handle (unique in the process, never reused) in a registry of weak
 // references; it lives as long as the Python LocalOptimizer (kept by its caller's RRef), and the
 // step ops reach it by handle, locally and by RPC (rpc/rpc_functions.h). Every call that reads or
-// writes the parameters, their state or the plans holds the parameters' locks (step_lock.h), but
+// writes the parameters, their state or the plans holds the parameters' locks (param_locks.h), but
 // prepare, which only reads and checks. Errors of the steps (see ops.cpp) begin with the Python
 // exception type, which the caller rebuilds from the text (plugin/_errors.py); nothing changes
 // when a check fails.
 #pragma once
 
-#include "optim/step_lock.h"
+#include "param_locks.h"
 #include "optim/step_status.h"
 
 #include <ATen/core/Dict.h>
