@@ -72,7 +72,7 @@ phase "tests on torch 2.13.0"
 NN_TESTS="tests/rpc/test_remote_modules.py tests/rpc/test_remote_module_lazy.py tests/rpc/test_remote_module_trainers.py tests/rpc/test_remote_module_fuzz.py"
 "$PYTHON" -m pytest -q $PARALLEL -k "not test_example_prints_its_expect_block or torchscript" \
   $(for f in $NN_TESTS; do echo --deselect "$f"; done) \
-  --deselect tests/optim/test_optimizer_faults.py --deselect tests/security \
+  --deselect tests/optim/test_optimizer_faults.py --deselect tests/auth \
   --deselect tests/rpc/test_native_call_faults.py \
   --deselect tests/rpc/test_main_job.py::test_the_job_trains_and_writes_its_metrics \
   --deselect tests/rpc/test_main_job.py::test_the_job_trains_across_two_hosts_under_torchrun \
@@ -96,8 +96,8 @@ phase "native tests under ASan and UBSan (torch 2.13.0)"
 # this log before the abort.
 SANITIZER_TESTS="tests/optim/test_fused_kernels.py tests/optim/test_fused_parity.py tests/optim/test_packed_state.py
   tests/optim/test_property_parity.py tests/optim/test_native_local_optimizer.py tests/optim/test_sparse_optim.py
-  tests/security/test_native_rpc_fuzz.py tests/rpc/test_lookup_fuzz.py tests/rpc/test_remote_module_fuzz.py
-  tests/security/test_key_holder_frames.py"
+  tests/auth/test_native_rpc_fuzz.py tests/rpc/test_lookup_fuzz.py tests/rpc/test_remote_module_fuzz.py
+  tests/auth/test_key_holder_frames.py"
 # shellcheck disable=SC2086
 bash scripts/with_sanitizers.sh "$PYTHON" -m pytest -q $PARALLEL --capture=sys $SANITIZER_TESTS "$@"
 
@@ -131,7 +131,7 @@ plugin.rpc.shutdown()
 print(f"[run_tests] torch {torch.__version__}: import, steps and a backward pass, no warning")'
 phase "tests on torch 2.15.0, torch.jit raising"
 GILFREE_KERNEL_ISAS=DEFAULT bash scripts/with_torch.sh 2.15.0 python -m pytest -q $PARALLEL --torchscript-removed \
-  tests/engine tests/security tests/rpc/test_main_job.py \
+  tests/engine tests/auth tests/rpc/test_main_job.py \
   tests/rpc/test_embedding_lookups.py tests/rpc/test_mixed_stacks.py tests/rpc/test_cuda.py tests/build/test_build.py \
   tests/optim/test_native_local_optimizer.py tests/optim/test_distributed_optimizer.py \
   tests/optim/test_checked_step.py tests/optim/test_backward_and_step.py tests/optim/test_optimizer_faults.py \

@@ -20,7 +20,7 @@ def free_port() -> int:
 
 # Set (to a key of 16 bytes or more), the tests' clusters talk over the plugin's
 # authenticating transport, as plugin.rpc.init_rpc(auth_key=...) makes them
-# (tests/security runs fault scenarios so; child processes inherit the variable).
+# (tests/auth runs fault scenarios so; child processes inherit the variable).
 AUTH_KEY_ENV = "GILFREE_TEST_AUTH_KEY"
 
 

@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 
-from tests.security.jobs import KEY, environment, free_port
+from tests.auth.jobs import KEY, environment, free_port
 
 pytestmark = pytest.mark.timeout(300)
 
