@@ -11,8 +11,8 @@ Units are listed in build order, the longest compile first (measured on 2 cores 
 docs/build.md), so that the two cores stay busy to the end.
 
 Within a unit the sources share one scope: their file-local names (anonymous namespaces,
-``static`` functions) must differ. The authenticating transport's ``rpc/auth_transport.cpp``
-compiles alone: it defines a macro before its includes (rpc/tensorpipe_abi.h).
+``static`` functions) must differ. The authenticating transport's ``auth/auth_transport.cpp``
+compiles alone: it defines a macro before its includes (auth/tensorpipe_abi.h).
 
 Used three ways::
 
@@ -34,10 +34,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 LIBRARIES = {
     "plugin": ("plugin/csrc", [
         ("engine", ["engine/*.cpp"]),
-        ("rpc", ["rpc/auth_transport_*.cpp", "rpc/message_auth.cpp", "rpc/*.cpp"]),
+        ("rpc", ["rpc/*.cpp"]),
         ("optim", ["optim/*.cpp"]),
         ("nn", ["nn/*.cpp"]),
         ("ops", ["*.cpp", "embedding/*.cpp"]),
+        ("auth", ["auth/*.cpp"]),  # no torch header: the shortest compile
     ]),
     "functional_optim": ("functional_optim/csrc", [
         ("steps", ["steps/*.cpp"]),
@@ -52,7 +53,7 @@ LIBRARIES = {
 # Sources that compile alone, each its own unit (named after the file), before the library's
 # units in build order.
 ALONE = {
-    "plugin": ["rpc/auth_transport.cpp"],
+    "plugin": ["auth/auth_transport.cpp"],
 }
 
 

@@ -182,7 +182,7 @@ setup(
             include_dirs=[os.path.join(HERE, "plugin", "csrc"), HERE],
             extra_compile_args={"cxx": cxx_flags},
             # dlopen: the authenticating transport loads libcrypto at run time
-            # (plugin/csrc/rpc/message_auth.h; no OpenSSL headers needed)
+            # (plugin/csrc/auth/message_auth.h; no OpenSSL headers needed)
             libraries=["dl"],
         ),
     ],

@@ -36,7 +36,8 @@ process has a key and carries a proof of it (an HMAC under the key of the record
 rank, process id and host); rank 0 checks every proof against its own key, so workers whose
 keys differ, or a worker without a key among workers with one, make the verdict an error
 that names them. The key itself never enters the store. torch's own start-up then gets the
-store behind :class:`AuthenticatedStore`, whose values carry a MAC.
+store behind ``plugin._auth.AuthenticatedStore``, whose values carry a MAC (the proofs and the
+MAC are the authenticated transport's room, ``plugin/_auth/store.py``).
 
 The key prefix counts the start-ups of this process, as torch's own ``rpc.init_rpc``
 does: processes that call ``init_rpc`` again (after a shutdown) must all do so.
@@ -47,8 +48,6 @@ hosts one there (torchrun sets ``TORCHELASTIC_USE_AGENT_STORE=True``; torch's ow
 """
 import datetime
 import errno
-import hashlib
-import hmac
 import json
 import os
 import socket
@@ -59,6 +58,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from urllib.parse import urlparse
 
 import torch.distributed as dist
+
+from ._auth import authenticated_store, proves_key, record_proof
 
 __all__ = ["RendezvousError", "check_group", "init_method_for", "listening_socket", "resolve_host"]
 
@@ -133,12 +134,6 @@ def _problems(judge: dict, records: Sequence[dict]) -> Optional[str]:
     return None
 
 
-def _key_proof(key: bytes, prefix: str, record: dict) -> str:
-    """An HMAC under the authentication key of what identifies one record of one start-up."""
-    text = f"gilfree-rpc start-up\0{prefix}\0{record['rank']}\0{record['pid']}\0{record['host']}"
-    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
-
-
 # The judge's key, which never enters the store (set by check_group for its own call).
 _judge_keys: Dict[str, Optional[bytes]] = {}
 
@@ -161,7 +156,7 @@ def _key_problem(judge: dict, record: dict) -> Optional[str]:
         )
     if keyed:
         key = _judge_keys.get(judge["prefix"])
-        if key is None or not hmac.compare_digest(_key_proof(key, judge["prefix"], record), record.get("key_proof", "")):
+        if key is None or not proves_key(key, judge["prefix"], record):
             return (
                 f"{_describe(record)} was started with another authentication key than {_describe(judge)} "
                 f"(every worker needs the same key)"
@@ -319,7 +314,7 @@ def check_group(
         "host": socket.gethostname(), "pid": os.getpid(), "keyed": auth_key is not None, "prefix": prefix,
     }
     if auth_key is not None:
-        mine["key_proof"] = _key_proof(auth_key, prefix, mine)
+        mine["key_proof"] = record_proof(auth_key, prefix, mine)
         _judge_keys[prefix] = auth_key
     try:
         number = store.add(prefix + "joined", 1)
@@ -457,82 +452,6 @@ def _follow(store, prefix, mine, timeout, deadline, where) -> None:
         time.sleep(_POLL)
 
 
-class AuthenticatedStore(dist.Store):
-    """A key-value store whose values carry a MAC: ``HMAC-SHA256(key, "store value" | name |
-    value)`` (32 bytes) before each value, checked on every read, so a value written or
-    moved by a process without the key (the store's port is reachable by anyone who can
-    reach the host) is refused, naming the key. Counters (``add``, and ``get`` of a name
-    this process added to) and key names carry no MAC (a counter cannot). torch's own start-up (the workers' names and addresses, its Gloo
-    group's rendezvous) runs over it when RPC starts with a key.
-
-    Args:
-        store (torch.distributed.Store): the store that holds the values.
-        key (bytes): the MAC key.
-    """
-
-    def __init__(self, store: dist.Store, key: bytes):
-        super().__init__()
-        self._store = store
-        self._key = key
-        self._counters = set()  # names this process used as counters: read without a MAC
-
-    def _tag(self, name: str, value: bytes) -> bytes:
-        return hmac.new(self._key, b"store value\0" + name.encode() + b"\0" + value, hashlib.sha256).digest()
-
-    @staticmethod
-    def _bytes(value) -> bytes:
-        return value.encode() if isinstance(value, str) else bytes(value)
-
-    def _open(self, name: str, raw: bytes) -> bytes:
-        tag, value = raw[:32], raw[32:]
-        if len(raw) < 32 or not hmac.compare_digest(tag, self._tag(name, value)):
-            raise RuntimeError(
-                f"plugin.rpc: the rendezvous store's value of {name!r} fails its MAC: it was written by a "
-                f"process without this job's authentication key"
-            )
-        return value
-
-    def set(self, key, value):
-        value = self._bytes(value)
-        self._store.set(key, self._tag(key, value) + value)
-
-    def get(self, key):
-        raw = self._store.get(key)
-        # torch's shutdown reads the counters it adds to (syncCallCount)
-        return raw if key in self._counters else self._open(key, raw)
-
-    def add(self, key, value):
-        self._counters.add(key)
-        return self._store.add(key, value)
-
-    def compare_set(self, key, expected_value, desired_value):
-        expected = self._bytes(expected_value)
-        desired = self._bytes(desired_value)
-        if expected:
-            current = self._store.get(key) if self._store.check([key]) else b""
-            if current and self._open(key, current) == expected:
-                expected = current
-        result = self._store.compare_set(key, expected, self._tag(key, desired) + desired)
-        return self._open(key, result) if result else result
-
-    def check(self, keys):
-        return self._store.check(keys)
-
-    def wait(self, keys, timeout=None):
-        if timeout is None:
-            return self._store.wait(keys)
-        return self._store.wait(keys, timeout)
-
-    def delete_key(self, key):
-        return self._store.delete_key(key)
-
-    def num_keys(self):
-        return self._store.num_keys()
-
-    def set_timeout(self, timeout):
-        return self._store.set_timeout(timeout)
-
-
 def _handler(url: str, **kwargs):
     token = urlparse(url).netloc
     with _lock:
@@ -543,10 +462,10 @@ def _handler(url: str, **kwargs):
 
 def init_method_for(store: dist.Store, rank: int, world_size: int, auth_key: Optional[bytes] = None) -> str:
     """An ``init_method`` URL that hands ``store`` to torch's ``rpc.init_rpc`` (once);
-    behind an :class:`AuthenticatedStore` under a key derived from ``auth_key`` if given."""
+    behind a ``plugin._auth.AuthenticatedStore`` under a key derived from ``auth_key`` if given."""
     global _registered
     if auth_key is not None:
-        store = AuthenticatedStore(store, hmac.new(auth_key, b"gilfree-rpc store v1", hashlib.sha256).digest())
+        store = authenticated_store(store, auth_key)
     with _lock:
         if not _registered:
             dist.register_rendezvous_handler(_SCHEME, _handler)

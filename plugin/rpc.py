@@ -10,84 +10,13 @@ from typing import Dict, List, Mapping, Optional, Sequence, Union
 import torch
 import torch.distributed.rpc as _rpc
 
-from . import ops
+from . import _auth
+from ._auth import AUTH_TRANSPORT, read_auth_key_file  # noqa: F401 (AUTH_TRANSPORT: the name, as before)
 from ._device_maps import resolve_device_maps
 from ._errors import remote_error_summary
 from ._rendezvous import RendezvousError, check_group, init_method_for, resolve_host
 
 __all__ = ["RendezvousError", "init_rpc", "read_auth_key_file", "resolve_device_maps", "shutdown"]
-
-# The TensorPipe transport that authenticates every connection (plugin/csrc/rpc/auth_transport.h).
-AUTH_TRANSPORT = "gilfree_auth"
-# Fewest bytes of key accepted (128 bits as hex or raw).
-_MIN_KEY_BYTES = 16
-
-
-def read_auth_key_file(path: str) -> bytes:
-    """Reads an authentication key from the file at ``path``: its bytes, less trailing
-    whitespace (a key written with ``openssl rand -hex 32 > key`` ends with a newline).
-
-    Pass the result as ``init_rpc(auth_key=...)``, or name the file in the environment
-    variable ``GILFREE_RPC_AUTH_KEY_FILE``, which :func:`init_rpc` reads the same way.
-
-    Args:
-        path (str): the key file; readable by the job's user only, ideally (``chmod 600``).
-
-    Returns:
-        bytes: the key, at least 16 bytes.
-
-    Raises:
-        OSError: the file cannot be read.
-        ValueError: the key is shorter than 16 bytes (the message names the file).
-    """
-    with open(path, "rb") as f:
-        key = f.read().rstrip()
-    return _long_enough(key, f"the authentication key in {path!r}", f" (for example: openssl rand -hex 32 > {path})")
-
-
-def _long_enough(key: bytes, what: str, hint: str = "") -> bytes:
-    """``key``, or ValueError naming ``what`` when it is shorter than the fewest bytes accepted."""
-    if len(key) < _MIN_KEY_BYTES:
-        raise ValueError(f"init_rpc(): {what} has {len(key)} bytes; at least {_MIN_KEY_BYTES} are needed{hint}")
-    return key
-
-
-def _auth_key(auth_key) -> Optional[bytes]:
-    """The key from the argument, else ``GILFREE_RPC_AUTH_KEY``, else the file named by
-    ``GILFREE_RPC_AUTH_KEY_FILE``; None when none is given."""
-    if auth_key is not None:
-        if isinstance(auth_key, str):
-            auth_key = auth_key.encode()
-        if not isinstance(auth_key, (bytes, bytearray)):
-            raise TypeError(f"init_rpc(): auth_key must be str or bytes, got {type(auth_key).__name__}")
-        return _long_enough(bytes(auth_key), "auth_key", " (for example: openssl rand -hex 32)")
-    if os.environ.get("GILFREE_RPC_AUTH_KEY"):
-        return _long_enough(os.environ["GILFREE_RPC_AUTH_KEY"].encode(), "GILFREE_RPC_AUTH_KEY")
-    if os.environ.get("GILFREE_RPC_AUTH_KEY_FILE"):
-        return read_auth_key_file(os.environ["GILFREE_RPC_AUTH_KEY_FILE"])
-    return None
-
-
-def _libcrypto_path() -> str:
-    """Path of the OpenSSL libcrypto that Python's hashlib has loaded into this process (so
-    the plugin's transport uses the same one), else the one the loader finds."""
-    import _hashlib  # noqa: F401 (loads libcrypto)
-
-    try:
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                path = line.split()[-1] if len(line.split()) >= 6 else ""
-                if "/libcrypto.so" in path:
-                    return path
-    except OSError:
-        pass
-    import ctypes.util
-
-    found = ctypes.util.find_library("crypto")
-    if found is None:
-        raise RuntimeError("init_rpc(): authentication needs OpenSSL's libcrypto, which this machine lacks")
-    return found
-
 
 def _ipv4_of_interface(ifname: str) -> Optional[str]:
     import fcntl
@@ -317,28 +246,19 @@ def init_rpc(
     if cuda_count and local_rank is not None:
         torch.cuda.set_device(int(local_rank) % cuda_count)
 
-    key = _auth_key(auth_key)
-    if key is not None and transports is not None and list(transports) != [AUTH_TRANSPORT]:
-        raise ValueError(
-            f"init_rpc(): with an authentication key the only transport is {AUTH_TRANSPORT!r}, got transports={list(transports)}"
-        )
+    key = _auth.job_key(auth_key)
+    if key is not None:
+        _auth.check_transports(transports)
 
     _choose_interfaces(master_addr)
     if key is not None:
         _configure_auth_transport(key, master_addr)  # registers the transport, for the options below
-    elif _auth_configured:
-        # A keyless start after a keyed one in this process: the registered transport
-        # must not be offered (without a key it reports itself not viable; torch skips it).
-        ops._configure_auth_transport("", "", "")
+    else:
+        _auth.keyless_start()
 
     extra = {}
     if key is not None:
-        # Only the authenticating transport, and channels that send through the pipe's own
-        # connections (no listener of their own): basic, and cuda_basic for CUDA maps
-        # (it copies to the CPU and sends through the basic channel).
-        extra["_transports"] = [AUTH_TRANSPORT]
-        extra["_channels"] = ["basic"] + (["cuda_basic"] if any(
-            d.type == "cuda" for mapping in maps.values() for d in mapping) else [])
+        extra.update(_auth.backend_options(maps))
     elif transports is not None:
         # TensorPipe's transport list is an underscore-prefixed option of
         # TensorPipeRpcBackendOptions (torch documents no other way to choose it).
@@ -372,11 +292,9 @@ def init_rpc(
 
 
 def _configure_auth_transport(key: bytes, master_addr: str) -> None:
-    """Gives the plugin's transport its key (a key of its own, derived from the job's) and
-    its listening address: that of ``TP_SOCKET_IFNAME``'s interface, as torch's uv
-    transport would use, of ``master_addr``'s family (IPv4 or IPv6) where it has one."""
-    import hashlib
-    import hmac
+    """Gives the plugin's transport (plugin._auth) its key and its listening address: that
+    of ``TP_SOCKET_IFNAME``'s interface, as torch's uv transport would use, of
+    ``master_addr``'s family (IPv4 or IPv6) where it has one."""
     import socket
 
     interface = os.environ.get("TP_SOCKET_IFNAME")
@@ -393,14 +311,7 @@ def _configure_auth_transport(key: bytes, master_addr: str) -> None:
             f"init_rpc(): cannot tell which address to listen on toward master_addr={master_addr!r} "
             f"(TP_SOCKET_IFNAME={interface!r}); set TP_SOCKET_IFNAME to the interface other workers reach"
         )
-    transport_key = hmac.new(key, b"gilfree-rpc transport v1", hashlib.sha256).hexdigest()
-    ops._configure_auth_transport(transport_key, _libcrypto_path(), host)
-    global _auth_configured
-    _auth_configured = True
-
-
-# Whether this process has configured the authenticating transport (and so registered it).
-_auth_configured = False
+    _auth.configure_transport(key, host)
 
 
 def _fresh_torch_keys_after_a_restart() -> None:

@@ -13,7 +13,7 @@
 # then builds the docs with warnings treated as errors. Extra arguments go to both pytest runs.
 # (Run once, on 2.15.0 only: the docs' examples that need no TorchScript, the digits job's
 # training runs (the movielens job's, on 2.13.0, run the same job code), the distributed
-# optimizer's fault tests and tests/security. Run once, on 2.13.0
+# optimizer's fault tests and tests/auth. Run once, on 2.13.0
 # only: the docs' examples that do; RPC start-up, the Python local optimizer, LR schedulers,
 # distributed clipping and the sparse optimizers (their native paths are the 2.15 pass's
 # distributed-optimizer tests; cut for CI's time); the RPC lifecycle tests, shutdown after dead workers, and the
@@ -64,7 +64,7 @@ phase "tests on torch 2.13.0"
 # (metrics, two hosts, resume, auth key, torchrun restart: the second pass runs them; the
 # movielens job's tests here run the same job code on 2.13.0), the distributed optimizer's and
 # the native calls' (lookups, remote modules' forwards) fault tests (a killed or frozen owner)
-# and tests/security (the transport's tests with and without a key, its fuzzing, the outsider
+# and tests/auth (the transport's tests with and without a key, its fuzzing, the outsider
 # tests and the fuzzing of the native RPC functions: once, on torch 2.15.0, whose TensorPipe the
 # transport's ABI self-test checks; run by hand on 2.13.0 and 2.14.1, scripts/with_torch.sh; cut
 # from this pass for CI's time). The remote modules' tests run next, on this torch with
@@ -72,7 +72,7 @@ phase "tests on torch 2.13.0"
 NN_TESTS="tests/rpc/test_remote_modules.py tests/rpc/test_remote_module_lazy.py tests/rpc/test_remote_module_trainers.py tests/rpc/test_remote_module_fuzz.py"
 "$PYTHON" -m pytest -q $PARALLEL -k "not test_example_prints_its_expect_block or torchscript" \
   $(for f in $NN_TESTS; do echo --deselect "$f"; done) \
-  --deselect tests/optim/test_optimizer_faults.py --deselect tests/security \
+  --deselect tests/optim/test_optimizer_faults.py --deselect tests/auth \
   --deselect tests/rpc/test_native_call_faults.py \
   --deselect tests/rpc/test_main_job.py::test_the_job_trains_and_writes_its_metrics \
   --deselect tests/rpc/test_main_job.py::test_the_job_trains_across_two_hosts_under_torchrun \
@@ -96,8 +96,8 @@ phase "native tests under ASan and UBSan (torch 2.13.0)"
 # this log before the abort.
 SANITIZER_TESTS="tests/optim/test_fused_kernels.py tests/optim/test_fused_parity.py tests/optim/test_packed_state.py
   tests/optim/test_property_parity.py tests/optim/test_native_local_optimizer.py tests/optim/test_sparse_optim.py
-  tests/security/test_native_rpc_fuzz.py tests/rpc/test_lookup_fuzz.py tests/rpc/test_remote_module_fuzz.py
-  tests/security/test_key_holder_frames.py"
+  tests/auth/test_native_rpc_fuzz.py tests/rpc/test_lookup_fuzz.py tests/rpc/test_remote_module_fuzz.py
+  tests/auth/test_key_holder_frames.py"
 # shellcheck disable=SC2086
 bash scripts/with_sanitizers.sh "$PYTHON" -m pytest -q $PARALLEL --capture=sys $SANITIZER_TESTS "$@"
 
@@ -131,7 +131,7 @@ plugin.rpc.shutdown()
 print(f"[run_tests] torch {torch.__version__}: import, steps and a backward pass, no warning")'
 phase "tests on torch 2.15.0, torch.jit raising"
 GILFREE_KERNEL_ISAS=DEFAULT bash scripts/with_torch.sh 2.15.0 python -m pytest -q $PARALLEL --torchscript-removed \
-  tests/engine tests/security tests/rpc/test_main_job.py \
+  tests/engine tests/auth tests/rpc/test_main_job.py \
   tests/rpc/test_embedding_lookups.py tests/rpc/test_mixed_stacks.py tests/rpc/test_cuda.py tests/build/test_build.py \
   tests/optim/test_native_local_optimizer.py tests/optim/test_distributed_optimizer.py \
   tests/optim/test_checked_step.py tests/optim/test_backward_and_step.py tests/optim/test_optimizer_faults.py \

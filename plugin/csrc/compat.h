@@ -68,8 +68,8 @@
 //   registerTensorPipeTransport  torch's TensorPipeTransportRegistry (tensorpipe_agent.h,
 //                             built with USE_TENSORPIPE) and its TransportRegistration;
 //                             TensorPipe's own transport interfaces are declared in
-//                             rpc/tensorpipe_abi.h (rpc/auth_transport.cpp only), a mirror
-//                             that rpc/auth_transport_selftest.cpp checks before use with
+//                             auth/tensorpipe_abi.h (auth/auth_transport.cpp only), a mirror
+//                             that auth/auth_transport_selftest.cpp checks before use with
 //                             TensorPipe's public API (tensorpipe/tensorpipe.h: Context,
 //                             Listener, Pipe, basic channel; shipped with torch, exported
 //                             from libtorch_cpu on 2.13.0, 2.14.1 and 2.15.0)
@@ -656,7 +656,7 @@ inline at::Tensor ownedTensor(const c10::intrusive_ptr<c10::RRefInterface>& rref
 // error type for it (getRPCErrorType says UNKNOWN_ERROR); TensorPipe ends such futures
 // with its own error text, which always carries "(this error originated at
 // tensorpipe/...)" (tensorpipe/common/error.h). Checked on torch 2.13. The errors of this
-// library's own transport (rpc/auth_transport_framing.cpp, transportError) name "tensorpipe
+// library's own transport (auth/auth_transport_framing.cpp, transportError) name "tensorpipe
 // transport gilfree_auth" as their origin, so they read the same.
 inline bool isPeerUnreachable(const c10::ivalue::Future& done) {
   return done.hasError() && !isRpcTimeout(done) &&
@@ -736,7 +736,7 @@ inline c10::Stream currentStream(c10::Device device) {
 
 }  // namespace gilfree_rpc
 
-// --- TensorPipe transports (auth_transport.cpp only) ----------------------------------
+// --- TensorPipe transports (auth/auth_transport.cpp only) -------------------------------
 #ifdef GILFREE_TENSORPIPE_TRANSPORT
 // tensorpipe_agent.h declares its classes only when torch was built with TensorPipe
 // (USE_TENSORPIPE, on in the Linux wheels); the macro selects that part of the header,

@@ -19,7 +19,7 @@
 #include "nn/remote_module.h"
 #include "optim/local_optimizer.h"
 #include "rpc/rpc_functions.h"
-#include "optim/step_lock.h"
+#include "param_locks.h"
 
 #include <torch/library.h>
 
@@ -174,16 +174,16 @@ TORCH_LIBRARY(gilfree_rpc, m) {
   // Sets this thread's current distributed autograd context (-1: none); returns the
   // previous one. The optimizer sends its RPCs outside any context.
   def(m, "_swap_current_context(int context_id) -> int");
-  // Authentication and encryption (auth_transport.h): the key of the transport
+  // Authentication and encryption (auth/auth_transport.h): the key of the transport
   // "gilfree_auth" (an ASCII string; empty: none), the libcrypto to load (HMAC-SHA256,
   // AES-256-GCM), and the numeric IPv4 or IPv6 address the next agent's transport listens
   // on. Registers the transport the first time; with the first key, checks the transport's
-  // mirror of TensorPipe's ABI first (auth_transport_selftest.h) and raises when it fails.
+  // mirror of TensorPipe's ABI first (auth/auth_transport_selftest.h) and raises when it fails.
   def(m, "_configure_auth_transport(str key, str crypto_library, str listen_host) -> ()");
 
   // The native local optimizers (local_optimizer.h): each op reaches one by its handle, on
   // this worker (a handle whose optimizer is gone raises, naming it). Every call that reads or
-  // writes parameters, state or hyperparameters holds the parameters' locks (step_lock.h).
+  // writes parameters, state or hyperparameters holds the parameters' locks (param_locks.h).
   // Errors are typed (ValueError, RuntimeError); by RPC, with the trailer (rpc/worker_error.h).
   //
   // The steps return a StepStatus (optim/step_status.h): applied; changed (the gradients

@@ -6,7 +6,7 @@
 // happens for CPU tensors, so the CPU paths pay one empty check.
 //
 // Used for the remote modules' snapshots and buffers (nn/remote_module.h, nn/interpreter.cpp)
-// and for the parameters' writes of every optimizer step (optim/step_lock.h: whoever holds a
+// and for the parameters' writes of every optimizer step (param_locks.h: whoever holds a
 // parameter's lock waits for the previous holder's work on it, and records its own).
 //
 // A StreamOrder is not synchronized itself: its owner guards it (a parameter's lock, the

@@ -340,7 +340,7 @@ def _(env):
 def _(env):
     # a key (libcrypto loaded, the transport's self-test), and none
     key = hashlib.sha256(b"opcheck").hexdigest()
-    return [Sample(lambda: (key, plugin.rpc._libcrypto_path(), "127.0.0.1"), on=OWN_PROCESS),
+    return [Sample(lambda: (key, plugin._auth.libcrypto_path(), "127.0.0.1"), on=OWN_PROCESS),
             Sample(lambda: ("", "", ""), on=OWN_PROCESS)]
 
 

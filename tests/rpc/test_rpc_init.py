@@ -146,35 +146,3 @@ def test_missing_settings_and_bad_maps_fail_before_rpc_starts():
         "ValueError init_rpc(): init_timeout must be > 0 seconds, got 0",
         "agent started: False",
     ]
-
-
-def test_where_the_authentication_key_comes_from(tmp_path, monkeypatch):
-    """docs/security.md: the argument wins over GILFREE_RPC_AUTH_KEY, the variable over the file
-    GILFREE_RPC_AUTH_KEY_FILE names (read as read_auth_key_file reads it: trailing whitespace
-    dropped); a short key or a wrong type raises before anything starts, naming where it came from."""
-    from plugin import rpc as plugin_rpc
-
-    key_file = tmp_path / "key"
-    key_file.write_text("f" * 64 + "\n")
-    monkeypatch.delenv("GILFREE_RPC_AUTH_KEY", raising=False)
-    monkeypatch.delenv("GILFREE_RPC_AUTH_KEY_FILE", raising=False)
-    assert plugin_rpc._auth_key(None) is None
-    monkeypatch.setenv("GILFREE_RPC_AUTH_KEY_FILE", str(key_file))
-    assert plugin_rpc._auth_key(None) == b"f" * 64 == plugin_rpc.read_auth_key_file(str(key_file))
-    monkeypatch.setenv("GILFREE_RPC_AUTH_KEY", "e" * 40)
-    assert plugin_rpc._auth_key(None) == b"e" * 40
-    assert plugin_rpc._auth_key("d" * 32) == b"d" * 32
-    with pytest.raises(TypeError, match=r"^init_rpc\(\): auth_key must be str or bytes, got int$"):
-        plugin_rpc._auth_key(12345)
-    with pytest.raises(ValueError, match=r"^init_rpc\(\): auth_key has 5 bytes; at least 16 are needed"):
-        plugin_rpc._auth_key("short")
-    monkeypatch.setenv("GILFREE_RPC_AUTH_KEY", "short")
-    with pytest.raises(ValueError, match=r"^init_rpc\(\): GILFREE_RPC_AUTH_KEY has 5 bytes"):
-        plugin_rpc._auth_key(None)
-    monkeypatch.delenv("GILFREE_RPC_AUTH_KEY")
-    key_file.write_text("short\n")
-    with pytest.raises(ValueError, match=r"the authentication key in '.*key' has 5 bytes; at least 16 are needed"):
-        plugin_rpc._auth_key(None)
-    monkeypatch.setenv("GILFREE_RPC_AUTH_KEY_FILE", str(tmp_path / "missing"))
-    with pytest.raises(FileNotFoundError):
-        plugin_rpc._auth_key(None)

@@ -20,7 +20,7 @@ def free_port() -> int:
 
 # Set (to a key of 16 bytes or more), the tests' clusters talk over the plugin's
 # authenticating transport, as plugin.rpc.init_rpc(auth_key=...) makes them
-# (tests/security runs fault scenarios so; child processes inherit the variable).
+# (tests/auth runs fault scenarios so; child processes inherit the variable).
 AUTH_KEY_ENV = "GILFREE_TEST_AUTH_KEY"
 
 
@@ -37,11 +37,12 @@ def backend_options(num_worker_threads: int, rpc_timeout: float):
     extra = {}
     key = os.environ.get(AUTH_KEY_ENV)
     if key:
+        import plugin._auth
         import plugin.rpc
 
         os.environ.setdefault("TP_SOCKET_IFNAME", "lo")
         plugin.rpc._configure_auth_transport(key.encode(), "localhost")
-        extra = {"_transports": [plugin.rpc.AUTH_TRANSPORT], "_channels": ["basic"]}
+        extra = {"_transports": [plugin._auth.AUTH_TRANSPORT], "_channels": ["basic"]}
     return rpc.TensorPipeRpcBackendOptions(
         num_worker_threads=num_worker_threads, rpc_timeout=rpc_timeout, init_method="env://", **extra
     )

@@ -1,5 +1,5 @@
 """The audit of the native RPC functions that take tensors or indices from another worker
-(tests/security/test_native_rpc_fuzz.py): what the callee holds (parameters with gradients in
+(tests/auth/test_native_rpc_fuzz.py): what the callee holds (parameters with gradients in
 a context, native local optimizers over them), and the malformed requests, built on the caller.
 
 ``Target`` is made on worker0 against an owner (worker1): a dense parameter ``dense`` (4 x 5,

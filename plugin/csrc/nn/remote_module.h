@@ -14,7 +14,7 @@
 // Parameters: the program reads a snapshot of the module's parameters, not the parameters
 // themselves. A snapshot is one copy of every parameter (made in grad mode, so that its
 // gradient flows to the parameter: a clone), taken under the parameters' locks
-// (optim/step_lock.h, the locks every optimizer step of this library holds while it writes
+// (param_locks.h, the locks every optimizer step of this library holds while it writes
 // them), so it never holds half a step; it is shared by every forward until a parameter's
 // version counter moves (a step, or any in-place write, bumps it), and then the next forward
 // takes a new one. A forward's graph keeps the snapshot it read, so its backward computes the
@@ -29,13 +29,13 @@
 //
 // Streams (a module on a GPU): a snapshot is copied on the current stream of the forward that
 // takes it, under the parameters' locks (which order it after the last step's writes and the
-// next step after it: optim/step_lock.h), and every forward that reads it first makes its own
+// next step after it: param_locks.h), and every forward that reads it first makes its own
 // stream wait for the copy; each instruction that takes a buffer waits for the work of the
 // previous one (another forward's, on another stream) and records its own (stream_order.h).
 #pragma once
 
 #include "nn/program.h"
-#include "optim/step_lock.h"
+#include "param_locks.h"
 #include "stream_order.h"
 
 #include <ATen/core/Dict.h>

@@ -15,14 +15,14 @@
 // Each object has a handle (unique in the process, never reused) in a registry of weak
 // references; it lives as long as the Python LocalOptimizer (kept by its caller's RRef), and the
 // step ops reach it by handle, locally and by RPC (rpc/rpc_functions.h). Every call that reads or
-// writes the parameters, their state or the plans holds the parameters' locks (step_lock.h), but
+// writes the parameters, their state or the plans holds the parameters' locks (param_locks.h), but
 // prepare, which only reads and checks. Errors are typed c10 errors (ValueError for a gradient
 // that does not fit, RuntimeError for a sparse one it does not take); the steps' ops append the
 // error trailer (rpc/worker_error.h), from which a caller over RPC rebuilds the type
 // (plugin/_errors.py); nothing changes when a check fails.
 #pragma once
 
-#include "optim/step_lock.h"
+#include "param_locks.h"
 #include "optim/step_status.h"
 
 #include <ATen/core/Dict.h>

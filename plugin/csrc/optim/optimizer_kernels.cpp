@@ -3,7 +3,7 @@
 // (schemas in ops.cpp; a local optimizer's own: local_optimizer.cpp).
 #include "optim/part_end_hook.h"
 #include "optim/prepared_steps.h"
-#include "optim/step_lock.h"
+#include "param_locks.h"
 #include "optim/step_status.h"
 
 #include <torch/library.h>

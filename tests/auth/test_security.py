@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-from tests.security.jobs import KEY, MAGIC, Job, listening_sockets, run_outsider, skip_without_ipv6_loopback
+from tests.auth.jobs import KEY, MAGIC, Job, listening_sockets, run_outsider, skip_without_ipv6_loopback
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -8,8 +8,8 @@
 // protocol as a whole.)
 #pragma once
 
-#include "rpc/auth_transport_framing.h"
-#include "rpc/message_auth.h"
+#include "auth/auth_transport_framing.h"
+#include "auth/message_auth.h"
 
 #include <tensorpipe/common/error.h>
 

@@ -1,4 +1,4 @@
-#include "rpc/message_auth.h"
+#include "auth/message_auth.h"
 
 #include <dlfcn.h>
 #include <sys/random.h>

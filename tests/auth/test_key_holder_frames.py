@@ -9,7 +9,7 @@ frame holds exactly one whole libnop value before TensorPipe's decoder sees it
 (tensorpipe_abi.h, nopValueSize). Both places where TensorPipe reads an object from a new
 connection are attacked: the listener's hello (the connection's first frame) and, after a
 valid hello that asks for a pipe, the pipe's first object (its brochure). The job is the real
-two-worker training job of tests/support/security_job.py; the attacker is tests/security/
+two-worker training job of tests/support/security_job.py; the attacker is tests/auth/
 jobs.py's KeyedPeer, from an address of its own per attack, so that the worker's one log line
 per address tells which check refused it.
 """
@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from tests.security.jobs import Job, KEY, listening_sockets
-from tests.security.test_encryption import UNREQUESTED_HELLO
+from tests.auth.jobs import Job, KEY, listening_sockets
+from tests.auth.test_encryption import UNREQUESTED_HELLO
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -59,7 +59,7 @@ BROCHURE = _structure(
     _map([(_string("gilfree_auth"), _string("gilfree_auth:v2"))]),
     _map([(_string("basic"), _map([(_structure(_string("cpu"), b"\x00"), _string("any"))]))]),
 )
-# A RequestedConnection hello cut inside its uint64 (tests/security/test_encryption.py's
+# A RequestedConnection hello cut inside its uint64 (tests/auth/test_encryption.py's
 # UNREQUESTED_HELLO without 7 of its last 8 bytes).
 CUT_HELLO = b"\xb8\x01\xb9\x01\x83\x07"
 # The start of a Brochure: STRUCTURE, 2 members, a MAP whose count is missing.
@@ -87,7 +87,7 @@ def _assert_alive(job, what):
 @pytest.mark.parametrize("attack", list(ATTACKS))
 def test_a_key_holders_object_cut_short_closes_its_connection_not_the_worker(tmp_path, attack):
     pytest.importorskip("cryptography", reason="the keyed client needs AES-GCM from the 'cryptography' package")
-    from tests.security.jobs import KeyedPeer
+    from tests.auth.jobs import KeyedPeer
 
     job = Job(tmp_path, keys=(KEY, KEY), steps=30, pause=0.1)
     try:
@@ -126,7 +126,7 @@ def test_every_cut_of_a_hello_and_of_a_brochure_closes_its_connection_only(tmp_p
     brochure, after a valid hello: each closes its connection (TensorPipe's decoder never sees
     it), the worker lives, and the job ends as usual."""
     pytest.importorskip("cryptography", reason="the keyed client needs AES-GCM from the 'cryptography' package")
-    from tests.security.jobs import KeyedPeer
+    from tests.auth.jobs import KeyedPeer
 
     cuts = [[SPONTANEOUS_HELLO[:n]] for n in range(len(SPONTANEOUS_HELLO))]
     cuts += [[SPONTANEOUS_HELLO, BROCHURE[:n]] for n in range(len(BROCHURE))]
@@ -251,7 +251,7 @@ def test_a_key_holders_fuzzed_objects_never_end_the_worker(tmp_path):
     closes it.) Whole brochure-shaped objects are left out: TensorPipe acts on what they say,
     and one that offers no transport in common ends the worker (the known limit below)."""
     pytest.importorskip("cryptography", reason="the keyed client needs AES-GCM from the 'cryptography' package")
-    from tests.security.jobs import KeyedPeer
+    from tests.auth.jobs import KeyedPeer
 
     job = Job(tmp_path, keys=(KEY, KEY), steps=400, pause=0.1)  # outlives the fuzz on a busy machine
     sent = []
@@ -302,7 +302,7 @@ def test_a_key_holders_brochure_with_no_transport_in_common_ends_the_worker(tmp_
     """Found by the fuzz above: a key holder's brochure whose transport descriptor differs from
     the worker's (one byte changed) ends the worker with SIGABRT. Fails (xfail) while that is so."""
     pytest.importorskip("cryptography", reason="the keyed client needs AES-GCM from the 'cryptography' package")
-    from tests.security.jobs import KeyedPeer
+    from tests.auth.jobs import KeyedPeer
 
     other_transport = BROCHURE.replace(b"gilfree_auth:v2", b"gilfree_auth:v9")
     assert _brochure_shaped(other_transport)

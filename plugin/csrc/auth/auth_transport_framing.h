@@ -10,7 +10,7 @@
 // or TensorPipe's objects. (See auth_transport.h for the protocol as a whole.)
 #pragma once
 
-#include "rpc/message_auth.h"
+#include "auth/message_auth.h"
 
 #include <tensorpipe/common/error.h>
 

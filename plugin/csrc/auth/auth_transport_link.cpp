@@ -1,4 +1,4 @@
-#include "rpc/auth_transport_link.h"
+#include "auth/auth_transport_link.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>

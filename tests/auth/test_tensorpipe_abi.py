@@ -1,6 +1,6 @@
-"""Issue 44, item 8: the transport's mirror of TensorPipe's ABI (plugin/csrc/rpc/tensorpipe_abi.h)
+"""Issue 44, item 8: the transport's mirror of TensorPipe's ABI (plugin/csrc/auth/tensorpipe_abi.h)
 is checked before use. The first start with a key runs a self-test over loopback in a child
-process (plugin/csrc/rpc/auth_transport_selftest.h): TensorPipe's own code sends a message
+process (plugin/csrc/auth/auth_transport_selftest.h): TensorPipe's own code sends a message
 with a payload and a tensor, and a reply, through the transport, and what arrives is compared
 with what was sent. On this torch it passes and RPC with a key runs; with a deliberately
 broken expectation of the ABI (the test-only variable GILFREE_RPC_TEST_ABI_FAULT, read in the
@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 
-from tests.security.jobs import KEY, environment, free_port
+from tests.auth.jobs import KEY, environment, free_port
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -8,14 +8,14 @@
 //
 // compat.h's TensorPipe part (registerTensorPipeTransport) is for this file only.
 #define GILFREE_TENSORPIPE_TRANSPORT 1
-#include "rpc/auth_transport.h"
+#include "auth/auth_transport.h"
 
 #include "compat.h"
-#include "rpc/auth_transport_framing.h"
-#include "rpc/auth_transport_link.h"
-#include "rpc/auth_transport_selftest.h"
-#include "rpc/message_auth.h"
-#include "rpc/tensorpipe_abi.h"
+#include "auth/auth_transport_framing.h"
+#include "auth/auth_transport_link.h"
+#include "auth/auth_transport_selftest.h"
+#include "auth/message_auth.h"
+#include "auth/tensorpipe_abi.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -507,7 +507,7 @@ void configureAuthTransport(const std::string& key, const std::string& cryptoLib
         failed.empty(),
         "gilfree_auth refuses to start: TensorPipe in this torch (",
         TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, ".", TORCH_VERSION_PATCH,
-        ") does not work as the transport's mirror of its ABI expects (plugin/csrc/rpc/tensorpipe_abi.h, "
+        ") does not work as the transport's mirror of its ABI expects (plugin/csrc/auth/tensorpipe_abi.h, "
         "which names the TensorPipe commit and the torch releases it was checked on). The self-test over loopback "
         "found: ", failed, ". Authenticated RPC cannot run with this torch.");
   }

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from tests.engine import test_faults
-from tests.security.jobs import KEY
+from tests.auth.jobs import KEY
 from tests.support.cluster import AUTH_KEY_ENV
 
 

@@ -1,7 +1,7 @@
-#include "rpc/auth_transport_selftest.h"
+#include "auth/auth_transport_selftest.h"
 
-#include "rpc/auth_transport.h"
-#include "rpc/message_auth.h"
+#include "auth/auth_transport.h"
+#include "auth/message_auth.h"
 
 #include <tensorpipe/channel/basic/factory.h>
 #include <tensorpipe/common/cpu_buffer.h>

@@ -1,4 +1,4 @@
-#include "optim/step_lock.h"
+#include "param_locks.h"
 
 #include <algorithm>
 #include <unordered_map>

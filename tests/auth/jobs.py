@@ -17,7 +17,7 @@ OUTSIDER = os.path.join(ROOT, "tests", "support", "security_outsider.py")
 KEY = "0123456789abcdef0123456789abcdef"
 
 
-# The first bytes of the authenticating transport's handshake (plugin/csrc/rpc/auth_transport_link.cpp).
+# The first bytes of the authenticating transport's handshake (plugin/csrc/auth/auth_transport_link.cpp).
 MAGIC = b"GFRPCAU2"
 
 
@@ -189,7 +189,7 @@ def _recv_exactly(sock, n):
 
 class KeyedPeer:
     """A connection to a worker's transport port made by the protocol with the key (the
-    handshake of plugin/csrc/rpc/auth_transport.h, written again here from its description),
+    handshake of plugin/csrc/auth/auth_transport.h, written again here from its description),
     from the loopback address ``source``; then sends whatever frames a test makes with
     :meth:`frame`. Needs the ``cryptography`` package (AES-GCM)."""
 

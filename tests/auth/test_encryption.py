@@ -2,12 +2,12 @@
 frames altered, reordered, replayed or cut on the path close their connection, never the
 worker.
 
-The observer is a raw packet capture on the loopback interface (tests/security/capture.py)
+The observer is a raw packet capture on the loopback interface (tests/auth/capture.py)
 while the two workers of tests/support/security_job.py exchange a tensor that repeats a
 random marker; the same capture of torch's own RPC with TensorPipe's basic channel (the
 tensor's bytes through the TCP connection, as with a key) finds the marker, which shows
 that the capture sees the job's traffic. The on-path attacker is a client that holds the
-key (it plays the handshake by the protocol, tests/security/jobs.py's KeyedPeer) and then
+key (it plays the handshake by the protocol, tests/auth/jobs.py's KeyedPeer) and then
 sends frames of its choosing, each connection from an address of its own, so that the
 worker's one log line per address tells which check refused it.
 """
@@ -17,8 +17,8 @@ import struct
 
 import pytest
 
-from tests.security.capture import LoopbackCapture
-from tests.security.jobs import KEY, Job, listening_sockets, skip_without_ipv6_loopback
+from tests.auth.capture import LoopbackCapture
+from tests.auth.jobs import KEY, Job, listening_sockets, skip_without_ipv6_loopback
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -119,7 +119,7 @@ def test_frames_altered_reordered_replayed_or_cut_close_their_connection_only(tm
     log line; TensorPipe drops the connection it asks for nothing), which shows that the
     attacks fail for what they alter."""
     pytest.importorskip("cryptography", reason="the keyed client needs AES-GCM from the 'cryptography' package")
-    from tests.security.jobs import KeyedPeer
+    from tests.auth.jobs import KeyedPeer
 
     job = Job(tmp_path, keys=(KEY, KEY), steps=40, pause=0.1)
     try:

@@ -1,4 +1,6 @@
-// Per-parameter locks for optimizer steps, held in C++ (no GIL while waiting).
+// Per-parameter locks, held in C++ (no GIL while waiting): every optimizer step of this
+// library holds its parameters' locks while it writes them (optim/), and a remote module takes
+// its parameters' snapshot under them (nn/remote_module.h), so it never reads half a step.
 //
 // Every parameter (a TensorImpl, i.e. the tensor object, not its storage) that some
 // local optimizer steps has one ParamLock in this process. A StepLock is the set of

@@ -1,4 +1,4 @@
-#include "rpc/auth_transport_framing.h"
+#include "auth/auth_transport_framing.h"
 
 #include <netinet/in.h>
 #include <poll.h>
@@ -18,7 +18,7 @@ namespace auth {
 namespace {
 
 // The origin of the transport's errors (see transportError).
-constexpr const char* kErrorOrigin = "tensorpipe transport gilfree_auth (plugin/csrc/rpc/auth_transport_framing.cpp)";
+constexpr const char* kErrorOrigin = "tensorpipe transport gilfree_auth (plugin/csrc/auth/auth_transport_framing.cpp)";
 
 class AuthTransportError final : public tensorpipe::BaseError {
  public:
