@@ -21,7 +21,7 @@ Which kernels an optimizer's fused implementation runs is decided in one place, 
 step (``csrc/steps/<name>.cpp``): torch's fused kernels for SGD, Adam, AdamW and Adagrad (their
 results equal ``torch.optim``'s ``fused=True`` step to the bit, on the CPU and on CUDA; like ours,
 they agree with its default single-tensor step to rounding, not to the bit: checked on torch
-2.13, ``tests/optim/test_fused_parity.py``; ours are faster on many small tensors:
+2.13, ``tests/functional_optim/test_fused_parity.py``; ours are faster on many small tensors:
 ``scripts/bench_optim.py --kernels``), this package's for the others.
 """
 import os

@@ -13,7 +13,7 @@ function on the caller, sharing an ``autograd_message_id``), so the plugin's bac
 gradient to the owner, where the tables get sparse gradients (``sparse=True``'s) in the
 context, for a ``DistributedOptimizer`` to step. torch's own engine
 (``torch.distributed.autograd.backward``) takes these lookups too: the tables' gradients land in
-the same context (tests/rpc/test_embedding_lookups.py checks both engines against
+the same context (tests/embedding/test_embedding_lookups.py checks both engines against
 ``nn.EmbeddingBag``).
 
 The owner's side of the graph is released with the caller's context, as for torch's RPCs, also

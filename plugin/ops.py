@@ -1,7 +1,7 @@
 """The op library's ops and classes, one typed Python function each: the library's Python face.
 
 Every op the library declares (``plugin/csrc/ops.cpp``, as ``torch.ops.gilfree_rpc.<name>``)
-and its custom classes (``torch.classes.gilfree_rpc.StepLock``, ``LocalOptimizer``, ``ForwardProgram``,
+and its custom classes (``torch.classes.gilfree_rpc.StepLock``, ``NativeLocalOptimizer``, ``ForwardProgram``,
 ``NativeModule``) are named here and nowhere else in the package: the other modules call these
 functions. Each function calls its op directly and does nothing more, so it behaves exactly as
 the op does (same errors, no extra checks: the ops raise typed errors, which torch gives their
@@ -237,14 +237,14 @@ def _scale_gradients(context_id: int, params: List[Any], coefficient: Tensor) ->
     torch.ops.gilfree_rpc._scale_gradients(context_id, params, coefficient)
 
 
-# --- the native local optimizers (plugin/csrc/optim/local_optimizer.h; plugin.optim.LocalOptimizer)
+# --- the native local optimizers (plugin/csrc/optim/local_optimizer.h; plugin.optim.NativeLocalOptimizer)
 # Each op reaches one by its handle; errors are typed (ValueError, RuntimeError), and those of the
 # steps' ops carry the error trailer (plugin/csrc/rpc/worker_error.h); the steps return a status
 # of the table _step_statuses gives. Schemas and contracts: ops.cpp.
 
 
 def new_local_optimizer(name: str, groups: List[List[Tensor]], dense_error: Optional[str]) -> torch.ScriptObject:
-    """A new ``torch.classes.gilfree_rpc.LocalOptimizer``: the steps of a native local optimizer.
+    """A new ``torch.classes.gilfree_rpc.NativeLocalOptimizer``: the steps of a native local optimizer.
 
     Args:
         name (str): the optimizer's name in the op library (``"adam"``...).
@@ -264,7 +264,7 @@ def new_local_optimizer(name: str, groups: List[List[Tensor]], dense_error: Opti
     Raises:
         ValueError: an empty parameter list.
     """
-    return torch.classes.gilfree_rpc.LocalOptimizer(name, groups, dense_error)
+    return torch.classes.gilfree_rpc.NativeLocalOptimizer(name, groups, dense_error)
 
 
 def _optimizer_step(handle: int, context_id: int, version: int, deadline_ms: int) -> int:
@@ -405,17 +405,17 @@ def _begin_call(what: str, context_id: int, callee: int, requires_grad: List[boo
     return torch.ops.gilfree_rpc._begin_call(what, context_id, callee, requires_grad)
 
 
-def _record_call(what: str, context_id: int, request_id: int, sent: List[Tensor], answer_id: int, from_worker: int,
+def _record_call(what: str, context_id: int, autograd_message_id: int, sent: List[Tensor], answer_id: int, from_worker: int,
                  answer: List[Tensor], answer_requires_grad: List[bool]) -> List[Tensor]:
     """The op ``gilfree_rpc::_record_call``, on the caller when a native RPC call's answer arrived
-    from worker ``from_worker``: records the send function of request ``request_id`` over ``sent``
+    from worker ``from_worker``: records the send function of request ``autograd_message_id`` over ``sent``
     (the request's tensors that require grad, in order; none when -1) and the recv function of
     the answer ``answer_id`` over the tensors of ``answer`` marked in ``answer_requires_grad``,
     which then require grad (nothing when ``answer_id`` is -1); returns ``answer``, now part of
     the context's graph. Raises ``RuntimeError`` (naming ``what``), recording nothing, when the
     context was released here before the answer arrived (the callee is told to release its
     side) or the answer does not fit its marks."""
-    return torch.ops.gilfree_rpc._record_call(what, context_id, request_id, sent, answer_id, from_worker, answer,
+    return torch.ops.gilfree_rpc._record_call(what, context_id, autograd_message_id, sent, answer_id, from_worker, answer,
                                               answer_requires_grad)
 
 
@@ -427,16 +427,40 @@ def new_forward_program(module: str, num_slots: int, device: torch.device) -> to
     module of class ``module``, with ``num_slots`` value slots, run on ``device``; built with its
     methods ``bind_parameter``, ``bind_tensor``, ``add_symbol``, ``add_input``, ``add_call``,
     ``add_list_item``, ``add_int_op`` and ``set_outputs`` (``plugin/nn/_lower.py``), and given to a
-    registered module with ``install(handle, training)``."""
+    registered module with ``install(handle, training)``.
+
+    Args:
+        module (str): the module's class name, for messages.
+        num_slots (int): the number of value slots its instructions use, 0 <= num_slots < 2**24.
+        device (torch.device): where its operators run (the module's device: CPU or a CUDA device).
+
+    Returns:
+        torch.ScriptObject: the program, without instructions.
+
+    Raises:
+        RuntimeError: ``num_slots`` out of range.
+    """
     return torch.classes.gilfree_rpc.ForwardProgram(module, num_slots, device)
 
 
 def new_native_module(name: str, params: List[Tensor]) -> torch.ScriptObject:
     """A new ``torch.classes.gilfree_rpc.NativeModule`` (``plugin/csrc/nn/remote_module.h``): a module
     of class ``name`` registered with its parameters, reached by ``handle()`` (by the forward
-    programs' ``install`` and by ``_nn_forward``) as long as the object lives; ``set_training(bool)``
+    programs' ``install`` and by ``_remote_forward``) as long as the object lives; ``set_training(bool)``
     switches the program its forwards run, ``info()`` gives its counters (``forwards``,
-    ``snapshots``, ``training``)."""
+    ``snapshots``, ``training``).
+
+    Args:
+        name (str): the module's class name, for messages.
+        params (List[Tensor]): the module's parameters in ``parameters()`` order (any shape,
+            dtype and device; the live tensors, which its forwards read through snapshots).
+
+    Returns:
+        torch.ScriptObject: the registered module.
+
+    Raises:
+        RuntimeError: an undefined tensor among ``params``.
+    """
     return torch.classes.gilfree_rpc.NativeModule(name, params)
 
 
@@ -452,10 +476,10 @@ def _nn_program_tables() -> Dict[str, Dict[str, int]]:
     return torch.ops.gilfree_rpc._nn_program_tables()
 
 
-def _nn_forward(handle: int, context_id: int, autograd_message_id: int, inputs: List[Tensor],
+def _remote_forward(handle: int, context_id: int, autograd_message_id: int, inputs: List[Tensor],
                 requires_grad: List[bool], device_map_set: bool) -> Tuple[List[Tensor], List[bool], int]:
-    """The op ``gilfree_rpc::_nn_forward`` (RPC handler): module ``handle``'s forward on ``inputs``;
+    """The op ``gilfree_rpc::_remote_forward`` (RPC handler): module ``handle``'s forward on ``inputs``;
     the outputs, which of them require grad, and their send function's autograd_message_id (-1:
     none recorded)."""
-    return torch.ops.gilfree_rpc._nn_forward(handle, context_id, autograd_message_id, inputs, requires_grad,
+    return torch.ops.gilfree_rpc._remote_forward(handle, context_id, autograd_message_id, inputs, requires_grad,
                                              device_map_set)

@@ -10,7 +10,7 @@ Python path: NAdam has no functional optimizer in torch). Each trainer runs one 
 then steps the same context over and over for a fixed time; reported: total steps/s on the
 server. Targets (issue 4): >= 1.0x torch's Adam, >= 2x torch's NAdam at T=8 with the spinner.
 
-Part 2, one process: a native local optimizer's step(context_id) (plugin.optim.LocalOptimizer)
+Part 2, one process: a native local optimizer's step(context_id) (plugin.optim.NativeLocalOptimizer)
 for 400 parameters of 4,096 elements (Adam), with and without a spinning thread, against torch's
 scripted local optimizer (torch.distributed.optim's _ScriptLocalOptimizer); each called from
 Python once per step, and, where torch still compiles TorchScript, from a TorchScript loop (50
@@ -389,7 +389,7 @@ def local_step_benchmark(args):
     import functional_optim
     import plugin
     import plugin.rpc
-    from plugin.optim import LocalOptimizer
+    from plugin.optim import NativeLocalOptimizer
 
     with socket() as s:
         s.bind(("localhost", 0))
@@ -398,7 +398,7 @@ def local_step_benchmark(args):
     plugin.rpc.init_rpc(rank=0, world_size=1, master_port=port, transports=TRANSPORTS)
     torch.manual_seed(0)
     params = [torch.rand(PARAM_SIZE, requires_grad=True) for _ in range(NUM_PARAMS)]
-    ours = LocalOptimizer(functional_optim.Adam, params, lr=1e-4)
+    ours = NativeLocalOptimizer(functional_optim.Adam, params, lr=1e-4)
     callers = {"plugin": {"python": lambda c: ours.step(c)}}
     if not torchscript_removed():
         from torch.distributed.optim.optimizer import _ScriptLocalOptimizer

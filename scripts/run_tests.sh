@@ -48,7 +48,7 @@ phase() { echo "[run_tests] ${SECONDS} s: $*"; }
 # The 2.15 build compiles the fused kernels' portable (DEFAULT) build only
 # (GILFREE_KERNEL_ISAS=DEFAULT, build_units.py): the AVX2 and AVX512 builds would be two thirds of the
 # kernels' compile time, on CI's critical path; the first pass checks them against the
-# system's torch (tests/optim/test_fused_isa.py), and the second pass's tests do not need them.
+# system's torch (tests/functional_optim/test_fused_isa.py), and the second pass's tests do not need them.
 mkdir -p build
 setsid --wait bash -c '{ echo 19 > /proc/self/autogroup; } 2>/dev/null || true
     GILFREE_KERNEL_ISAS=DEFAULT exec nice -n 19 bash scripts/with_torch.sh 2.15.0 true' > build/torch-2.15.0.prepare.log 2>&1 &
@@ -69,7 +69,7 @@ phase "tests on torch 2.13.0"
 # transport's ABI self-test checks; run by hand on 2.13.0 and 2.14.1, scripts/with_torch.sh; cut
 # from this pass for CI's time). The remote modules' tests run next, on this torch with
 # torch.jit raising.
-NN_TESTS="tests/rpc/test_remote_modules.py tests/rpc/test_remote_module_lazy.py tests/rpc/test_remote_module_trainers.py tests/rpc/test_remote_module_fuzz.py"
+NN_TESTS="tests/nn/test_remote_modules.py tests/nn/test_remote_module_lazy.py tests/nn/test_remote_module_trainers.py tests/nn/test_remote_module_fuzz.py"
 "$PYTHON" -m pytest -q $PARALLEL -k "not test_example_prints_its_expect_block or torchscript" \
   $(for f in $NN_TESTS; do echo --deselect "$f"; done) \
   --deselect tests/optim/test_optimizer_faults.py --deselect tests/auth \
@@ -94,9 +94,9 @@ phase "native tests under ASan and UBSan (torch 2.13.0)"
 # and fuzzed frames). A report aborts the process that made it, so its test fails.
 # --capture=sys: pytest captures Python's output only, so a report on file descriptor 2 reaches
 # this log before the abort.
-SANITIZER_TESTS="tests/optim/test_fused_kernels.py tests/optim/test_fused_parity.py tests/optim/test_packed_state.py
-  tests/optim/test_property_parity.py tests/optim/test_native_local_optimizer.py tests/optim/test_sparse_optim.py
-  tests/auth/test_native_rpc_fuzz.py tests/rpc/test_lookup_fuzz.py tests/rpc/test_remote_module_fuzz.py
+SANITIZER_TESTS="tests/functional_optim/test_fused_kernels.py tests/functional_optim/test_fused_parity.py tests/functional_optim/test_packed_state.py
+  tests/functional_optim/test_property_parity.py tests/optim/test_native_local_optimizer.py tests/optim/test_sparse_optim.py
+  tests/auth/test_native_rpc_fuzz.py tests/embedding/test_lookup_fuzz.py tests/nn/test_remote_module_fuzz.py
   tests/auth/test_key_holder_frames.py"
 # shellcheck disable=SC2086
 bash scripts/with_sanitizers.sh "$PYTHON" -m pytest -q $PARALLEL --capture=sys $SANITIZER_TESTS "$@"
@@ -116,7 +116,7 @@ from plugin import _library
 from functional_optim.library import built_against
 assert built_against(_library.load_library(), b"gilfree-rpc").startswith(torch.__version__.split("+")[0])
 p = torch.zeros(3, requires_grad=True)
-plugin.optim.LocalOptimizer(functional_optim.Adam, [p]).step_gradients([torch.ones(3)])
+plugin.optim.NativeLocalOptimizer(functional_optim.Adam, [p]).step_gradients([torch.ones(3)])
 with socket.socket() as s:
     s.bind(("localhost", 0)); port = s.getsockname()[1]
 plugin.rpc.init_rpc(rank=0, world_size=1, master_port=port)
@@ -132,10 +132,10 @@ print(f"[run_tests] torch {torch.__version__}: import, steps and a backward pass
 phase "tests on torch 2.15.0, torch.jit raising"
 GILFREE_KERNEL_ISAS=DEFAULT bash scripts/with_torch.sh 2.15.0 python -m pytest -q $PARALLEL --torchscript-removed \
   tests/engine tests/auth tests/rpc/test_main_job.py \
-  tests/rpc/test_embedding_lookups.py tests/rpc/test_mixed_stacks.py tests/rpc/test_cuda.py tests/build/test_build.py \
+  tests/embedding/test_embedding_lookups.py tests/rpc/test_mixed_stacks.py tests/rpc/test_cuda.py tests/build/test_build.py \
   tests/optim/test_native_local_optimizer.py tests/optim/test_distributed_optimizer.py \
   tests/optim/test_checked_step.py tests/optim/test_backward_and_step.py tests/optim/test_optimizer_faults.py \
-  tests/optim/test_script_local_optimizer.py tests/optim/test_compiled_step.py \
+  tests/optim/test_script_local_optimizer.py tests/functional_optim/test_compiled_step.py \
   tests/docs/test_docs_examples.py $NN_TESTS tests/rpc/test_native_call_faults.py \
   --deselect tests/build/test_build.py::test_cmake_builds_the_same_library \
   --deselect tests/build/test_build.py::test_setup_py_library_runs_the_engine \

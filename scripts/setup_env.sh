@@ -13,7 +13,7 @@
 # build needs only torch and the build tools; pip waits on the network, the compiler on the CPU).
 # The main job's set-up builds the fused kernels for DEFAULT and this CPU's instruction set only
 # (GILFREE_KERNEL_ISAS=native: the kernels the library would pick here anyway); the tests' set-up
-# builds all of them (tests/optim/test_fused_isa.py compares them). GILFREE_KERNEL_ISAS, when set,
+# builds all of them (tests/functional_optim/test_fused_isa.py compares them). GILFREE_KERNEL_ISAS, when set,
 # chooses.
 set -euo pipefail
 GROUPS_WANTED="job"

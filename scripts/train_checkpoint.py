@@ -44,7 +44,7 @@ def _job_keys(args):
 
 def local_optimizer_rrefs(optimizer):
     """Runs on a trainer: ``{server name: RRef}`` of its DistributedOptimizer's local optimizer
-    on each server (``LocalOptimizer`` or ``PythonLocalOptimizer``; both have ``state_dict``
+    on each server (``NativeLocalOptimizer`` or ``PythonLocalOptimizer``; both have ``state_dict``
     and ``load_state_dict``). The plugin has no public accessor for them yet: this reads
     ``DistributedOptimizer._owners``, here only."""
     return {name: owner.rref for name, owner in optimizer._owners.items()}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs a command with both op libraries built under AddressSanitizer and UndefinedBehaviorSanitizer:
 #
-#   bash scripts/with_sanitizers.sh python -m pytest -q tests/optim/test_fused_kernels.py
+#   bash scripts/with_sanitizers.sh python -m pytest -q tests/functional_optim/test_fused_kernels.py
 #
 # (CI's sanitizer pass, scripts/run_tests.sh). The libraries are built once into build/sanitize/
 # in the checkout (GILFREE_SANITIZE=address,undefined, setup.py; ignored by git) and rebuilt

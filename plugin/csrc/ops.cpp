@@ -84,7 +84,7 @@ TORCH_LIBRARY(gilfree_rpc, m) {
   def(m, "_check_context(str what, int context_id, str advice) -> ()");
   def(m, "_begin_call(str what, int context_id, int callee, bool[] requires_grad) -> (int, int)");
   def(m,
-      "_record_call(str what, int context_id, int request_id, Tensor[] sent, int answer_id, int from_worker, "
+      "_record_call(str what, int context_id, int autograd_message_id, Tensor[] sent, int answer_id, int from_worker, "
       "Tensor[] answer, bool[] answer_requires_grad) -> Tensor[]");
 
   // Remote modules (nn/remote_module.h): a module registered on its owner
@@ -115,12 +115,12 @@ TORCH_LIBRARY(gilfree_rpc, m) {
         gilfree_rpc::nn::NativeModule::find(handle, "install")->setProgram(training, self);
       });
   // RPC handler: module `handle`'s forward on `inputs` (flattened) in the caller's context
-  // (-1: none), the inputs marked in `requires_grad` under the caller's request id
+  // (-1: none), the inputs marked in `requires_grad` under the caller's autograd_message_id
   // `autograd_message_id` (-1: none); the outputs, which of them require grad, and their send
   // function's autograd_message_id (-1: none recorded). Outputs on the CPU unless
   // `device_map_set`.
   def(m,
-      "_nn_forward(int handle, int context_id, int autograd_message_id, Tensor[] inputs, bool[] requires_grad, "
+      "_remote_forward(int handle, int context_id, int autograd_message_id, Tensor[] inputs, bool[] requires_grad, "
       "bool device_map_set) -> (Tensor[], bool[], int)");
   // The tables of the remote modules' program encoding (nn/program_encoding.h, python_names.h):
   // {"codes", "int_ops", "dtypes", "layouts", "memory_formats"}, each {name: value}; what
@@ -192,7 +192,7 @@ TORCH_LIBRARY(gilfree_rpc, m) {
   // applying, each checks the gradients (functional_optim's op check_gradients: count, shape,
   // dtype, device, sparse) and raises when one does not fit, changing nothing; then it runs
   // functional_optim's group step. The optimizer's values and state are the Python's business
-  // (plugin/optim/_native.py), which hands them to the object (torch.classes.gilfree_rpc.LocalOptimizer).
+  // (plugin/optim/_native.py), which hands them to the object (torch.classes.gilfree_rpc.NativeLocalOptimizer).
   //
   // One round trip: the context's gradients here (gradients_for: an unknown context gives
   // none, nothing happens) when version is -1, else the engine's gradients if still at
@@ -210,19 +210,19 @@ TORCH_LIBRARY(gilfree_rpc, m) {
   // The table of the steps' statuses (optim/step_status.h): {name: value}, what the Python's
   // status constants are (plugin/optim/_status.py).
   def(m, "_step_statuses() -> Dict(str, int)");
-  // torch.classes.gilfree_rpc.LocalOptimizer(name, groups, dense_error): a native local
+  // torch.classes.gilfree_rpc.NativeLocalOptimizer(name, groups, dense_error): a native local
   // optimizer's steps (local_optimizer.h); configure(groups, names, values, tensor_names,
   // tensor_values, sparse_errors, state) sets the plans of `groups` (and all state, when given),
   // state() gives copies of the state, handle() its handle.
-  m.class_<gilfree_rpc::LocalOptimizer>("LocalOptimizer")
+  m.class_<gilfree_rpc::NativeLocalOptimizer>("NativeLocalOptimizer")
       .def(torch::init([](const std::string& name, const std::vector<std::vector<at::Tensor>>& groups,
                           const std::optional<std::string>& denseError) {
-        return gilfree_rpc::LocalOptimizer::registered(
-            c10::make_intrusive<gilfree_rpc::LocalOptimizer>(name, groups, denseError));
+        return gilfree_rpc::NativeLocalOptimizer::registered(
+            c10::make_intrusive<gilfree_rpc::NativeLocalOptimizer>(name, groups, denseError));
       }))
-      .def("configure", &gilfree_rpc::LocalOptimizer::configure)
-      .def("state", &gilfree_rpc::LocalOptimizer::state)
-      .def("handle", &gilfree_rpc::LocalOptimizer::handle);
+      .def("configure", &gilfree_rpc::NativeLocalOptimizer::configure)
+      .def("state", &gilfree_rpc::NativeLocalOptimizer::state)
+      .def("handle", &gilfree_rpc::NativeLocalOptimizer::handle);
 
   // torch.classes.gilfree_rpc.StepLock(params): the per-parameter locks of a set of
   // parameters, taken in one global order, for TorchScript `with` statements.

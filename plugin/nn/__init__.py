@@ -354,13 +354,13 @@ class RemoteModule(torch.nn.Module):
         if out_spec is None:
             out_spec = entry["_spec"] = pytree.treespec_loads(entry["out_spec"])
         template = entry["out_leaves"]
-        context_id, request_id = ops._begin_call(f"RemoteModule.forward of {name}", -1, owner,
+        context_id, autograd_message_id = ops._begin_call(f"RemoteModule.forward of {name}", -1, owner,
                                                  [t.requires_grad for t in tensors])
-        mask = [t.requires_grad for t in tensors] if request_id >= 0 else [False] * len(tensors)
+        mask = [t.requires_grad for t in tensors] if autograd_message_id >= 0 else [False] * len(tensors)
         sent = [t for t, marked in zip(tensors, mask) if marked]
         try:
             answer = _rpc_functions.call(
-                self.on, "_nn_forward", (entry["handle"], context_id, request_id, tensors, mask, self._device_map))
+                self.on, "_remote_forward", (entry["handle"], context_id, autograd_message_id, tensors, mask, self._device_map))
         except Exception as error:  # noqa: BLE001 (raised again, naming the owner)
             raise_on_worker(self.on, what, error, "RemoteModule.forward")
 
@@ -374,7 +374,7 @@ class RemoteModule(torch.nn.Module):
                     outputs, requires_grad, answer_id = arrived.value()
                 except Exception as error:  # noqa: BLE001 (raised again, naming the owner)
                     raise_on_worker(self.on, what, error, "RemoteModule.forward")
-                outputs = ops._record_call(f"RemoteModule.forward of {name}", context_id, request_id, sent, answer_id,
+                outputs = ops._record_call(f"RemoteModule.forward of {name}", context_id, autograd_message_id, sent, answer_id,
                                            owner, outputs, requires_grad)
                 leaves = []
                 for item in template:

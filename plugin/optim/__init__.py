@@ -2,7 +2,7 @@
 
 * :class:`DistributedOptimizer`: ``torch.distributed.optim.DistributedOptimizer`` whose
   owners step without their GIL and without TorchScript (``_distributed.py``);
-* :class:`LocalOptimizer`: an owner's native local optimizer, for the fourteen built-in
+* :class:`NativeLocalOptimizer`: an owner's native local optimizer, for the fourteen built-in
   optimizers (C++; ``_native.py``);
 * :class:`PythonLocalOptimizer`, :class:`PythonStepWarning`: the Python local optimizer, for
   other ``torch.optim`` classes and configurations the native one does not cover (``_python.py``);
@@ -16,11 +16,11 @@ functions the caller calls there) is ``_local.py``; the caller's fan-out to the 
 """
 from ._clip import clip_grad_norm_
 from ._distributed import DistributedOptimizer
-from ._native import LocalOptimizer
+from ._native import NativeLocalOptimizer
 from ._python import PythonLocalOptimizer, PythonStepWarning
 from ._scripted import ScriptLocalOptimizer
 
 __all__ = [
-    "DistributedOptimizer", "LocalOptimizer", "PythonLocalOptimizer", "PythonStepWarning", "ScriptLocalOptimizer",
+    "DistributedOptimizer", "NativeLocalOptimizer", "PythonLocalOptimizer", "PythonStepWarning", "ScriptLocalOptimizer",
     "clip_grad_norm_",
 ]

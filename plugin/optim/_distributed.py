@@ -32,7 +32,7 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
 
     Like ``torch.distributed.optim.DistributedOptimizer``, with these differences: the
     registry's optimizers (``functional_optim``'s classes, or their ``torch.optim``
-    counterparts) step natively on the owners (:class:`LocalOptimizer`: C++, the op library's
+    counterparts) step natively on the owners (:class:`NativeLocalOptimizer`: C++, the op library's
     group steps), so no owner takes its GIL for a step or any other call, and nothing depends
     on TorchScript; any other ``torch.optim.Optimizer`` subclass, and a built-in optimizer in a
     configuration without the fused implementation, steps in Python on the owners
@@ -119,7 +119,7 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
 
     @property
     def local_optimizer_kinds(self) -> Dict[str, str]:
-        """Each owner's kind of local optimizer: ``"native"`` (:class:`LocalOptimizer`: C++, no
+        """Each owner's kind of local optimizer: ``"native"`` (:class:`NativeLocalOptimizer`: C++, no
         GIL), ``"python"`` (:class:`PythonLocalOptimizer`: the owner's GIL) or
         ``"torchscript"`` (:class:`ScriptLocalOptimizer`), by owner name."""
         return OrderedDict((name, owner.kind) for name, owner in self._owners.items())
@@ -130,7 +130,7 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         """Applies the gradients of distributed autograd context ``context_id`` on every owner.
 
         Each owner reads its parameters' gradients in that context on its own side and steps
-        its local optimizer, holding its parameters' locks (see :class:`LocalOptimizer`). A
+        its local optimizer, holding its parameters' locks (see :class:`NativeLocalOptimizer`). A
         parameter without a gradient in the context is skipped, as in torch; an owner that no
         backward pass of the context reached skips all of its parameters.
 

@@ -16,7 +16,7 @@ import functional_optim
 from functional_optim import configuration
 
 from .. import ops
-from ._native import LocalOptimizer
+from ._native import NativeLocalOptimizer
 from ._python import PythonLocalOptimizer
 from ._scripted import ScriptLocalOptimizer, _commit, _prepare, _step, interface_type, scripted_functions
 
@@ -63,7 +63,7 @@ def build(optimizer_class: type, params_rref: List[Any], args: tuple, kwargs: di
     if functional_class is None:
         reason = "it has no functional counterpart"
     elif functional_optim.torch_optimizer_for(functional_class) is not None:
-        local, reason = LocalOptimizer.build(functional_class, params, *args, **kwargs)
+        local, reason = NativeLocalOptimizer.build(functional_class, params, *args, **kwargs)
         if local is not None:
             return Built("native", rpc.RRef(local), local.handle, local.accepts_sparse(), None)
     else:  # a functional class the user registered: TorchScript, where torch still compiles it
@@ -152,7 +152,7 @@ def _script_set_group(rref: Any, hparams: Dict[str, Any], options: Dict[str, Opt
         module.optimizer.set_group(0, {name: float(value) for name, value in hparams.items()}, options)
 
 
-# The native kind's state and values, in Python on its owner (its LocalOptimizer keeps them with
+# The native kind's state and values, in Python on its owner (its NativeLocalOptimizer keeps them with
 # functional_optim's optimizer; its steps are native RPC functions). A change answers whether it
 # now takes sparse gradients (Adagrad's weight_decay, SGD's fused flag change it).
 def _native_state(rref: Any) -> Dict[str, Any]:

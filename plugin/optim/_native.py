@@ -1,8 +1,8 @@
 """The native local optimizer: an owner's share of a :class:`~plugin.optim.DistributedOptimizer`,
-stepped in C++ (``torch.classes.gilfree_rpc.LocalOptimizer``, ``plugin/csrc/optim/local_optimizer.h``)
+stepped in C++ (``torch.classes.gilfree_rpc.NativeLocalOptimizer``, ``plugin/csrc/optim/local_optimizer.h``)
 through ``functional_optim``'s group steps, without the GIL and without TorchScript.
 
-:class:`LocalOptimizer` keeps an optimizer of ``functional_optim`` (the class's own code keeps
+:class:`NativeLocalOptimizer` keeps an optimizer of ``functional_optim`` (the class's own code keeps
 the values, checks them, loads and saves state) and a C++ object that keeps what the steps
 need: the parameters, each group's plan (``functional_optim.configuration.step_plans``) and the
 state. After every change of values it hands the C++ object the new plans, and after a load
@@ -23,7 +23,7 @@ from functional_optim import configuration
 
 from .. import ops
 
-__all__ = ["LocalOptimizer"]
+__all__ = ["NativeLocalOptimizer"]
 
 
 def _given_flags(functional_class: type, params: Any, args: tuple, kwargs: dict) -> Optional[str]:
@@ -50,10 +50,10 @@ def _optimizer(functional_class: type, params: Any, args: tuple, kwargs: dict) -
     return functional_class(params, *args, **kwargs)
 
 
-class LocalOptimizer:
+class NativeLocalOptimizer:
     """One worker's share of a distributed optimizer, stepped natively (C++).
 
-    Holds a C++ ``torch.classes.gilfree_rpc.LocalOptimizer`` over ``params``, reached by its
+    Holds a C++ ``torch.classes.gilfree_rpc.NativeLocalOptimizer`` over ``params``, reached by its
     :attr:`handle` (unique in the process); it lives as long as this object. Every call that
     reads or writes the parameters, their state or the hyperparameters holds the parameters'
     locks (per parameter, shared with every local optimizer of this process, waited for without
@@ -88,17 +88,17 @@ class LocalOptimizer:
     def __init__(self, functional_class: type, params: Any, *args: Any, **kwargs: Any) -> None:
         reason = self._init(functional_class, params, args, kwargs)
         if reason is not None:
-            raise ValueError(f"LocalOptimizer: {functional_class.__name__} cannot step natively here: {reason}")
+            raise ValueError(f"NativeLocalOptimizer: {functional_class.__name__} cannot step natively here: {reason}")
 
     @classmethod
-    def build(cls, functional_class: type, params: Any, *args: Any, **kwargs: Any) -> Tuple[Optional["LocalOptimizer"], Optional[str]]:
+    def build(cls, functional_class: type, params: Any, *args: Any, **kwargs: Any) -> Tuple[Optional["NativeLocalOptimizer"], Optional[str]]:
         """A local optimizer, or why there is none, building the ``functional_optim`` optimizer once.
 
         Args:
             functional_class (type), params, *args, **kwargs: as for the constructor.
 
         Returns:
-            Tuple[Optional[LocalOptimizer], Optional[str]]: the optimizer and ``None``, or
+            Tuple[Optional[NativeLocalOptimizer], Optional[str]]: the optimizer and ``None``, or
             ``None`` and :meth:`why_not_native`'s words.
 
         Raises:
@@ -128,7 +128,7 @@ class LocalOptimizer:
 
     @staticmethod
     def why_not_native(functional_class: type, params: Any, *args: Any, **kwargs: Any) -> Optional[str]:
-        """Why :class:`LocalOptimizer` cannot step this configuration, in words; ``None`` when it can.
+        """Why :class:`NativeLocalOptimizer` cannot step this configuration, in words; ``None`` when it can.
 
         It can when ``functional_class`` has a fused implementation and every param group runs
         it: ``functional_optim``'s default for dense floating-point parameters on a device the
@@ -365,4 +365,4 @@ class LocalOptimizer:
             self._optim.set_state({})
 
     def __repr__(self) -> str:
-        return f"LocalOptimizer({self._class.__name__}, handle={self._handle})"
+        return f"NativeLocalOptimizer({self._class.__name__}, handle={self._handle})"

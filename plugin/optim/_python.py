@@ -98,7 +98,7 @@ class PythonLocalOptimizer(StepAdapter):
 
     A step reads the context's gradients (``plugin.ops.gradients_for``: the plugin engine's,
     or torch's), checks them (count, shape, dtype, device: ``ValueError``), then, holding the
-    parameters' locks (the same per-parameter locks as :class:`~plugin.optim.LocalOptimizer`,
+    parameters' locks (the same per-parameter locks as :class:`~plugin.optim.NativeLocalOptimizer`,
     taken in the same global order, so a native and a Python optimizer that share a parameter
     never interleave on it), sets each parameter's ``.grad`` to its gradient (``None`` where it
     has none: the optimizer skips it, as ``torch.optim`` does), calls the optimizer's

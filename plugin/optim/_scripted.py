@@ -30,7 +30,7 @@ class ScriptLocalOptimizer(torch.nn.Module, StepAdapter):
     :meth:`create`, which scripts it; then ``step(context_id)`` runs as TorchScript, without
     the GIL. :class:`plugin.optim.DistributedOptimizer` builds one on each owner only for a
     functional class registered by the user; the fourteen built-in optimizers step natively
-    (:class:`plugin.optim.LocalOptimizer`), with the same results and locks and no TorchScript.
+    (:class:`plugin.optim.NativeLocalOptimizer`), with the same results and locks and no TorchScript.
 
     Concurrency: every parameter has one lock in its process, held in C++
     (``torch.classes.gilfree_rpc.StepLock``), shared with the native and Python local

@@ -6,7 +6,7 @@ session's RPC group: every request is answered (a value or an error) and the cal
 serving; a refused request changes nothing. Each defect the audit found (requests that ended
 or corrupted the callee, or left it unable to step) has its own test below, in a fresh
 optimizer, with the smallest request that showed it.
-(The lookups' own fuzzing: tests/rpc/test_lookup_fuzz.py.)"""
+(The lookups' own fuzzing: tests/embedding/test_lookup_fuzz.py.)"""
 import json
 import os
 import subprocess

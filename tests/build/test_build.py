@@ -62,7 +62,7 @@ def test_cmake_builds_the_same_library(tmp_path):
     build = tmp_path / "build"
     configure = subprocess.run(
         # The portable fused kernels only: the AVX2/AVX512 builds of the kernels would triple
-        # the kernels' compile time, and tests/optim/test_fused_isa.py checks them (setup.py's
+        # the kernels' compile time, and tests/functional_optim/test_fused_isa.py checks them (setup.py's
         # build). The translation units are build_units.py's, as setup.py's.
         [cmake, "-S", REPO, "-B", str(build), "-DCMAKE_BUILD_TYPE=Release", "-DGILFREE_KERNEL_ISAS=DEFAULT",
          f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}", f"-DPython3_EXECUTABLE={sys.executable}"],
@@ -138,7 +138,7 @@ def test_importing_and_stepping_call_no_torchscript(torchscript):
         """
         import torch, functional_optim, plugin, plugin.autograd, plugin.optim, plugin.rpc
         p = torch.zeros(2, requires_grad=True)
-        local = plugin.optim.LocalOptimizer(functional_optim.NAdam, [p])
+        local = plugin.optim.NativeLocalOptimizer(functional_optim.NAdam, [p])
         local.step_gradients([torch.ones(2)])
         functional_optim.Adam([torch.zeros(2, requires_grad=True)]).step([torch.ones(2)])
         print("ok", bool(p.detach().ne(0).all()))

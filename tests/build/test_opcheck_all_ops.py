@@ -2,8 +2,8 @@
 out: a new op of either library fails ``test_every_op_is_opchecked`` (naming it) until some test
 opchecks it.
 
-* ``torch.ops.gilfree_optim``: tests/optim/test_opcheck.py (the group steps and the gradient
-  check) and tests/optim/test_fused_kernels.py::test_opcheck (the kernels ``<name>_`` of its
+* ``torch.ops.gilfree_optim``: tests/functional_optim/test_opcheck.py (the group steps and the gradient
+  check) and tests/functional_optim/test_fused_kernels.py::test_opcheck (the kernels ``<name>_`` of its
   ``name`` parametrization) opcheck them; the coverage test reads which ops from those files (the
   ``torch.library.opcheck`` calls of the first, the parametrization of the second). The three
   sparse-gradient kernels (``sparse_adam_``, ``sparse_adagrad_``, ``sparse_sgd_``), which neither
@@ -70,7 +70,7 @@ import plugin.rpc
 from functional_optim import _kernels
 from plugin import _rpc_functions, ops
 from plugin.nn import RemoteModule
-from tests.optim import test_fused_kernels, test_opcheck
+from tests.functional_optim import test_fused_kernels, test_opcheck
 from tests.support import REPO, embedding_remote, graphs, native_rpc_remote, opcheck_remote, optim_remote
 from tests.support import nn_modules as mods
 
@@ -107,7 +107,7 @@ class Env:
         assert self.module.native, self.module.reason
         # here: a parameter and a native local optimizer over it
         self.w = torch.ones(3, requires_grad=True)
-        self.local_optimizer = plugin.optim.LocalOptimizer(functional_optim.Adam, [self.w], lr=0.01)
+        self.local_optimizer = plugin.optim.NativeLocalOptimizer(functional_optim.Adam, [self.w], lr=0.01)
 
     def graph(self):
         """A new context and the root of a graph in it through worker1 (``2 * w`` computed there);
@@ -287,10 +287,10 @@ def _(env):
         # a call of the remote module's forward as RemoteModule makes it: begun here, answered by
         # the owner (which recorded its side), to be recorded here
         x = torch.randn(3, 6, requires_grad=True)
-        context_id, request_id = ops._begin_call("opcheck", env.graph()[0], env.owner_id, [True])
+        context_id, autograd_message_id = ops._begin_call("opcheck", env.graph()[0], env.owner_id, [True])
         outputs, marks, answer_id = _rpc_functions.call(
-            OWNER, "_nn_forward", (env.module._handle, context_id, request_id, [x], [True], False)).wait()
-        return ("opcheck", context_id, request_id, [x], answer_id, env.owner_id, outputs, marks)
+            OWNER, "_remote_forward", (env.module._handle, context_id, autograd_message_id, [x], [True], False)).wait()
+        return ("opcheck", context_id, autograd_message_id, [x], answer_id, env.owner_id, outputs, marks)
 
     return [Sample(remote_forward),
             Sample(lambda: ("opcheck", -1, -1, [], -1, env.owner_id, [torch.ones(2)], [False]))]  # nothing recorded
@@ -346,12 +346,12 @@ def _(env):
 
 # remote modules (plugin/csrc/nn)
 
-@samples("_nn_forward")
+@samples("_remote_forward")
 def _(env):
     def in_a_request():
-        # inputs that require grad, under a request id this worker made for the owner
-        context_id, request_id = ops._begin_call("opcheck", env.target.context_id, env.owner_id, [True])
-        return (env.module._handle, context_id, request_id, [torch.randn(3, 6, requires_grad=True)], [True], False)
+        # inputs that require grad, under an autograd_message_id this worker made for the owner
+        context_id, autograd_message_id = ops._begin_call("opcheck", env.target.context_id, env.owner_id, [True])
+        return (env.module._handle, context_id, autograd_message_id, [torch.randn(3, 6, requires_grad=True)], [True], False)
 
     return [
         Sample(lambda: (env.module._handle, -1, -1, [torch.randn(3, 6)], [False], False), on=OWNER),
@@ -486,7 +486,7 @@ def registered(namespace: str) -> set:
 
 
 def opchecked_by_test_opcheck() -> set:
-    """The gilfree_optim ops tests/optim/test_opcheck.py passes to ``torch.library.opcheck``: the
+    """The gilfree_optim ops tests/functional_optim/test_opcheck.py passes to ``torch.library.opcheck``: the
     first argument of each call, ``torch.ops.gilfree_optim.<name>.default``, read from its source."""
     names = set()
     for node in ast.walk(ast.parse(inspect.getsource(test_opcheck))):
@@ -499,7 +499,7 @@ def opchecked_by_test_opcheck() -> set:
 
 
 def opchecked_by_test_fused_kernels() -> set:
-    """The kernels tests/optim/test_fused_kernels.py::test_opcheck opchecks: ``_kernels.op_for(name)``
+    """The kernels tests/functional_optim/test_fused_kernels.py::test_opcheck opchecks: ``_kernels.op_for(name)``
     for each ``name`` of its parametrization."""
     (mark,) = [m for m in test_fused_kernels.test_opcheck.pytestmark if m.name == "parametrize"]
     argname, names = mark.args[:2]

@@ -13,7 +13,7 @@ from tests.support import optim_remote
 from tests.support.optim_checks import assert_sparse_rejection_changes_neither, step_ones_on_trainer
 import plugin
 from tests.support.optim_configs import INFOS
-from plugin.optim import DistributedOptimizer, LocalOptimizer
+from plugin.optim import DistributedOptimizer, NativeLocalOptimizer
 
 OWNERS = {"p1": ("worker1", (3, 4), 1), "p2": ("worker2", (4,), 2), "p3": ("worker2", (2, 4), 3)}
 # Muon takes matrices only: p2 as a 1 x 4 matrix.
@@ -362,7 +362,7 @@ def test_concurrent_trainers_on_shared_parameters(cluster):
 
 def native(optim_class, params, *args, **kwargs):
     """The native local optimizer an owner builds for ``optim_class`` over local ``params``."""
-    return LocalOptimizer(functional_optim.functional_optimizer_for(optim_class), params, *args, **kwargs)
+    return NativeLocalOptimizer(functional_optim.functional_optimizer_for(optim_class), params, *args, **kwargs)
 
 
 @pytest.mark.parametrize("optim_class", [
@@ -374,9 +374,9 @@ def test_every_optimizer_steps_natively_unless_told_otherwise(optim_class):
     another implementation send it to Python, with the reason."""
     functional_class = functional_optim.functional_optimizer_for(optim_class)
     p = [torch.zeros(3, requires_grad=True)]
-    assert LocalOptimizer.why_not_native(functional_class, p, lr=0.1) is None
-    assert "fused=False" in LocalOptimizer.why_not_native(functional_class, p, lr=0.1, fused=False)
-    assert "foreach=True" in LocalOptimizer.why_not_native(functional_class, p, lr=0.1, foreach=True)
+    assert NativeLocalOptimizer.why_not_native(functional_class, p, lr=0.1) is None
+    assert "fused=False" in NativeLocalOptimizer.why_not_native(functional_class, p, lr=0.1, fused=False)
+    assert "foreach=True" in NativeLocalOptimizer.why_not_native(functional_class, p, lr=0.1, foreach=True)
 
 
 def test_local_optimizers_that_share_a_parameter_share_its_lock():

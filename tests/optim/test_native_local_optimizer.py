@@ -1,4 +1,4 @@
-"""plugin.optim.LocalOptimizer (the native local optimizer, C++) against functional_optim's eager
+"""plugin.optim.NativeLocalOptimizer (the native local optimizer, C++) against functional_optim's eager
 instances with the same arguments (bitwise: the same kernels), locally; and its ops called by
 their RPC functions on a real worker, also while a thread there holds the GIL."""
 import copy
@@ -16,7 +16,7 @@ import torch.distributed.rpc as rpc
 import functional_optim
 import plugin
 from plugin import _rpc_functions, ops
-from plugin.optim import LocalOptimizer, _status
+from plugin.optim import NativeLocalOptimizer, _status
 from tests.support import optim_remote
 
 F = functional_optim
@@ -78,7 +78,7 @@ def pair(cls, kwargs, seed=0, dtypes=None):
     extra = {} if dtypes is None else {"dtypes": dtypes}
     eager_params, native_params = make_params(seed, **extra), make_params(seed, **extra)
     eager = cls(groups_of(eager_params, kwargs), **copy.deepcopy(kwargs))
-    native = LocalOptimizer(cls, groups_of(native_params, kwargs), **copy.deepcopy(kwargs))
+    native = NativeLocalOptimizer(cls, groups_of(native_params, kwargs), **copy.deepcopy(kwargs))
     return eager, eager_params, native, native_params
 
 
@@ -129,7 +129,7 @@ def test_steps_match_functional_optim_bitwise(case):
     cls, i = case
     kwargs = kwargs_of(cls, i)
     eager, eager_params, native, native_params = pair(cls, kwargs)
-    assert LocalOptimizer.why_not_native(cls, make_params(), **copy.deepcopy(kwargs)) is None
+    assert NativeLocalOptimizer.why_not_native(cls, make_params(), **copy.deepcopy(kwargs)) is None
     for step in range(4):
         skip = {1} if step == 1 else ({0, 3} if step == 2 else ())
         grads = gradients(eager_params, step, skip)
@@ -183,7 +183,7 @@ def test_sparse_gradients_match_bitwise(cls, kwargs):
 
     eager_params, native_params = params(), params()
     eager = cls(eager_params, **kwargs)
-    native = LocalOptimizer(cls, native_params, **kwargs)
+    native = NativeLocalOptimizer(cls, native_params, **kwargs)
     assert native.accepts_sparse()
     for step in range(3):
         grads = [sparse_gradient((4, 3), step), torch.full((3,), 0.25 * (step + 1))]
@@ -376,34 +376,34 @@ def test_set_group_effects_and_errors():
     assert_same_groups(before["param_groups"], native.state_dict()["param_groups"])
     native.set_group(0, {}, {"fused": True})  # still fused: allowed
     assert native.options()[0]["fused"] is True
-    assert not LocalOptimizer(F.SGD, make_params(), lr=0.1, fused=True).accepts_sparse()
+    assert not NativeLocalOptimizer(F.SGD, make_params(), lr=0.1, fused=True).accepts_sparse()
 
 
 def test_why_not_native_says_why():
     params = make_params()
-    assert LocalOptimizer.why_not_native(F.Adam, params, lr=0.1, foreach=True) == "foreach=True"
-    assert LocalOptimizer.why_not_native(F.Adam, params, lr=0.1, fused=False) == "fused=False"
-    assert LocalOptimizer.why_not_native(F.SGD, params, lr=0.1, differentiable=True) == "differentiable=True"
-    assert LocalOptimizer.why_not_native(
+    assert NativeLocalOptimizer.why_not_native(F.Adam, params, lr=0.1, foreach=True) == "foreach=True"
+    assert NativeLocalOptimizer.why_not_native(F.Adam, params, lr=0.1, fused=False) == "fused=False"
+    assert NativeLocalOptimizer.why_not_native(F.SGD, params, lr=0.1, differentiable=True) == "differentiable=True"
+    assert NativeLocalOptimizer.why_not_native(
         F.SGD, [{"params": params[:2]}, {"params": params[2:], "foreach": True}], lr=0.1) == "foreach=True (param group 1)"
 
     class Mine:
         pass
 
-    assert LocalOptimizer.why_not_native(Mine, params) == "a functional class registered by the user"
+    assert NativeLocalOptimizer.why_not_native(Mine, params) == "a functional class registered by the user"
     meta = [torch.zeros(3, device="meta", requires_grad=True)]
-    assert LocalOptimizer.why_not_native(F.RMSprop, meta, lr=0.1) == "no fused implementation for RMSprop on meta"
-    assert LocalOptimizer.why_not_native(F.Adam, params, lr=-1.0) is None  # the constructor raises it
+    assert NativeLocalOptimizer.why_not_native(F.RMSprop, meta, lr=0.1) == "no fused implementation for RMSprop on meta"
+    assert NativeLocalOptimizer.why_not_native(F.Adam, params, lr=-1.0) is None  # the constructor raises it
     with pytest.raises(ValueError, match="Invalid learning rate: -1.0"):
-        LocalOptimizer(F.Adam, params, lr=-1.0)
+        NativeLocalOptimizer(F.Adam, params, lr=-1.0)
     with pytest.raises(ValueError, match="foreach=True"):
-        LocalOptimizer(F.Adam, params, lr=0.1, foreach=True)
+        NativeLocalOptimizer(F.Adam, params, lr=0.1, foreach=True)
 
 
 def test_a_handle_whose_optimizer_is_gone_raises_naming_it():
-    native = LocalOptimizer(F.Adam, make_params(), lr=0.1)
+    native = NativeLocalOptimizer(F.Adam, make_params(), lr=0.1)
     handle = native.handle
-    other = LocalOptimizer(F.Adam, make_params(), lr=0.1)
+    other = NativeLocalOptimizer(F.Adam, make_params(), lr=0.1)
     assert other.handle != handle
     torch.ops.gilfree_rpc._optimizer_step_gradients(handle, [None] * 4)
     del native
@@ -421,8 +421,8 @@ def test_a_step_waits_for_the_parameters_locks_without_the_gil():
     update."""
     param = torch.zeros(1000)
     param.requires_grad_()
-    a = LocalOptimizer(F.SGD, [param], lr=1.0)
-    b = LocalOptimizer(F.SGD, [param], lr=1.0)
+    a = NativeLocalOptimizer(F.SGD, [param], lr=1.0)
+    b = NativeLocalOptimizer(F.SGD, [param], lr=1.0)
     grad = torch.full((1000,), -1.0)
 
     def run(opt):
@@ -439,12 +439,12 @@ def test_a_step_waits_for_the_parameters_locks_without_the_gil():
 
 # --- by RPC, on a real worker --------------------------------------------------------------
 
-_LOCAL: Dict[str, LocalOptimizer] = {}
+_LOCAL: Dict[str, NativeLocalOptimizer] = {}
 
 
 def build_on_owner(name: str, cls: type, kwargs: dict) -> int:
     """On the owner: a native local optimizer over its parameter ``name``; returns its handle."""
-    _LOCAL[name] = LocalOptimizer(cls, [optim_remote.PARAMS[name]], **kwargs)
+    _LOCAL[name] = NativeLocalOptimizer(cls, [optim_remote.PARAMS[name]], **kwargs)
     return _LOCAL[name].handle
 
 

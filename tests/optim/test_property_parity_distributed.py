@@ -1,6 +1,6 @@
 """Property-based parity with torch.optim through the native owner's path over RPC: a
 plugin.optim.DistributedOptimizer whose parameters live on other workers, drawn as
-tests/optim/test_property_parity.py draws them (shapes, empty ones included, layouts, dtypes, a
+tests/functional_optim/test_property_parity.py draws them (shapes, empty ones included, layouts, dtypes, a
 number or a Tensor lr), the gradients made by a distributed backward pass on the owners.
 
 Bounded for CI: a few examples (derandomized), a few steps each, on the session's 4-worker
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import plugin
 from plugin.optim import DistributedOptimizer
-from tests.optim.test_property_parity import STEPS, compare, draw_native_case, laid_out, make_values
+from tests.functional_optim.test_property_parity import STEPS, compare, draw_native_case, laid_out, make_values
 from tests.support import optim_configs as C
 from tests.support import optim_remote
 

@@ -340,15 +340,15 @@ def test_sparse_kernel_touches_only_the_rows_present():
 
 
 def test_native_local_optimizer_steps_sparse_adam_like_functional_optim():
-    """plugin.optim.LocalOptimizer over SparseAdam: the same kernel as the eager instance
+    """plugin.optim.NativeLocalOptimizer over SparseAdam: the same kernel as the eager instance
     (bitwise), torch's dense-gradient error before any change, state_dict with int steps."""
-    from plugin.optim import LocalOptimizer
+    from plugin.optim import NativeLocalOptimizer
 
-    assert LocalOptimizer.why_not_native(F.SparseAdam, base_params(torch.float32), lr=0.01) is None
+    assert NativeLocalOptimizer.why_not_native(F.SparseAdam, base_params(torch.float32), lr=0.01) is None
     base = base_params(torch.float32)
     native_params = [b.clone() for b in base]
     eager_params = [b.clone() for b in base]
-    native = LocalOptimizer(F.SparseAdam, native_params, lr=0.01, maximize=True)
+    native = NativeLocalOptimizer(F.SparseAdam, native_params, lr=0.01, maximize=True)
     eager = F.SparseAdam(eager_params, lr=0.01, maximize=True)
     assert native.accepts_sparse()
     for a, b in zip(sparse_grads(torch.float32, 1), sparse_grads(torch.float32, 2)):
@@ -368,7 +368,7 @@ def test_native_local_optimizer_steps_sparse_adam_like_functional_optim():
     assert mine["param_groups"] == theirs["param_groups"]
     # a non-contiguous parameter steps natively too: the group step takes it with torch's
     # composite ops (functional_optim/csrc/steps/sparse_adam.cpp), as the eager class does
-    assert LocalOptimizer.why_not_native(F.SparseAdam, [torch.randn(4, 3).t()]) is None
+    assert NativeLocalOptimizer.why_not_native(F.SparseAdam, [torch.randn(4, 3).t()]) is None
 
 
 # ----------------------------------------------------------------------------- distributed

@@ -21,7 +21,7 @@ import torch.distributed.rpc as rpc
 
 import functional_optim as F
 import plugin
-from plugin.optim import DistributedOptimizer, LocalOptimizer
+from plugin.optim import DistributedOptimizer, NativeLocalOptimizer
 from tests.support import optim_configs as C
 from tests.support import optim_remote, stale_backward
 
@@ -80,7 +80,7 @@ def test_a_step_moves_every_counter_torchs_in_place_ops_move(info, impl):
     torch_params, torch_state = _torch_moves(info, kwargs, lambda k: [g.clone() for g in grads[k]])
     if impl == "native":
         params = C.make_params(torch.float64, info=info)
-        opt = LocalOptimizer(info.ours, params, **kwargs)
+        opt = NativeLocalOptimizer(info.ours, params, **kwargs)
         for k in range(2):
             opt.step_gradients(grads[k])
         before = [p._version for p in params]
@@ -107,7 +107,7 @@ def test_the_native_step_writes_every_state_tensor_of_a_parameter():
     for p, g in zip(reference.param_groups[0]["params"], [torch.ones_like(p) for p in params]):
         p.grad = g
     reference.step()
-    opt = LocalOptimizer(F.NAdam, params, lr=0.01)
+    opt = NativeLocalOptimizer(F.NAdam, params, lr=0.01)
     opt.load_state_dict(reference.state_dict())
     saved = opt.state_dict()
     before = {i: {k: t.clone() for k, t in s.items()} for i, s in saved["state"].items()}
@@ -130,7 +130,7 @@ def test_sparse_adam_moves_the_counters_of_what_it_writes():
     reference = torch.optim.SparseAdam([theirs], lr=0.1)
     eager_param, native_param = torch.ones(4, 3), torch.ones(4, 3)
     eager = F.SparseAdam([eager_param], lr=0.1)
-    native = LocalOptimizer(F.SparseAdam, [native_param], lr=0.1)
+    native = NativeLocalOptimizer(F.SparseAdam, [native_param], lr=0.1)
     for k in range(3):
         before = [theirs._version, eager_param._version, native_param._version]
         theirs.grad = grad(k)
@@ -151,7 +151,7 @@ def test_torchs_fused_cpu_step_moves_no_parameter_counter():
         opt.step()
         assert param._version == before, cls
         ours = torch.ones(5)
-        native = LocalOptimizer(F.functional_optimizer_for(cls), [ours], lr=0.1, fused=True)
+        native = NativeLocalOptimizer(F.functional_optimizer_for(cls), [ours], lr=0.1, fused=True)
         native.step_gradients([torch.ones(5)])
         assert ours._version == 1, cls
 
@@ -166,7 +166,7 @@ def test_load_state_dict_then_a_step_moves_the_counters():
     reference.step()
     saved = copy.deepcopy(reference.state_dict())
     eager_params, native_params = [p.clone() for p in base], [p.clone() for p in base]
-    eager, native = F.Adam(eager_params, lr=0.5), LocalOptimizer(F.Adam, native_params, lr=0.5)
+    eager, native = F.Adam(eager_params, lr=0.5), NativeLocalOptimizer(F.Adam, native_params, lr=0.5)
     for opt in (eager, native):
         opt.load_state_dict(copy.deepcopy(saved))
     before = [p._version for p in eager_params + native_params]

@@ -86,7 +86,7 @@ class Forwards:
         return self.modules[owner].forward_async(torch.randn(3, 7))
 
     def unknown(self, owner: str):
-        return _rpc_functions.call(owner, "_nn_forward", (424242, -1, -1, [torch.randn(3, 6)], [False], False))
+        return _rpc_functions.call(owner, "_remote_forward", (424242, -1, -1, [torch.randn(3, 6)], [False], False))
 
 
 def counts(worker: str):

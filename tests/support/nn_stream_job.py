@@ -1,8 +1,8 @@
-"""Stream ordering on a remote module's owner on a GPU (run by tests/rpc/test_remote_module_streams.py).
+"""Stream ordering on a remote module's owner on a GPU (run by tests/nn/test_remote_module_streams.py).
 
 One process, no RPC: a module with a BatchNorm (buffers updated in place in train mode) is
 exported, lowered and registered as an owner does it (plugin.nn._lower, ops.new_native_module),
-on cuda:0. Its forwards (``_nn_forward``, outside a context, outputs left on the GPU) and a step's
+on cuda:0. Its forwards (``_remote_forward``, outside a context, outputs left on the GPU) and a step's
 parameter writes (under the parameters' locks, as every optimizer step of the library holds them)
 are issued on three different CUDA streams; each producer's stream is first held busy
 (``torch.cuda._sleep``), so that a consumer on another stream that did not wait for it would read
@@ -61,7 +61,7 @@ def main():
             x = x.to(device, non_blocking=False)
             if busy:
                 torch.cuda._sleep(SPIN)
-            outputs, _, _ = ops._nn_forward(registration.handle(), -1, -1, [x], [False], True)
+            outputs, _, _ = ops._remote_forward(registration.handle(), -1, -1, [x], [False], True)
         return outputs[0]
 
     def step(stream):

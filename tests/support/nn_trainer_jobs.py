@@ -1,5 +1,5 @@
 """plugin.nn.RemoteModule under several trainers, in a fresh process run by
-tests/rpc/test_remote_module_trainers.py (a group of six workers cannot share the test process
+tests/nn/test_remote_module_trainers.py (a group of six workers cannot share the test process
 with the suite's four-worker group).
 
     python -m tests.support.nn_trainer_jobs

@@ -7,7 +7,7 @@ torch's (the suite's module imports ``RemoteModule`` by name: that attribute is 
 process before the workers fork). The suite's TorchScript-interface cases keep running torch's
 ``_RemoteModule`` (the plugin has no TorchScript path). Needs TorchScript at import.
 
-Run by tests/rpc/test_torch_remote_module_suite.py::
+Run by tests/nn/test_torch_remote_module_suite.py::
 
     PYTHONPATH=$PWD python tests/support/torch_remote_module_suite.py OUT.json [-k NAME]
 

@@ -8,7 +8,7 @@
 // below) and float -> bfloat16 rounded to nearest even (at::vec::convert's). Unlike the
 // fused optimizer kernels (fused_loop.h: no FMA, every build DEFAULT's bits), these round
 // as ATen's build for the CPU rounds, so each build gives a different last bit where ATen's
-// builds do (tests/optim/test_muon_passes.py: torch's eager Muon's bits under each
+// builds do (tests/functional_optim/test_muon_passes.py: torch's eager Muon's bits under each
 // ATEN_CPU_CAPABILITY).
 #include "fused_loop.h"
 

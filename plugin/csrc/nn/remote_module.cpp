@@ -133,10 +133,10 @@ std::shared_ptr<const Snapshot> NativeModule::snapshot() {
   return fresh;
 }
 
-std::tuple<std::vector<at::Tensor>, std::vector<bool>, int64_t> forward(
+std::tuple<std::vector<at::Tensor>, std::vector<bool>, int64_t> remoteForward(
     int64_t handle,
     int64_t contextId,
-    int64_t requestId,
+    int64_t autogradMessageId,
     std::vector<at::Tensor> inputs,
     const std::vector<bool>& requiresGrad,
     bool deviceMapSet) {
@@ -146,15 +146,15 @@ std::tuple<std::vector<at::Tensor>, std::vector<bool>, int64_t> forward(
   auto program = module->program();
   TORCH_CHECK(program, prefix, "no program for the module's mode");
   checkCallerContextId(prefix, contextId);
-  checkRequestId(prefix, contextId, requestId);
+  checkAutogradMessageId(prefix, contextId, autogradMessageId);
   program->checkInputs(prefix, inputs);
   TORCH_CHECK_VALUE(
       requiresGrad.size() == inputs.size(), prefix, "requires_grad has ", requiresGrad.size(),
       " flags for ", inputs.size(), " inputs");
   const bool anyRequiresGrad = std::any_of(requiresGrad.begin(), requiresGrad.end(), [](bool b) { return b; });
   TORCH_CHECK_VALUE(
-      (requestId >= 0) == anyRequiresGrad, prefix,
-      requestId >= 0 ? "an autograd_message_id for a request in which no input requires grad"
+      (autogradMessageId >= 0) == anyRequiresGrad, prefix,
+      autogradMessageId >= 0 ? "an autograd_message_id for a request in which no input requires grad"
                      : "inputs that require grad need an autograd_message_id");
   for (size_t i = 0; i < inputs.size(); ++i) {
     const auto dtype = inputs[i].scalar_type();
@@ -165,7 +165,7 @@ std::tuple<std::vector<at::Tensor>, std::vector<bool>, int64_t> forward(
 
   const bool record = contextId >= 0;
   at::AutoGradMode gradMode(record);
-  HeldRequest held = holdRequest(contextId, requestId, inputs, requiresGrad);
+  HeldRequest held = holdRequest(contextId, autogradMessageId, inputs, requiresGrad);
   std::vector<at::Tensor> outputs;
   try {
     auto snapshot = module->snapshot();
@@ -199,11 +199,11 @@ std::tuple<std::vector<at::Tensor>, std::vector<bool>, int64_t> forward(
 
 // Kernels (schemas in ops.cpp).
 TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
-  m.impl("_nn_forward", [](int64_t handle, int64_t contextId, int64_t requestId, std::vector<at::Tensor> inputs,
+  m.impl("_remote_forward", [](int64_t handle, int64_t contextId, int64_t autogradMessageId, std::vector<at::Tensor> inputs,
                            c10::List<bool> requiresGrad, bool deviceMapSet) {
-    return gilfree_rpc::withTrailer("in gilfree_rpc::_nn_forward", [&] {
-      auto [outputs, outputsRequireGrad, answerId] = gilfree_rpc::nn::forward(
-          handle, contextId, requestId, std::move(inputs), std::vector<bool>(requiresGrad.begin(), requiresGrad.end()),
+    return gilfree_rpc::withTrailer("in gilfree_rpc::_remote_forward", [&] {
+      auto [outputs, outputsRequireGrad, answerId] = gilfree_rpc::nn::remoteForward(
+          handle, contextId, autogradMessageId, std::move(inputs), std::vector<bool>(requiresGrad.begin(), requiresGrad.end()),
           deviceMapSet);
       c10::List<bool> marks;
       for (const bool mark : outputsRequireGrad) {

@@ -116,17 +116,17 @@ class NativeModule : public torch::CustomClassHolder {
 
 // RPC handler: module `handle`'s forward on `inputs` (the caller's tensor inputs, flattened)
 // in the caller's context `contextId` (-1: none), the inputs marked in `requiresGrad`
-// requiring grad under the caller's request id `requestId` (-1: none); outputs moved to the
+// requiring grad under the caller's autograd_message_id `autogradMessageId` (-1: none); outputs moved to the
 // CPU unless `deviceMapSet` (the caller's device map brings them back). Returns the outputs,
 // which of them require grad, and the autograd_message_id of their send function (-1: none
 // recorded). Raises before anything runs or is recorded, naming the argument, for an unknown
 // or released handle, ids that no worker of the group made, or inputs that do not fit the
 // program (its input checks); an operator's error while the program runs records nothing
 // either.
-std::tuple<std::vector<at::Tensor>, std::vector<bool>, int64_t> forward(
+std::tuple<std::vector<at::Tensor>, std::vector<bool>, int64_t> remoteForward(
     int64_t handle,
     int64_t contextId,
-    int64_t requestId,
+    int64_t autogradMessageId,
     std::vector<at::Tensor> inputs,
     const std::vector<bool>& requiresGrad,
     bool deviceMapSet);

@@ -17,8 +17,8 @@
 namespace gilfree_rpc {
 namespace {
 
-HandleRegistry<LocalOptimizer>& registry() {
-  static auto* optimizers = new HandleRegistry<LocalOptimizer>();  // leaky: RPC threads may call in while the process exits
+HandleRegistry<NativeLocalOptimizer>& registry() {
+  static auto* optimizers = new HandleRegistry<NativeLocalOptimizer>();  // leaky: RPC threads may call in while the process exits
   return *optimizers;
 }
 
@@ -38,7 +38,7 @@ bool present(const std::optional<at::Tensor>& gradient) {
 
 // --- construction and the registry --------------------------------------------------------
 
-LocalOptimizer::LocalOptimizer(
+NativeLocalOptimizer::NativeLocalOptimizer(
     std::string name,
     const std::vector<std::vector<at::Tensor>>& groups,
     std::optional<std::string> denseError)
@@ -57,12 +57,12 @@ LocalOptimizer::LocalOptimizer(
   keys_.resize(params_.size());
 }
 
-c10::intrusive_ptr<LocalOptimizer> LocalOptimizer::registered(c10::intrusive_ptr<LocalOptimizer> self) {
+c10::intrusive_ptr<NativeLocalOptimizer> NativeLocalOptimizer::registered(c10::intrusive_ptr<NativeLocalOptimizer> self) {
   self->handle_ = registry().add(self);
   return self;
 }
 
-c10::intrusive_ptr<LocalOptimizer> LocalOptimizer::find(int64_t handle) {
+c10::intrusive_ptr<NativeLocalOptimizer> NativeLocalOptimizer::find(int64_t handle) {
   auto found = registry().find(handle);
   TORCH_CHECK(
       found,
@@ -73,13 +73,13 @@ c10::intrusive_ptr<LocalOptimizer> LocalOptimizer::find(int64_t handle) {
   return found;
 }
 
-void LocalOptimizer::release_resources() {
+void NativeLocalOptimizer::release_resources() {
   registry().remove(handle_);
 }
 
 // --- the plans and the state ----------------------------------------------------------------
 
-void LocalOptimizer::configure(
+void NativeLocalOptimizer::configure(
     const std::vector<int64_t>& groups,
     const std::vector<std::vector<std::string>>& names,
     const std::vector<std::vector<double>>& values,
@@ -91,18 +91,18 @@ void LocalOptimizer::configure(
   TORCH_CHECK_VALUE(
       names.size() == n && values.size() == n && tensorNames.size() == n && tensorValues.size() == n &&
           sparseErrors.size() == n,
-      "LocalOptimizer.configure: one plan per group named (", n, " groups)");
+      "NativeLocalOptimizer.configure: one plan per group named (", n, " groups)");
   for (size_t k = 0; k < n; ++k) {
     TORCH_CHECK_VALUE(
         groups[k] >= 0 && groups[k] < static_cast<int64_t>(plans_.size()) && names[k].size() == values[k].size() &&
             tensorNames[k].size() == tensorValues[k].size(),
-        "LocalOptimizer.configure: the plan of group ", groups[k], " does not fit");
+        "NativeLocalOptimizer.configure: the plan of group ", groups[k], " does not fit");
   }
   if (state.has_value()) {
     for (const auto& item : *state) {
       TORCH_CHECK_VALUE(
           item.key() >= 0 && item.key() < static_cast<int64_t>(params_.size()),
-          "LocalOptimizer.configure: state of parameter ", item.key(), ", which does not exist");
+          "NativeLocalOptimizer.configure: state of parameter ", item.key(), ", which does not exist");
     }
   }
   HeldParamLocks held(locks_);
@@ -121,7 +121,7 @@ void LocalOptimizer::configure(
   }
 }
 
-OptimizerState LocalOptimizer::state() {
+OptimizerState NativeLocalOptimizer::state() {
   HeldParamLocks held(locks_);
   OptimizerState out;
   for (size_t i = 0; i < state_.size(); ++i) {
@@ -137,7 +137,7 @@ OptimizerState LocalOptimizer::state() {
   return out;
 }
 
-void LocalOptimizer::setKeysLocked(size_t g) {
+void NativeLocalOptimizer::setKeysLocked(size_t g) {
   const auto& plan = plans_[g];
   std::unordered_map<int64_t, std::vector<std::string>> byDim;
   for (int64_t i = offsets_[g]; i < offsets_[g + 1]; ++i) {
@@ -152,14 +152,14 @@ void LocalOptimizer::setKeysLocked(size_t g) {
 
 // --- steps ----------------------------------------------------------------------------
 
-void LocalOptimizer::check(const MaybeGradients& gradients, const std::vector<std::optional<std::string>>& sparseErrors)
+void NativeLocalOptimizer::check(const MaybeGradients& gradients, const std::vector<std::optional<std::string>>& sparseErrors)
     const {
   // raises ValueError or RuntimeError, as the functional_optim class's step does
   gilfree_optim::checkGradients(
       params_, c10::List<std::optional<at::Tensor>>(gradients), offsets_, sparseErrors, denseError_);
 }
 
-void LocalOptimizer::applyLocked(const MaybeGradients& gradients) {
+void NativeLocalOptimizer::applyLocked(const MaybeGradients& gradients) {
   check(gradients, sparseErrors_);
   at::NoGradGuard noGrad;
   for (size_t g = 0; g + 1 < offsets_.size(); ++g) {
@@ -213,7 +213,7 @@ void LocalOptimizer::applyLocked(const MaybeGradients& gradients) {
   }
 }
 
-int64_t LocalOptimizer::applyBefore(const MaybeGradients& gradients, int64_t deadlineMs) {
+int64_t NativeLocalOptimizer::applyBefore(const MaybeGradients& gradients, int64_t deadlineMs) {
   HeldParamLocks held(locks_);
   if (deadlineMs >= 0 && wallClockMs() >= deadlineMs) {
     return kLate;
@@ -222,7 +222,7 @@ int64_t LocalOptimizer::applyBefore(const MaybeGradients& gradients, int64_t dea
   return kApplied;
 }
 
-int64_t LocalOptimizer::step(int64_t contextId, int64_t version, int64_t deadlineMs) {
+int64_t NativeLocalOptimizer::step(int64_t contextId, int64_t version, int64_t deadlineMs) {
   if (version < 0) {
     return applyBefore(gradientsFor(contextId, params_), deadlineMs);
   }
@@ -233,7 +233,7 @@ int64_t LocalOptimizer::step(int64_t contextId, int64_t version, int64_t deadlin
   return applyBefore(gradientsOf(*grads, params_), deadlineMs);
 }
 
-int64_t LocalOptimizer::prepare(int64_t contextId, int64_t leaseMs) {
+int64_t NativeLocalOptimizer::prepare(int64_t contextId, int64_t leaseMs) {
   auto gradients = gradientsFor(contextId, params_);
   std::vector<std::optional<std::string>> sparseErrors;
   {
@@ -244,12 +244,12 @@ int64_t LocalOptimizer::prepare(int64_t contextId, int64_t leaseMs) {
   return parkStep(std::move(gradients), leaseMs, handle_);
 }
 
-int64_t LocalOptimizer::commit(int64_t token, int64_t deadlineMs) {
+int64_t NativeLocalOptimizer::commit(int64_t token, int64_t deadlineMs) {
   // checks again under the locks: the values may have changed since the prepare
   return applyBefore(takeStep(token, handle_), deadlineMs);
 }
 
-void LocalOptimizer::stepGradients(const MaybeGradients& gradients) {
+void NativeLocalOptimizer::stepGradients(const MaybeGradients& gradients) {
   HeldParamLocks held(locks_);
   applyLocked(gradients);
 }
@@ -261,28 +261,28 @@ TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
   // (rpc/worker_error.h)
   m.impl("_optimizer_step", [](int64_t handle, int64_t contextId, int64_t version, int64_t deadlineMs) {
     return withTrailer("in gilfree_rpc::_optimizer_step", [&] {
-      return LocalOptimizer::find(handle)->step(contextId, version, deadlineMs);
+      return NativeLocalOptimizer::find(handle)->step(contextId, version, deadlineMs);
     });
   });
   m.impl("_optimizer_prepare", [](int64_t handle, int64_t contextId, int64_t leaseMs) {
     return withTrailer("in gilfree_rpc::_optimizer_prepare", [&] {
-      return LocalOptimizer::find(handle)->prepare(contextId, leaseMs);
+      return NativeLocalOptimizer::find(handle)->prepare(contextId, leaseMs);
     });
   });
   m.impl("_optimizer_commit", [](int64_t handle, int64_t token, int64_t deadlineMs) {
     return withTrailer("in gilfree_rpc::_optimizer_commit", [&] {
-      return LocalOptimizer::find(handle)->commit(token, deadlineMs);
+      return NativeLocalOptimizer::find(handle)->commit(token, deadlineMs);
     });
   });
   m.impl("_optimizer_drop", [](int64_t handle, int64_t token) {
     return withTrailer("in gilfree_rpc::_optimizer_drop", [&] {
       const bool dropped = dropStep(token, handle);  // forgotten even when the optimizer is gone
-      LocalOptimizer::find(handle);
+      NativeLocalOptimizer::find(handle);
       return dropped;
     });
   });
   m.impl("_optimizer_step_gradients", [](int64_t handle, const c10::List<std::optional<at::Tensor>>& gradients) {
-    LocalOptimizer::find(handle)->stepGradients(MaybeGradients(gradients.begin(), gradients.end()));
+    NativeLocalOptimizer::find(handle)->stepGradients(MaybeGradients(gradients.begin(), gradients.end()));
   });
 }
 

@@ -13,7 +13,7 @@
 // results are bitwise the functional_optim class's default (fused) implementation's.
 //
 // Each object has a handle (unique in the process, never reused) in a registry of weak
-// references; it lives as long as the Python LocalOptimizer (kept by its caller's RRef), and the
+// references; it lives as long as the Python NativeLocalOptimizer (kept by its caller's RRef), and the
 // step ops reach it by handle, locally and by RPC (rpc/rpc_functions.h). Every call that reads or
 // writes the parameters, their state or the plans holds the parameters' locks (param_locks.h), but
 // prepare, which only reads and checks. Errors are typed c10 errors (ValueError for a gradient
@@ -48,19 +48,19 @@ using ParamState = c10::Dict<std::string, at::Tensor>;
 using OptimizerState = c10::Dict<int64_t, ParamState>;
 using MaybeGradients = std::vector<std::optional<at::Tensor>>;
 
-class LocalOptimizer : public torch::CustomClassHolder {
+class NativeLocalOptimizer : public torch::CustomClassHolder {
  public:
   // `name`: the optimizer's name in the op library; `groups`: the parameters, group after group
   // (flat indices number them in this order); `denseError`: the RuntimeError message for a dense
   // gradient (SparseAdam's), or none. The groups' plans come with configure.
-  LocalOptimizer(std::string name, const std::vector<std::vector<at::Tensor>>& groups, std::optional<std::string> denseError);
+  NativeLocalOptimizer(std::string name, const std::vector<std::vector<at::Tensor>>& groups, std::optional<std::string> denseError);
 
   // Adds `self` to the registry under a new handle (called once, right after construction;
   // handle_registry.h).
-  static c10::intrusive_ptr<LocalOptimizer> registered(c10::intrusive_ptr<LocalOptimizer> self);
+  static c10::intrusive_ptr<NativeLocalOptimizer> registered(c10::intrusive_ptr<NativeLocalOptimizer> self);
   // The object with `handle` in this process; raises RuntimeError naming the handle when it
   // is gone.
-  static c10::intrusive_ptr<LocalOptimizer> find(int64_t handle);
+  static c10::intrusive_ptr<NativeLocalOptimizer> find(int64_t handle);
   // Removes the registry's entry when the last strong reference goes.
   void release_resources() override;
 
@@ -81,7 +81,7 @@ class LocalOptimizer : public torch::CustomClassHolder {
   // Under the locks, at once: the plans of `groups` (a group's names and values, the Tensor
   // hyperparameters it follows, its sparse-gradient rule: functional_optim's StepPlan), and,
   // when given, all state (flat index -> {key: tensor}: the tensors themselves, as
-  // functional_optim made, checked and cast them). Called by plugin.optim.LocalOptimizer only,
+  // functional_optim made, checked and cast them). Called by plugin.optim.NativeLocalOptimizer only,
   // with values functional_optim validated; checks only that the lists fit.
   void configure(
       const std::vector<int64_t>& groups,

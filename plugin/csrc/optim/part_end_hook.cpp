@@ -47,7 +47,7 @@ int64_t stepHere(int64_t contextId, const std::vector<int64_t>& args) {
     return 0;
   }
   try {
-    return LocalOptimizer::find(handle)->step(contextId, -1, args[0]) + 1;
+    return NativeLocalOptimizer::find(handle)->step(contextId, -1, args[0]) + 1;
   } catch (const std::exception&) {
     // Nothing changed here (the optimizer checks before it applies); the caller asks this
     // owner for the reason on the usual path (DistributedOptimizer.backward_and_step).

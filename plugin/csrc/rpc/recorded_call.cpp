@@ -79,7 +79,7 @@ std::tuple<int64_t, int64_t> beginCall(
 std::vector<at::Tensor> recordCall(
     const std::string& what,
     int64_t contextId,
-    int64_t requestId,
+    int64_t autogradMessageId,
     const std::vector<at::Tensor>& sent,
     int64_t answerId,
     int64_t fromWorker,
@@ -103,9 +103,9 @@ std::vector<at::Tensor> recordCall(
   }
   auto ctx = liveContext(contextId);
   if (ctx) {
-    if (requestId >= 0) {
+    if (autogradMessageId >= 0) {
       std::vector<at::Tensor> request(sent.begin(), sent.end());
-      recordSendFunction(ctx, requestId, request);
+      recordSendFunction(ctx, autogradMessageId, request);
     }
     std::vector<at::Tensor> received;
     for (size_t i = 0; i < answer.size(); ++i) {
@@ -147,36 +147,36 @@ void checkCallerContextId(const std::string& prefix, int64_t contextId) {
       " was not made by a worker of this group (it names worker id ", workerIdOf(contextId), ")");
 }
 
-void checkRequestId(const std::string& prefix, int64_t contextId, int64_t requestId) {
-  if (requestId == -1) {
+void checkAutogradMessageId(const std::string& prefix, int64_t contextId, int64_t autogradMessageId) {
+  if (autogradMessageId == -1) {
     return;
   }
   TORCH_CHECK(
-      requestId >= 0, prefix, "autograd_message_id must be -1 (nothing requires grad) or a message id, got ", requestId);
+      autogradMessageId >= 0, prefix, "autograd_message_id must be -1 (nothing requires grad) or a message id, got ", autogradMessageId);
   TORCH_CHECK(
-      contextId >= 0, prefix, "autograd_message_id ", requestId, " given without a distributed autograd context");
+      contextId >= 0, prefix, "autograd_message_id ", autogradMessageId, " given without a distributed autograd context");
   TORCH_CHECK(
-      isGroupWorker(workerIdOf(requestId)), prefix, "autograd_message_id ", requestId,
-      " was not made by a worker of this group (it names worker id ", workerIdOf(requestId), ")");
+      isGroupWorker(workerIdOf(autogradMessageId)), prefix, "autograd_message_id ", autogradMessageId,
+      " was not made by a worker of this group (it names worker id ", workerIdOf(autogradMessageId), ")");
   if (auto ctx = liveContext(contextId)) {
     const auto recvs = ctx->recvFunctions();
     const auto sends = ctx->sendFunctions();
     TORCH_CHECK(
-        recvs.find(requestId) == recvs.end() && sends.find(requestId) == sends.end(), prefix, "autograd_message_id ",
-        requestId, " is already recorded in distributed autograd context ", contextId, " on this worker");
+        recvs.find(autogradMessageId) == recvs.end() && sends.find(autogradMessageId) == sends.end(), prefix, "autograd_message_id ",
+        autogradMessageId, " is already recorded in distributed autograd context ", contextId, " on this worker");
   }
 }
 
 HeldRequest holdRequest(
     int64_t contextId,
-    int64_t requestId,
+    int64_t autogradMessageId,
     std::vector<at::Tensor>& tensors,
     const std::vector<bool>& requiresGrad) {
   TORCH_CHECK(requiresGrad.size() == tensors.size(), "holdRequest: one flag per tensor");
   HeldRequest held;
   held.contextId = contextId;
-  held.requestId = requestId;
-  if (requestId < 0 || std::none_of(requiresGrad.begin(), requiresGrad.end(), [](bool b) { return b; })) {
+  held.autogradMessageId = autogradMessageId;
+  if (autogradMessageId < 0 || std::none_of(requiresGrad.begin(), requiresGrad.end(), [](bool b) { return b; })) {
     return held;
   }
   held.ctx = dist_autograd::DistAutogradContainer::getInstance().getOrCreateContext(contextId);
@@ -188,7 +188,7 @@ HeldRequest holdRequest(
       marked.push_back(tensors[i]);
     }
   }
-  held.recv = makeRecvFunction(held.ctx, requestId, workerIdOf(requestId), marked);
+  held.recv = makeRecvFunction(held.ctx, autogradMessageId, workerIdOf(autogradMessageId), marked);
   for (size_t i = 0, k = 0; i < tensors.size(); ++i) {
     if (requiresGrad[i]) {
       tensors[i] = marked[k++];
@@ -206,7 +206,7 @@ int64_t recordCallee(const std::string& prefix, HeldRequest& held, int64_t conte
   auto& container = dist_autograd::DistAutogradContainer::getInstance();
   auto ctx = held.ctx ? held.ctx : container.getOrCreateContext(contextId);
   if (held.recv) {
-    addRecvFunction(ctx, held.recv, held.requestId, workerIdOf(held.requestId));
+    addRecvFunction(ctx, held.recv, held.autogradMessageId, workerIdOf(held.autogradMessageId));
   }
   const int64_t messageId = container.newAutogradMessageId();
   std::vector<at::Tensor> sent(answer.begin(), answer.end());
@@ -232,11 +232,11 @@ TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
   m.impl("_begin_call", [](const std::string& what, int64_t contextId, int64_t callee, c10::List<bool> requiresGrad) {
     return gilfree_rpc::beginCall(what, contextId, callee, std::vector<bool>(requiresGrad.begin(), requiresGrad.end()));
   });
-  m.impl("_record_call", [](const std::string& what, int64_t contextId, int64_t requestId,
+  m.impl("_record_call", [](const std::string& what, int64_t contextId, int64_t autogradMessageId,
                             const std::vector<at::Tensor>& sent, int64_t answerId, int64_t fromWorker,
                             std::vector<at::Tensor> answer, c10::List<bool> answerRequiresGrad) {
     return gilfree_rpc::recordCall(
-        what, contextId, requestId, sent, answerId, fromWorker, std::move(answer),
+        what, contextId, autogradMessageId, sent, answerId, fromWorker, std::move(answer),
         std::vector<bool>(answerRequiresGrad.begin(), answerRequiresGrad.end()));
   });
 }

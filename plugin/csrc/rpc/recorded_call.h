@@ -15,7 +15,7 @@
 // 1. The caller makes the request's id (beginCall), if some of its tensors require grad, notes
 //    the callee as a worker C knows (its release reaches the callee), and sends the call with C
 //    and that id.
-// 2. The callee checks everything it was sent (checkCallerContextId, checkRequestId), then
+// 2. The callee checks everything it was sent (checkCallerContextId, checkAutogradMessageId), then
 //    gives its copies of the tensors that require grad their recv function (holdRequest: the
 //    context is made here if it is new, as torch's RPC layer's getOrCreateContext makes it)
 //    and runs the call. Only once the call has succeeded does it record anything in the
@@ -29,7 +29,7 @@
 //    (sendContextRelease), and recordCall raises.
 //
 // Untrusted input: ids come from another worker, so the callee checks that a context id is
-// -1 or made by a worker of the group, and that a request id is made by a worker of the
+// -1 or made by a worker of the group, and that an autograd_message_id is made by a worker of the
 // group and recorded in the context neither as a recv function nor as a send function. (It
 // cannot check that the id was made by the worker that sent it: the transport does not tell.)
 //
@@ -72,7 +72,7 @@ std::tuple<int64_t, int64_t> beginCall(
     const std::vector<bool>& requiresGrad);
 
 // When the answer of a call in context `contextId` arrived from worker `fromWorker`: records
-// the send function of request `requestId` over `sent` (the tensors of the request that
+// the send function of request `autogradMessageId` over `sent` (the tensors of the request that
 // require grad, in the order the request listed them) and the recv function of the answer
 // `answerId` over the tensors of `answer` marked in `answerRequiresGrad`, which then require
 // grad. Nothing when answerId is -1 (the callee recorded nothing). Returns `answer`, now
@@ -83,7 +83,7 @@ std::tuple<int64_t, int64_t> beginCall(
 std::vector<at::Tensor> recordCall(
     const std::string& what,
     int64_t contextId,
-    int64_t requestId,
+    int64_t autogradMessageId,
     const std::vector<at::Tensor>& sent,
     int64_t answerId,
     int64_t fromWorker,
@@ -97,27 +97,27 @@ std::vector<at::Tensor> recordCall(
 // each message after `prefix`.
 void checkCallerContextId(const std::string& prefix, int64_t contextId);
 
-// A request id from a caller in context `contextId` (checked already): -1 (nothing of the
+// An autograd_message_id from a caller in context `contextId` (checked already): -1 (nothing of the
 // request requires grad), or, with a context, an id made by a worker of the group that the
 // context here (if there is one yet) has not recorded. Raises, each message after `prefix`.
-void checkRequestId(const std::string& prefix, int64_t contextId, int64_t requestId);
+void checkAutogradMessageId(const std::string& prefix, int64_t contextId, int64_t autogradMessageId);
 
 // A request's tensors that require grad, given their recv function before the call runs (its
 // operators record their graph on them), which enters the context only once the call succeeded
 // (recordCallee); a failed call drops it (dropRequest).
 struct HeldRequest {
   int64_t contextId = -1;
-  int64_t requestId = -1;
+  int64_t autogradMessageId = -1;
   torch::distributed::autograd::ContextPtr ctx;  // null when nothing of the request requires grad
   RecvFunctionPtr recv;
 };
-// In the caller's context `contextId` (checked), for request `requestId` (checked): replaces each
+// In the caller's context `contextId` (checked), for request `autogradMessageId` (checked): replaces each
 // tensor of `tensors` marked in `requiresGrad` by a new tensor over the same data whose history
 // is the request's recv function (from the worker that made the id). Makes the context here when
 // it is new (the recv function must point at it), but records nothing in it.
 HeldRequest holdRequest(
     int64_t contextId,
-    int64_t requestId,
+    int64_t autogradMessageId,
     std::vector<at::Tensor>& tensors,
     const std::vector<bool>& requiresGrad);
 

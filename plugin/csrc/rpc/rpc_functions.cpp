@@ -34,7 +34,7 @@ constexpr RpcOp kRpcOps[] = {
     // embedding-bag lookups (remote_lookup.h)
     {"_lookup_bags", false},
     // remote modules' forward (nn/remote_module.h)
-    {"_nn_forward", false},
+    {"_remote_forward", false},
     // gradient clipping (gradient_clipping.cpp)
     {"_gradient_norms", false},
     {"_scale_gradients", false},

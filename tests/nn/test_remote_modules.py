@@ -273,7 +273,7 @@ def test_a_released_module_is_refused_and_unknown_handles_too(cluster):
     x = torch.randn(2, 6)
 
     def forward_of(h):
-        return _rpc_functions.call("worker1", "_nn_forward", (h, -1, -1, [x], [False], False))
+        return _rpc_functions.call("worker1", "_remote_forward", (h, -1, -1, [x], [False], False))
 
     forward_of(handle).wait()
     del remote

@@ -5,7 +5,7 @@ embedding's range, requires-grad flags of any length) and through RemoteModule.f
 answer equals the module's eager forward when the request keeps every rule, and is an error of
 the forward's own checks (or of the operator that meets a bad value) when it breaks one; the
 owner answers a valid forward after each example. A second test sends the requests in a real
-context with a real request id: a valid one is recorded, a refused or failed one leaves no
+context with a real autograd_message_id: a valid one is recorded, a refused or failed one leaves no
 context behind on the owner once the caller's is released."""
 import warnings
 
@@ -136,7 +136,7 @@ def test_a_forward_answers_as_eager_or_is_refused_and_the_owner_survives(fuzzed,
     ok = valid(*request)
     event("valid" if ok and in_range(specs) else "bad value" if ok else "invalid")
 
-    raw = _rpc_functions.call("worker1", "_nn_forward", (handle, context_id, message_id, inputs, flags, False))
+    raw = _rpc_functions.call("worker1", "_remote_forward", (handle, context_id, message_id, inputs, flags, False))
     try:
         outputs, requires_grad, answer_id = raw.wait()
         assert ok and in_range(specs), f"the owner answered a bad request: {request}"
@@ -181,7 +181,7 @@ def test_a_forward_answers_as_eager_or_is_refused_and_the_owner_survives(fuzzed,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(request=requests())
 def test_a_recorded_forward_is_recorded_or_leaves_nothing(fuzzed, request):
-    """The request's tensors sent to the owner's op in a live context with a request id made here
+    """The request's tensors sent to the owner's op in a live context with an autograd_message_id made here
     (x requiring grad): a valid request is answered with its output requiring grad and a message
     id; any other is refused or fails; either way the owner knows no context of ours once the
     caller's context is released (the caller's release reaches it: it knows the owner)."""
@@ -197,8 +197,8 @@ def test_a_recorded_forward_is_recorded_or_leaves_nothing(fuzzed, request):
     ok = valid("valid", -1, -1, specs, [False] * len(specs)) and in_range(specs)
     owner = rpc.get_worker_info("worker1").id
     with dist_autograd.context() as ctx:
-        _, request_id = ops._begin_call("fuzz", ctx, owner, flags)
-        answer = _rpc_functions.call("worker1", "_nn_forward", (remote._handle, ctx, request_id, inputs, flags, False))
+        _, autograd_message_id = ops._begin_call("fuzz", ctx, owner, flags)
+        answer = _rpc_functions.call("worker1", "_remote_forward", (remote._handle, ctx, autograd_message_id, inputs, flags, False))
         try:
             outputs, requires_grad, answer_id = answer.wait()
             assert ok, f"the owner answered a bad request: {request}"

@@ -4,7 +4,7 @@ names, defined in C++ only), written by Python's lowering (``plugin.nn._lower``)
 C++ decoder, gives what eager mode gives.
 
 The oracle is eager mode, never the tables themselves: modules (or single operator calls) that use
-each code, operation and name are lowered, run natively (``_nn_forward`` on this process, outside
+each code, operation and name are lowered, run natively (``_remote_forward`` on this process, outside
 any context: no RPC) and compared with the same calls run eagerly (values, dtype, layout, strides,
 or the same error type where eager refuses). Every entry of each C++ table must be exercised: a new
 code, operation or name there fails these tests until a case uses it. Where a name also travels
@@ -80,7 +80,7 @@ class Recording:
 
 class Native:
     """``module`` exported, lowered (through Python's encoder) and registered on this process;
-    called, it runs the program natively (``_nn_forward``, no context)."""
+    called, it runs the program natively (``_remote_forward``, no context)."""
 
     def __init__(self, module, example, monkeypatch):
         made = []
@@ -96,7 +96,7 @@ class Native:
 
     def __call__(self, *inputs):
         flat = pytree.tree_leaves(inputs)
-        outputs, _, answer_id = ops._nn_forward(self.registration.handle(), -1, -1, flat, [False] * len(flat), False)
+        outputs, _, answer_id = ops._remote_forward(self.registration.handle(), -1, -1, flat, [False] * len(flat), False)
         assert answer_id == -1
         return pytree.tree_unflatten(outputs, self.spec)
 
@@ -189,7 +189,7 @@ def run_call(op, overload, values, inputs=()):
     program.set_outputs([len(inputs)])
     registration = ops.new_native_module("Names", [])
     program.install(registration.handle(), True)
-    outputs, _, _ = ops._nn_forward(registration.handle(), -1, -1, list(inputs), [False] * len(inputs), False)
+    outputs, _, _ = ops._remote_forward(registration.handle(), -1, -1, list(inputs), [False] * len(inputs), False)
     return outputs[0]
 
 
@@ -240,7 +240,7 @@ def identity(dtype_name):
     program.set_outputs([0])
     registration = ops.new_native_module("Names", [])
     program.install(registration.handle(), True)
-    return lambda x: ops._nn_forward(registration.handle(), -1, -1, [x], [False], False)[0][0]
+    return lambda x: ops._remote_forward(registration.handle(), -1, -1, [x], [False], False)[0][0]
 
 
 @pytest.mark.parametrize("layout", sorted(unique(TABLES["layouts"]), key=str), ids=str)

@@ -38,7 +38,7 @@ def active_isa(path: str) -> str:
 def run_all(out: str) -> None:
     """Runs every configuration of test_fused_kernels.CASES and saves the tensors to ``out``."""
     from functional_optim import _kernels
-    from tests.optim.test_fused_kernels import CASES, _grads, _params, call_op, init_state
+    from tests.functional_optim.test_fused_kernels import CASES, _grads, _params, call_op, init_state
 
     path = _kernels.load()
     torch.set_num_threads(2)
@@ -57,7 +57,7 @@ def run_all(out: str) -> None:
 def _run_with(capability: str, out: str) -> dict:
     code = textwrap.dedent(
         f"""
-        from tests.optim.test_fused_isa import run_all
+        from tests.functional_optim.test_fused_isa import run_all
         run_all({out!r})
         """
     )

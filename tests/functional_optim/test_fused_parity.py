@@ -168,7 +168,7 @@ def test_adagrads_constructor_makes_the_state_its_group_step_takes():
     the default dtype (torch's single-tensor step then makes a float64 one, on the CPU); every
     'sum' from the constructor's initial_accumulator_value, also in a group given its own (as
     torch). On CUDA a CPU step made the fused kernel refuse the step
-    (tests/optim/test_cuda_optim.py)."""
+    (tests/functional_optim/test_cuda_optim.py)."""
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:

@@ -12,7 +12,7 @@ docs/functional_optimizers.md lists). The reference is torch.optim's implementat
 single-tensor one for the default and the fused) on contiguous copies of the same parameters; parameters and state must agree within the dtype's
 tolerance after a few steps. Sparse gradients (SGD, Adagrad, SparseAdam) are drawn the same
 way over their shapes, sparse dimensions, coalescing and dtypes, and the native owner's path
-(plugin.optim.LocalOptimizer) over a smaller draw.
+(plugin.optim.NativeLocalOptimizer) over a smaller draw.
 
 Bounded for CI: a fixed number of examples per test (derandomized: the same draws on every
 run), no deadline; each test takes a few seconds.
@@ -321,16 +321,16 @@ def draw_native_case(data):
 @SETTINGS
 @given(data=st.data())
 def test_native_local_optimizer_matches_torch(data):
-    """plugin.optim.LocalOptimizer (the native owner's step, C++) over drawn parameters, layouts
+    """plugin.optim.NativeLocalOptimizer (the native owner's step, C++) over drawn parameters, layouts
     and gradients' layouts: torch.optim's results within the dtype's tolerance."""
-    from plugin.optim import LocalOptimizer
+    from plugin.optim import NativeLocalOptimizer
 
     cls, info, dtype, specs, kwargs = draw_native_case(data)
     values = make_values(specs, dtype, seed=3)
     torch_params = [torch.nn.Parameter(v.clone()) for v in values]
     our_params = [laid_out(v, layout) for v, (_, layout, _) in zip(values, specs)]
     reference = info.torch_class(torch_params, **kwargs, **C.impl_flags(info, "single", for_torch=True))
-    native = LocalOptimizer(cls, our_params, **kwargs)
+    native = NativeLocalOptimizer(cls, our_params, **kwargs)
     gen = torch.Generator().manual_seed(4)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -298,7 +298,7 @@ def test_adafactor_default_step_is_torchs_to_the_bit(dtype, kwargs):
 
 _ISA_SCRIPT = """
 import torch, functional_optim as F
-from tests.optim.test_new_optimizers import ADAFACTOR_SHAPES, _pair, _step_both
+from tests.functional_optim.test_new_optimizers import ADAFACTOR_SHAPES, _pair, _step_both
 for dtype in (torch.float32, torch.float64):
     reference, theirs, ours, our_params = _pair(torch.optim.Adafactor, F.Adafactor, ADAFACTOR_SHAPES, dtype, maximize=True)
     _step_both(reference, theirs, ours, 3)

@@ -18,7 +18,7 @@ import textwrap
 import pytest
 import torch
 
-from tests.optim.test_fused_isa import ORDER, active_isa
+from tests.functional_optim.test_fused_isa import ORDER, active_isa
 from tests.support import REPO
 
 pytestmark = pytest.mark.timeout(600)
@@ -65,8 +65,8 @@ def test_muon_steps_are_torchs_bit_for_bit(capability):
     code = textwrap.dedent(
         """
         from functional_optim import _kernels
-        from tests.optim.test_fused_isa import active_isa
-        from tests.optim.test_muon_passes import compare_with_torch
+        from tests.functional_optim.test_fused_isa import active_isa
+        from tests.functional_optim.test_muon_passes import compare_with_torch
         compare_with_torch()
         print(active_isa(_kernels.load()))
         """

@@ -30,7 +30,7 @@ DIFFERENCES = {
         "module_rref) and its installed forward/forward_async; plugin.nn.RemoteModule is an nn.Module built by "
         "nn.Module.__init__ whose state (its owner, device, programs' handles) is its own, with no TorchScript "
         "generated_methods. Forward and forward_async from the receiver are checked by "
-        "tests/rpc/test_remote_modules.py::test_pickled_into_an_rpc_it_works_on_the_receiver and by this suite's "
+        "tests/nn/test_remote_modules.py::test_pickled_into_an_rpc_it_works_on_the_receiver and by this suite's "
         "test_create_remote_module_from_module_rref"
     ),
 }
