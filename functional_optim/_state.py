@@ -372,11 +372,7 @@ class GroupedState:
         return self.offsets[g + 1] - self.offsets[g]
 
     def check_group(self, group: int) -> None:
-        if group < 0 or group >= self.num_groups():
-            raise ValueError(
-                "parameter group " + str(group) + " does not exist (the optimizer has "
-                + str(self.num_groups()) + " groups)"
-            )
+        _validation.check_group_index(group, self.num_groups())
 
     def find(self, param: Tensor) -> int:
         """Flat index of ``param`` (the same tensor object); ValueError if it is not ours."""

@@ -21,6 +21,7 @@ from . import _kernels, ops
 __all__ = [
     "dtype_name",
     "describe",
+    "check_group_index",
     "check_gradients",
     "check_one_gradient",
     "check_params",
@@ -38,6 +39,22 @@ __all__ = [
     "tensor_number",
     "check_tensor_betas",
 ]
+
+
+def check_group_index(group: int, num_groups: int) -> None:
+    """Raises ``ValueError`` unless ``group`` indexes one of ``num_groups`` parameter groups.
+
+    Args:
+        group (int): the index asked for (groups are numbered from 0, as ``param_groups``).
+        num_groups (int): how many groups the optimizer has.
+
+    Raises:
+        ValueError: ``"parameter group <group> does not exist (the optimizer has <n> groups)"``.
+    """
+    if group < 0 or group >= num_groups:
+        raise ValueError(
+            "parameter group " + str(group) + " does not exist (the optimizer has " + str(num_groups) + " groups)"
+        )
 
 
 def dtype_name(dtype: torch.dtype) -> str:

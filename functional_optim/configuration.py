@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from . import _kernels, _validation
+from ._validation import check_group_index
 from ._param_groups import TensorRules, split_values
 from ._state import TUPLE_HYPERPARAMETERS, choose_impl, copy_tensors, holds_tensor, torch_value, tuple_parts
 
@@ -34,7 +35,7 @@ __all__ = [
     "StepPlan", "optimizer_name", "step_plans", "not_fused", "implementation", "dense_error", "set_group",
     "check_group", "group_update", "tensor_value", "torch_group", "torch_state_dict", "state_entry",
     "check_gradients", "split_values", "TUPLE_HYPERPARAMETERS", "tuple_parts", "torch_value", "holds_tensor",
-    "copy_tensors",
+    "copy_tensors", "check_group_index",
 ]
 
 

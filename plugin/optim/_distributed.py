@@ -13,6 +13,7 @@ import torch.distributed.rpc as rpc
 from torch import Tensor
 from torch.distributed.rpc import RRef
 
+from functional_optim.configuration import check_group_index
 from functional_optim.torch_optimizer import TorchOptimizerFace
 
 from .. import ops
@@ -444,21 +445,27 @@ class DistributedOptimizer(TorchOptimizerFace, torch.optim.Optimizer):
         # torch.optim takes the saved group's keys wholesale: keep those the owners do not hold
         self._forget_param_groups(extras=hyper)
 
-    def set_hyperparameter(self, name: str, value: float) -> None:
-        """Sets a numeric hyperparameter (``"lr"``, ``"weight_decay"``, ...) on every owner,
-        from the next step on; for learning-rate schedules.
+    def set_hyperparameter(self, group: int, name: str, value: float) -> None:
+        """Sets a numeric hyperparameter (``"lr"``, ``"weight_decay"``, ...) of param group
+        ``group`` on every owner, from the next step on; for learning-rate schedules
+        (``set_hyperparameter(0, "lr", 0.01)``: the signature of every optimizer of this project,
+        ``functional_optim``'s state protocol included).
 
         Args:
+            group (int): the param group, from 0: a distributed optimizer has one,
+                ``param_groups[0]``.
             name (str): a hyperparameter name of the optimizer (functional names:
                 tuples split, betas as ``"beta1"``, ``"beta2"``).
             value (float): the new value, in the units of the constructor's argument.
 
         Raises:
-            ValueError: the name is unknown or the value invalid (checked before anything is
-                sent for native owners; otherwise the first owner that rejected it is named).
+            ValueError: no such group, the name is unknown or the value invalid (checked
+                before anything is sent: the group here, the name and value for native owners;
+                otherwise the first owner that rejected it is named).
             RuntimeError: an owner failed (named).
         """
-        self._set_group({name: float(value)}, {}, f"set_hyperparameter({name!r})")
+        check_group_index(group, 1)
+        self._set_group({name: float(value)}, {}, f"set_hyperparameter({group}, {name!r})")
         self._forget_param_groups()
 
     def _check_first(self, check: Any) -> None:

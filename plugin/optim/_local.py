@@ -118,7 +118,7 @@ def _hyperparameters(rref: Any) -> Dict[str, Any]:
 
 
 def _set_group(rref: Any, hparams: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
-    rref.local_value().set_group(hparams, options)
+    rref.local_value().set_group(0, hparams, options)
 
 
 # The TorchScript kind's state and values, in Python on its owner under the parameters' locks

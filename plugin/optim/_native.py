@@ -313,9 +313,7 @@ class NativeLocalOptimizer:
                 the group off the fused implementation (``foreach=True``, ``fused=False``...).
         """
         with self._lock:
-            n = len(self._optim.param_groups)
-            if not 0 <= group < n:
-                raise ValueError(f"parameter group {group} does not exist (the optimizer has {n} groups)")
+            configuration.check_group_index(group, len(self._optim.param_groups))
             self._check_fused(group, dict(self._optim.options()[group], **options))
             configuration.set_group(self._optim, group, {k: float(v) for k, v in hparams.items()}, options,
                                     tensor_hparams)

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 import functional_optim
-from functional_optim.configuration import TUPLE_HYPERPARAMETERS, check_gradients, copy_tensors
+from functional_optim.configuration import TUPLE_HYPERPARAMETERS, check_gradients, check_group_index, copy_tensors
 
 from .. import ops
 from ._adapter import StepAdapter
@@ -298,21 +298,25 @@ class PythonLocalOptimizer(StepAdapter):
                 hparams.extend(TUPLE_HYPERPARAMETERS[key])
         return {"group": group, "hparam_names": hparams, "option_names": options}
 
-    def set_group(self, hparams: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
-        """Writes hyperparameters (functional names: tuples split) and flags into the group,
-        under the parameters' locks; used from the next step on. A number replaces an ``int``
-        as an ``int`` when it is whole, and is written into a 0-dim tensor in place. Not
-        validated (``torch.optim`` does not validate writes to ``param_groups`` either).
+    def set_group(self, group: int, hparams: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
+        """Writes hyperparameters (functional names: tuples split) and flags into group
+        ``group``, under the parameters' locks; used from the next step on. A number replaces
+        an ``int`` as an ``int`` when it is whole, and is written into a 0-dim tensor in place.
+        Not validated (``torch.optim`` does not validate writes to ``param_groups`` either).
+        The signature of every optimizer's ``set_group`` (``functional_optim``'s state protocol,
+        :class:`~plugin.optim.NativeLocalOptimizer`).
 
         Args:
+            group (int): the param group, from 0 (the owner's optimizer has one: 0).
             hparams (Dict[str, float]): numeric values by name (``'lr'``, ``'beta1'``...).
             options (Dict[str, Optional[bool]]): flags by name.
 
         Raises:
-            ValueError: a name the group does not have; nothing changes then.
+            ValueError: no such group, or a name the group does not have; nothing changes then.
         """
         with ops._holding(self._lock):
-            group = self.optimizer.param_groups[0]
+            check_group_index(group, len(self.optimizer.param_groups))
+            group = self.optimizer.param_groups[group]
             updates: Dict[str, Any] = {}
             for name, value in hparams.items():
                 key = next((k for k, parts in TUPLE_HYPERPARAMETERS.items() if name in parts and k in group), None)
@@ -335,17 +339,19 @@ class PythonLocalOptimizer(StepAdapter):
                 else:
                     group[name] = value
 
-    def set_hyperparameter(self, name: str, value: float) -> None:
-        """Sets one numeric hyperparameter (``'lr'``, ``'beta1'``...), as :meth:`set_group`.
+    def set_hyperparameter(self, group: int, name: str, value: float) -> None:
+        """Sets one numeric hyperparameter (``'lr'``, ``'beta1'``...) of group ``group``, as
+        :meth:`set_group` (``set_hyperparameter(0, "lr", 0.01)``: every optimizer's signature).
 
         Args:
+            group (int): the param group, from 0.
             name (str): the name (parts of tuples as ``'beta1'``, ``'beta2'``...).
             value (float): the new value.
 
         Raises:
-            ValueError: the group has no such hyperparameter.
+            ValueError: no such group, or the group has no such hyperparameter.
         """
-        self.set_group({name: value}, {})
+        self.set_group(group, {name: value}, {})
 
 
 def _is_number(value: Any) -> bool:

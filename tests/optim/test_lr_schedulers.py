@@ -126,8 +126,13 @@ def test_param_groups_writes_reach_owners_and_state_dict(cluster):
     saved = opt.state_dict()["param_groups"][0]
     assert (saved["lr"], saved["betas"], saved["initial_lr"]) == (0.01, (0.8, 0.99), 0.05)
     # set_hyperparameter is seen by param_groups too; the scheduler's key stays
-    opt.set_hyperparameter("lr", 0.02)
+    opt.set_hyperparameter(0, "lr", 0.02)
     assert opt.param_groups[0]["lr"] == 0.02 and opt.param_groups[0]["initial_lr"] == 0.05
+    # one param group: another index is refused before anything is sent, the value unchanged
+    for group_index in (1, -1):
+        with pytest.raises(ValueError, match=rf"^parameter group {group_index} does not exist \(the optimizer has 1 groups\)$"):
+            opt.set_hyperparameter(group_index, "lr", 0.5)
+    assert all(hyper["lr"] == 0.02 for hyper in owners_hyperparameters(opt).values())
     # torch's step hooks run around step(context_id)
     calls = []
     opt.register_step_pre_hook(lambda o, args, kwargs: calls.append(("pre", args[1])))
@@ -209,7 +214,7 @@ def test_state_dict_after_load_and_set_hyperparameter(cluster):
     saved = opt.state_dict()
     fresh = DistributedOptimizer(torch.optim.SGD, rrefs, lr=0.7)
     fresh.load_state_dict(saved)
-    fresh.set_hyperparameter("lr", 0.01)
+    fresh.set_hyperparameter(0, "lr", 0.01)
     group = fresh.state_dict()["param_groups"][0]
     assert (group["lr"], group["initial_lr"]) == (0.01, 0.1)
     assert (fresh.param_groups[0]["lr"], fresh.param_groups[0]["initial_lr"]) == (0.01, 0.1)

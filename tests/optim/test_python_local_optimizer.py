@@ -281,12 +281,18 @@ def test_lr_scheduler_drives_it(cluster):
     for n in names:
         torch.testing.assert_close(got[n], expected[n], rtol=1e-12, atol=1e-14, msg=n)
 
-    opt.set_hyperparameter("momentum", 0.5)
+    opt.set_hyperparameter(0, "momentum", 0.5)
     opt.param_groups[0]["weight_decay"] = 0.25
     group = opt.state_dict()["param_groups"][0]
     assert (group["momentum"], group["weight_decay"], group["initial_lr"]) == (0.5, 0.25, 0.05)
     with pytest.raises(ValueError, match=r"failed on owner 'worker1': ValueError: HeavyBall has no hyperparameter 'beta1'"):
-        opt.set_hyperparameter("beta1", 0.5)
+        opt.set_hyperparameter(0, "beta1", 0.5)
+    # the owner's PythonLocalOptimizer checks the group as every optimizer does (the same message)
+    local = PythonLocalOptimizer(HeavyBall, [torch.zeros(2)], **KWARGS)
+    with pytest.raises(ValueError, match=r"^parameter group 1 does not exist \(the optimizer has 1 groups\)$"):
+        local.set_hyperparameter(1, "momentum", 0.5)
+    local.set_hyperparameter(0, "momentum", 0.25)
+    assert local.optimizer.param_groups[0]["momentum"] == 0.25
 
 
 def test_loads_the_state_dict_that_torch_optim_saved(cluster):

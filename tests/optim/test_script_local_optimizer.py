@@ -66,13 +66,13 @@ def test_registered_functional_class_steps_with_its_state_and_values(registered)
     )
     assert fresh.param_groups[0]["lr"] == 0.025 and fresh.param_groups[0]["momentum"] == KWARGS["momentum"]
 
-    fresh.set_hyperparameter("momentum", 0.5)
+    fresh.set_hyperparameter(0, "momentum", 0.5)
     assert fresh.state_dict()["param_groups"][0]["momentum"] == 0.5
     with pytest.raises(ValueError, match=r"failed on owner 'worker1': ValueError: HeavyBall\w* has no hyperparameter 'beta1'"):
-        fresh.set_hyperparameter("beta1", 0.5)
+        fresh.set_hyperparameter(0, "beta1", 0.5)
     if expected_kind() == "torchscript":  # the functional class validates; torch.optim's writes are not validated
         with pytest.raises(ValueError, match=r"failed on owner 'worker1': ValueError: Invalid learning rate: -1"):
-            fresh.set_hyperparameter("lr", -1.0)
+            fresh.set_hyperparameter(0, "lr", -1.0)
         assert fresh.state_dict()["param_groups"][0]["lr"] == 0.025
 
 
