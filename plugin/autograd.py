@@ -18,7 +18,7 @@ from torch import Tensor
 
 from . import _errors, ops
 
-__all__ = ["backward", "get_gradients", "context", "debug_info", "BackwardError"]
+__all__ = ["backward", "get_gradients", "context", "BackwardError"]
 
 
 def backward(context_id: int, roots: List[Tensor], retain_graph: bool = False, mode: str = "smart") -> None:
@@ -49,7 +49,8 @@ def backward(context_id: int, roots: List[Tensor], retain_graph: bool = False, m
             pybind message ``backward(): incompatible function arguments``, then which argument
             and its type (torch's ``torch.distributed.autograd.backward`` raises that
             TypeError for the same calls).
-        ValueError: ``mode`` is neither ``"smart"`` nor ``"fast"``.
+        ValueError: ``mode`` is neither ``"smart"`` nor ``"fast"`` (under TorchScript a
+            ``RuntimeError`` with the same message, as TorchScript hands on an op's errors).
         BackwardError: (a ``RuntimeError``) an error on any worker once the pass has started,
             with torch's contract: the message starts with ``Error on Node <n>: `` (``n``: the
             id of the worker where it happened) followed by the original message, then says
@@ -248,20 +249,3 @@ class context:
             ops._release_context(self._context_id)
 
 
-def debug_info() -> Dict[str, int]:
-    """Counters of this worker's engine.
-
-    Returns:
-        Dict[str, int]: ``num_live_contexts`` (contexts whose gradients the engine holds;
-        released contexts are dropped before counting), ``num_running_passes`` (backward
-        passes under way on this worker), ``num_stored_gradients`` (leaf gradients held)
-        ``num_split_nodes`` (backward functions this worker has run in two halves since
-        it started, the outputs bound for other workers first; see the engine guide),
-        ``num_torch_contexts`` (torch's distributed autograd contexts alive on this worker),
-        ``num_failed_workers`` (workers this one found dead: the agent could not reach
-        them) and ``num_contexts_released_for_failed_workers`` (torch contexts of those
-        workers released here; see ``docs/failures.md``).
-
-    Raises nothing.
-    """
-    return dict(ops._debug_info())

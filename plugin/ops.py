@@ -215,12 +215,6 @@ def _wall_clock_ms() -> int:
     return torch.ops.gilfree_rpc._wall_clock_ms()
 
 
-def _optimizer_debug_info() -> Dict[str, int]:
-    """The op ``gilfree_rpc::_optimizer_debug_info``: ``num_param_locks`` (live per-parameter
-    locks in this process) and ``num_prepared_steps`` (steps parked between their phases)."""
-    return torch.ops.gilfree_rpc._optimizer_debug_info()
-
-
 def _gradient_norms(context_id: int, params: List[Any], norm_type: float):
     """The op ``gilfree_rpc::_gradient_norms`` (RPC handler, on the owner of ``params``, RRefs
     to Tensors): the norm of each gradient of ``params`` in the context (a 1-D tensor of
@@ -360,7 +354,8 @@ def _release_context(context_id: int) -> None:
 
 
 def _debug_info() -> Dict[str, int]:
-    """The op ``gilfree_rpc::_debug_info``: counters of this worker's engine."""
+    """The op ``gilfree_rpc::_debug_info``: this worker's counters, every room's
+    (:func:`plugin.debug_info` lists them)."""
     return torch.ops.gilfree_rpc._debug_info()
 
 

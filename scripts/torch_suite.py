@@ -91,7 +91,7 @@ EXPECTED_DIFFERENCES = {
     ),
     "test_debug_info": (
         "reads torch's engine counters (dist_autograd._get_debug_info()['num_current_backward_passes'] while a "
-        "backward pass runs): the plugin's engine keeps its own (plugin.autograd.debug_info()['num_running_passes'])"
+        "backward pass runs): the plugin's engine keeps its own (plugin.debug_info()['num_running_passes'])"
     ),
 }
 # Only in FAST mode.

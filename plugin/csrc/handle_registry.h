@@ -33,6 +33,16 @@ class HandleRegistry {
     return it == entries_.end() ? c10::intrusive_ptr<T>() : it->second.lock();
   }
 
+  // How many registered objects are alive now (for counters: debug_counters.h).
+  int64_t numLive() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t live = 0;
+    for (const auto& [handle, entry] : entries_) {
+      live += entry.expired() ? 0 : 1;
+    }
+    return live;
+  }
+
   // Forgets `handle` (the object's release_resources calls it).
   void remove(int64_t handle) {
     c10::weak_intrusive_ptr<T> entry(c10::intrusive_ptr<T>{});  // released after the mutex

@@ -126,7 +126,8 @@ TORCH_LIBRARY(gilfree_rpc, m) {
   // {"codes", "int_ops", "dtypes", "layouts", "memory_formats"}, each {name: value}; what
   // plugin/nn/_lower.py writes a program with (read once, at import).
   def(m, "_nn_program_tables() -> Dict(str, Dict(str, int))");
-  // Counters for tests and monitoring: live contexts, running passes, ...
+  // This worker's counters, every room's (debug_counters.h; plugin.debug_info() lists them):
+  // live contexts, running passes, parameter locks, parked steps, native modules, ...
   def(m, "_debug_info() -> Dict(str, int)");
 
   // The gradient of each of `params` in the context on this worker (None where it has
@@ -168,9 +169,6 @@ TORCH_LIBRARY(gilfree_rpc, m) {
   // stacked, and their positions in `params`; and multiplying those gradients in place.
   def(m, "_gradient_norms(int context_id, RRef(Tensor)[] params, float norm_type) -> (Tensor, int[])");
   def(m, "_scale_gradients(int context_id, RRef(Tensor)[] params, Tensor coefficient) -> ()");
-  // Counters of the optimizer's state in this process: num_param_locks (live
-  // per-parameter locks), num_prepared_steps (steps parked between their phases).
-  def(m, "_optimizer_debug_info() -> Dict(str, int)");
   // Sets this thread's current distributed autograd context (-1: none); returns the
   // previous one. The optimizer sends its RPCs outside any context.
   def(m, "_swap_current_context(int context_id) -> int");

@@ -1,5 +1,7 @@
 #include "param_locks.h"
 
+#include "debug_counters.h"
+
 #include <algorithm>
 #include <unordered_map>
 
@@ -72,5 +74,14 @@ int64_t numParamLocks() {
   std::lock_guard<std::mutex> guard(r.mu);
   return static_cast<int64_t>(r.entries.size());
 }
+
+namespace {
+
+// The locks' counter in plugin.debug_info() (debug_counters.h): live per-parameter locks.
+const DebugCounters kParamLockCounters("param_locks", [] {
+  return Counters{{"num_param_locks", numParamLocks()}};
+});
+
+}  // namespace
 
 }  // namespace gilfree_rpc

@@ -407,11 +407,6 @@ def _(env):
     return [Sample(lambda: ())]
 
 
-@samples("_optimizer_debug_info")
-def _(env):
-    return [Sample(lambda: ())]
-
-
 @samples("_gradient_norms")
 def _(env):
     # RRefs of the owner's parameters (its own there), their gradients in the context: the dense

@@ -134,6 +134,19 @@ def test_the_mode_is_checked_once_by_the_op(cluster):
         assert plugin.autograd.get_gradients(ctx) == {}
 
 
+@pytest.mark.torchscript
+def test_the_mode_is_checked_by_the_op_under_torchscript(cluster):
+    """Called from TorchScript, the op's check of the mode is the one that runs (no Python check
+    there): TorchScript's interpreter hands on the op's error as a RuntimeError (as it does for
+    every op's ValueError: torch's TorchScript contract), with the same message; nothing runs."""
+    with dist_autograd.context() as ctx:
+        a = torch.rand(3, requires_grad=True)
+        with pytest.raises(RuntimeError, match='mode must be "smart" or "fast", got "slow"') as info:
+            graphs.to_torchscript("scripted_plugin_backward")(ctx, [a.sum()], "slow")
+        assert not isinstance(info.value, ValueError)  # eager: ValueError (test_invalid_mode)
+        assert plugin.autograd.get_gradients(ctx) == {}
+
+
 def test_the_error_trailer_is_read_in_one_place():
     """The error contract (plugin/csrc/rpc/worker_error.h): the op _error_parts reads the trailer
     of a native op's error as it comes back over RPC and of a backward pass's error; the Python

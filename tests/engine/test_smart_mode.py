@@ -122,4 +122,4 @@ def test_fast_mode_reports_unused_rpc_instead_of_hanging(cluster):
     finally:
         rpc._set_rpc_timeout(cluster.rpc_timeout)
     for w in workers():
-        assert rpc.rpc_sync(w, plugin.autograd.debug_info)["num_running_passes"] == 0, w
+        assert rpc.rpc_sync(w, plugin.debug_info)["num_running_passes"] == 0, w

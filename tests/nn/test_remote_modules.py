@@ -10,6 +10,7 @@ import torch
 import torch.distributed.autograd as dist_autograd
 import torch.distributed.rpc as rpc
 
+import plugin
 import plugin.autograd
 from plugin import ops
 from plugin.nn import RemoteModule
@@ -290,3 +291,26 @@ def test_a_released_module_is_refused_and_unknown_handles_too(cluster):
         time.sleep(0.2)
     with pytest.raises(RuntimeError, match="handle 987654 is not a remote module on this worker"):
         forward_of(987654).wait()
+
+
+def test_the_workers_counters_follow_the_modules(cluster):
+    """plugin.debug_info() on the owner (one op, every room's counters) counts the native modules
+    alive there and their forwards and snapshots, as the module's own counters do; the caller's do
+    not move (the forward runs on the owner)."""
+    before = rpc.rpc_sync("worker1", plugin.debug_info)
+    caller_before = plugin.debug_info()
+    remote = RemoteModule("worker1/cpu", mods.MLP, example_inputs=(torch.randn(3, 6),))
+    x = torch.randn(2, 6)
+    remote(x), remote(x)
+    after = rpc.rpc_sync("worker1", plugin.debug_info)
+    own = remote._debug_info()
+    assert (own["forwards"], own["snapshots"], own["programs"]) == (2, 1, 1)
+    assert after["num_native_forwards"] - before["num_native_forwards"] == own["forwards"]
+    assert after["num_snapshots"] - before["num_snapshots"] == own["snapshots"]
+    assert after["num_native_modules"] >= 1
+    # the module holds a lock per parameter on its owner (shared with the optimizer's)
+    assert after["num_param_locks"] >= len(remote.remote_parameters())
+    caller_after = plugin.debug_info()
+    assert caller_after["num_native_forwards"] == caller_before["num_native_forwards"]
+    # every room's counters, no name twice (the op raises an internal error otherwise)
+    assert {"num_live_contexts", "num_prepared_steps", "num_param_locks", "num_native_modules"} <= set(after)

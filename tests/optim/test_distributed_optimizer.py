@@ -440,7 +440,7 @@ def test_locks_of_freed_parameters_are_freed():
     import gc
 
     def count():
-        return torch.ops.gilfree_rpc._optimizer_debug_info()["num_param_locks"]
+        return plugin.debug_info()["num_param_locks"]
 
     gc.collect()
     before = count()

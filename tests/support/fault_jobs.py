@@ -81,7 +81,7 @@ def server_mid_backward(cluster: Cluster, sig, mode: str):
             rpc.rpc_sync("worker2", graphs.release_blocked_backward, timeout=5)
         result = {"reached_worker2": reached is not None, "finished": not thread.is_alive(), **outcome}
         result["running_passes"] = {w: debug_info(w)["num_running_passes"] for w in ("worker1", "worker3")}
-        result["root_running_passes"] = plugin.autograd.debug_info()["num_running_passes"]
+        result["root_running_passes"] = plugin.debug_info()["num_running_passes"]
     return result
 
 

@@ -392,7 +392,7 @@ def release_context_here(context_id: int) -> None:
 
 
 def engine_debug_info() -> Dict[str, int]:
-    return plugin.autograd.debug_info()
+    return plugin.debug_info()
 
 
 def resident_memory() -> int:

@@ -91,7 +91,7 @@ class Forwards:
 
 def counts(worker: str):
     """The live distributed autograd contexts on `worker`: torch's and the plugin engine's."""
-    info = rpc.rpc_sync(worker, graphs.engine_debug_info, timeout=5) if worker != "worker0" else plugin.autograd.debug_info()
+    info = rpc.rpc_sync(worker, graphs.engine_debug_info, timeout=5) if worker != "worker0" else plugin.debug_info()
     return {"torch": info["num_torch_contexts"], "engine": info["num_live_contexts"]}
 
 

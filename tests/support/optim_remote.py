@@ -177,7 +177,7 @@ def release_param_lock(name: str) -> None:
 
 
 def optimizer_debug_info() -> Dict[str, int]:
-    return dict(torch.ops.gilfree_rpc._optimizer_debug_info())
+    return plugin.debug_info()
 
 
 def contexts_known(context_ids: List[int]) -> List[int]:

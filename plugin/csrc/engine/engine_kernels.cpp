@@ -2,6 +2,7 @@
 // own and need no autograd, so one CompositeImplicitAutograd kernel serves every
 // backend; the ops that return a Future are boxed kernels.
 #include "compat.h"
+#include "debug_counters.h"
 #include "engine/context_registry.h"
 #include "engine/engine.h"
 #include "engine/gradients.h"
@@ -71,15 +72,16 @@ void releaseContextKernel(int64_t contextId) {
   ContextRegistry::get().release(contextId);
 }
 
-c10::Dict<std::string, int64_t> debugInfoKernel() {
-  c10::Dict<std::string, int64_t> info;
+// The engine's counters in plugin.debug_info() (debug_counters.h).
+const DebugCounters kEngineCounters("engine", [] {
+  Counters counters;
   for (const auto& [key, value] : ContextRegistry::get().debugInfo()) {
-    info.insert(key, value);
+    counters.emplace_back(key, value);
   }
-  info.insert("num_split_nodes", Engine::get().numSplitNodes());
-  info.insert("num_failed_workers", numFailedPeers());
-  return info;
-}
+  counters.emplace_back("num_split_nodes", Engine::get().numSplitNodes());
+  counters.emplace_back("num_failed_workers", numFailedPeers());
+  return counters;
+});
 
 }  // namespace
 
@@ -90,7 +92,6 @@ TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
   m.impl("_reachability", TORCH_FN(reachabilityKernel));
   m.impl("_abort_pass", TORCH_FN(abortPassKernel));
   m.impl("_release_context", TORCH_FN(releaseContextKernel));
-  m.impl("_debug_info", TORCH_FN(debugInfoKernel));
   m.impl("gradients_for", TORCH_FN(gradientsFor));  // gradients.h
 }
 

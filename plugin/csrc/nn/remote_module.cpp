@@ -3,6 +3,7 @@
 #include "nn/remote_module.h"
 #include "nn/program_encoding.h"
 
+#include "debug_counters.h"
 #include "handle_registry.h"
 #include "python_names.h"
 #include "rpc/recorded_call.h"
@@ -33,6 +34,18 @@ HandleRegistry<NativeModule>& registry() {
   static auto* modules = new HandleRegistry<NativeModule>();  // leaky: RPC threads outlive statics
   return *modules;
 }
+
+// The remote modules' counters in plugin.debug_info() (debug_counters.h): the native modules
+// alive on this worker, and the forwards and parameter snapshots of all of them since the
+// worker started.
+std::atomic<int64_t> totalForwards{0};
+std::atomic<int64_t> totalSnapshots{0};
+
+const DebugCounters kNativeModuleCounters("nn", [] {
+  return Counters{{"num_native_modules", registry().numLive()},
+                  {"num_native_forwards", totalForwards.load()},
+                  {"num_snapshots", totalSnapshots.load()}};
+});
 
 std::vector<uint32_t> versionsOf(const std::vector<at::Tensor>& params) {
   std::vector<uint32_t> versions;
@@ -86,6 +99,11 @@ void NativeModule::setTraining(bool training) {
   training_ = training;
 }
 
+void NativeModule::countForward() {
+  forwards_.fetch_add(1);
+  totalForwards.fetch_add(1);
+}
+
 c10::Dict<std::string, int64_t> NativeModule::info() {
   c10::Dict<std::string, int64_t> info;
   info.insert("forwards", forwards_.load());
@@ -128,6 +146,7 @@ std::shared_ptr<const Snapshot> NativeModule::snapshot() {
   }
   fresh->ready.record(fresh->params);
   snapshots_.fetch_add(1);
+  totalSnapshots.fetch_add(1);
   std::lock_guard<std::mutex> lock(mu_);
   snapshot_ = fresh;
   return fresh;

@@ -95,9 +95,8 @@ class NativeModule : public torch::CustomClassHolder {
   StreamOrder& buffersOrder() {
     return buffersOrder_;
   }
-  void countForward() {
-    forwards_.fetch_add(1);
-  }
+  // One more forward of this module (and of the worker's, in plugin.debug_info()).
+  void countForward();
 
  private:
   int64_t handle_ = -1;

@@ -1,9 +1,9 @@
 // Kernels of the distributed optimizer's ops that belong to no one local optimizer: the
-// checked gradients' versions, parked steps, the deadline clock, the status table, counters
+// checked gradients' versions, parked steps, the deadline clock, the status table, its counters
 // (schemas in ops.cpp; a local optimizer's own: local_optimizer.cpp).
+#include "debug_counters.h"
 #include "optim/part_end_hook.h"
 #include "optim/prepared_steps.h"
-#include "param_locks.h"
 #include "optim/step_status.h"
 
 #include <torch/library.h>
@@ -21,12 +21,11 @@ c10::Dict<std::string, int64_t> stepStatusesKernel() {
   return table;
 }
 
-c10::Dict<std::string, int64_t> optimizerDebugInfoKernel() {
-  c10::Dict<std::string, int64_t> info;
-  info.insert("num_param_locks", numParamLocks());
-  info.insert("num_prepared_steps", numParkedSteps());
-  return info;
-}
+// The distributed optimizer's counters in plugin.debug_info() (debug_counters.h): steps parked
+// between their phases.
+const DebugCounters kOptimizerCounters("optim", [] {
+  return Counters{{"num_prepared_steps", numParkedSteps()}};
+});
 
 }  // namespace
 
@@ -40,7 +39,6 @@ TORCH_LIBRARY_IMPL(gilfree_rpc, CompositeImplicitAutograd, m) {
   m.impl("_take_step", [](int64_t token) { return takeStep(token); });
   m.impl("_drop_step", [](int64_t token) { return dropStep(token); });
   m.impl("_wall_clock_ms", TORCH_FN(wallClockMs));
-  m.impl("_optimizer_debug_info", TORCH_FN(optimizerDebugInfoKernel));
   m.impl("_step_statuses", TORCH_FN(stepStatusesKernel));
 }
 
