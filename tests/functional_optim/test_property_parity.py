@@ -318,6 +318,14 @@ def draw_native_case(data):
     return cls, info, dtype, specs, kwargs
 
 
+def torch_reference(info: C.OptimInfo, values: List[torch.Tensor], kwargs: Dict[str, Any]):
+    """torch.optim's optimizer of a drawn native case (:func:`draw_native_case`): Parameters
+    holding copies of ``values``, and the class of ``info`` over them with ``kwargs`` and its
+    single-tensor implementation (the reference of both the native owner's tests)."""
+    torch_params = [torch.nn.Parameter(v.clone()) for v in values]
+    return torch_params, info.torch_class(torch_params, **kwargs, **C.impl_flags(info, "single", for_torch=True))
+
+
 @SETTINGS
 @given(data=st.data())
 def test_native_local_optimizer_matches_torch(data):
@@ -327,9 +335,8 @@ def test_native_local_optimizer_matches_torch(data):
 
     cls, info, dtype, specs, kwargs = draw_native_case(data)
     values = make_values(specs, dtype, seed=3)
-    torch_params = [torch.nn.Parameter(v.clone()) for v in values]
+    torch_params, reference = torch_reference(info, values, kwargs)
     our_params = [laid_out(v, layout) for v, (_, layout, _) in zip(values, specs)]
-    reference = info.torch_class(torch_params, **kwargs, **C.impl_flags(info, "single", for_torch=True))
     native = NativeLocalOptimizer(cls, our_params, **kwargs)
     gen = torch.Generator().manual_seed(4)
     with warnings.catch_warnings():

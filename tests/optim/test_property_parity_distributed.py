@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 
 import plugin
 from plugin.optim import DistributedOptimizer
-from tests.functional_optim.test_property_parity import STEPS, compare, draw_native_case, laid_out, make_values
-from tests.support import optim_configs as C
+from tests.functional_optim.test_property_parity import (
+    STEPS, compare, draw_native_case, laid_out, make_values, torch_reference,
+)
 from tests.support import optim_remote
 
 SETTINGS = settings(
@@ -50,8 +51,7 @@ def test_distributed_optimizer_on_drawn_parameters_matches_torch(cluster, data):
         rpc.rpc_sync(owner, make_laid_out_param, args=(name, v, layout))
         for owner, name, v, (_, layout, _) in zip(owners, names, values, specs)
     ]
-    torch_params = [torch.nn.Parameter(v.clone()) for v in values]
-    reference = info.torch_class(torch_params, **kwargs, **C.impl_flags(info, "single", for_torch=True))
+    torch_params, reference = torch_reference(info, values, kwargs)
     optimizer = DistributedOptimizer(cls, rrefs, **kwargs)
     gen = torch.Generator().manual_seed(6)
     with warnings.catch_warnings():

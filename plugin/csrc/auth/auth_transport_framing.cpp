@@ -114,10 +114,12 @@ uint64_t readLe64(const uint8_t* p) {
   return value;
 }
 
-bool sendAll(int fd, const void* data, size_t length) {
-  const char* p = static_cast<const char*>(data);
+// Moves `length` bytes from or to `p` by calls of `transfer(p, left)` (send or recv: the
+// bytes moved, 0 or less when it fails), again after EINTR; false when a call fails.
+template <class Byte, class Transfer>
+bool transferAll(Byte* p, size_t length, Transfer transfer) {
   while (length > 0) {
-    ssize_t n = ::send(fd, p, length, MSG_NOSIGNAL);
+    ssize_t n = transfer(p, length);
     if (n < 0 && errno == EINTR) {
       continue;
     }
@@ -128,6 +130,11 @@ bool sendAll(int fd, const void* data, size_t length) {
     length -= static_cast<size_t>(n);
   }
   return true;
+}
+
+bool sendAll(int fd, const void* data, size_t length) {
+  return transferAll(static_cast<const char*>(data), length,
+                     [fd](const char* p, size_t left) { return ::send(fd, p, left, MSG_NOSIGNAL); });
 }
 
 bool waitReadable(int fd, Deadline* deadline) {
@@ -147,22 +154,9 @@ bool waitReadable(int fd, Deadline* deadline) {
 }
 
 bool recvAll(int fd, void* data, size_t length, Deadline* deadline) {
-  char* p = static_cast<char*>(data);
-  while (length > 0) {
-    if (!waitReadable(fd, deadline)) {
-      return false;
-    }
-    ssize_t n = ::recv(fd, p, length, 0);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      return false;
-    }
-    p += n;
-    length -= static_cast<size_t>(n);
-  }
-  return true;
+  return transferAll(static_cast<char*>(data), length, [fd, deadline](char* p, size_t left) -> ssize_t {
+    return waitReadable(fd, deadline) ? ::recv(fd, p, left, 0) : 0;  // 0: the deadline passed
+  });
 }
 
 std::atomic<int> liveThreads{0};

@@ -30,50 +30,53 @@
 
 namespace gilfree_rpc::nn {
 
-enum Code : int64_t {
-  kNone = 0,
-  kInt = 1,
-  kFloat = 2,
-  kBool = 3,
-  kStr = 4,
-  kSlotRef = 5,
-  kListOf = 6,
-  kDtype = 7,
-  kDevice = 8,
-  kLayout = 9,
-  kMemoryFormat = 10,
-  kDefault = 11,
-};
+// Each code once: its enumerator, its value and the name Python reads it under. The enum and
+// the name table are both made from this list, so neither can have a code the other lacks.
+#define GILFREE_NN_CODES(X)        \
+  X(kNone, 0, "none")              \
+  X(kInt, 1, "int")                \
+  X(kFloat, 2, "float")            \
+  X(kBool, 3, "bool")              \
+  X(kStr, 4, "str")                \
+  X(kSlotRef, 5, "slot")           \
+  X(kListOf, 6, "list")            \
+  X(kDtype, 7, "dtype")            \
+  X(kDevice, 8, "device")          \
+  X(kLayout, 9, "layout")          \
+  X(kMemoryFormat, 10, "memory_format") \
+  X(kDefault, 11, "default")
+
+#define GILFREE_NN_ENUMERATOR(name, value, text) name = value,
+#define GILFREE_NN_NAMED(name, value, text) {text, name},
+#define GILFREE_NN_ONE(name, value, text) +1
+
+enum Code : int64_t { GILFREE_NN_CODES(GILFREE_NN_ENUMERATOR) };
 
 // Each code by the name Python reads it under.
-inline constexpr std::array<std::pair<const char*, Code>, 12> kCodes{{
-    {"none", kNone},
-    {"int", kInt},
-    {"float", kFloat},
-    {"bool", kBool},
-    {"str", kStr},
-    {"slot", kSlotRef},
-    {"list", kListOf},
-    {"dtype", kDtype},
-    {"device", kDevice},
-    {"layout", kLayout},
-    {"memory_format", kMemoryFormat},
-    {"default", kDefault},
+inline constexpr std::array<std::pair<const char*, Code>, 0 GILFREE_NN_CODES(GILFREE_NN_ONE)> kCodes{{
+    GILFREE_NN_CODES(GILFREE_NN_NAMED)
 }};
 
 // The integer arithmetic on sizes that a program runs (ForwardProgram::addIntOp): Python's
-// operator.<name>, on int64 (floor division and modulo as Python's).
-enum IntOp : int64_t { kAdd, kSub, kMul, kFloorDiv, kMod, kNeg };
+// operator.<name>, on int64 (floor division and modulo as Python's). Each once, as the codes.
+#define GILFREE_NN_INT_OPS(X) \
+  X(kAdd, 0, "add")           \
+  X(kSub, 1, "sub")           \
+  X(kMul, 2, "mul")           \
+  X(kFloorDiv, 3, "floordiv") \
+  X(kMod, 4, "mod")           \
+  X(kNeg, 5, "neg")
+
+enum IntOp : int64_t { GILFREE_NN_INT_OPS(GILFREE_NN_ENUMERATOR) };
 
 // Each operation by its name in Python's operator module.
-inline constexpr std::array<std::pair<const char*, IntOp>, 6> kIntOps{{
-    {"add", kAdd},
-    {"sub", kSub},
-    {"mul", kMul},
-    {"floordiv", kFloorDiv},
-    {"mod", kMod},
-    {"neg", kNeg},
+inline constexpr std::array<std::pair<const char*, IntOp>, 0 GILFREE_NN_INT_OPS(GILFREE_NN_ONE)> kIntOps{{
+    GILFREE_NN_INT_OPS(GILFREE_NN_NAMED)
 }};
+
+#undef GILFREE_NN_ONE
+#undef GILFREE_NN_NAMED
+#undef GILFREE_NN_ENUMERATOR
 
 // The op _nn_program_tables: {"codes": kCodes, "int_ops": kIntOps, "dtypes", "layouts",
 // "memory_formats": python_names.h's}, each {name: value} (a dtype's, layout's, memory format's
