@@ -254,14 +254,10 @@ class Muon:
         for i in indices:  # torch's check, before anything changes
             if s.params[i].dim() != 2:
                 raise ValueError("Param gradient must be a 2D matrix")
-        if s.needs_init(g, indices):
-            for i in indices:
-                if "momentum_buffer" not in s.state[i]:
-                    s.state[i]["momentum_buffer"] = torch.zeros_like(s.params[i], memory_format=torch.preserve_format)
-        bufs = s.state_lists(g, indices, ["momentum_buffer"])["momentum_buffer"]
+        lists = s.prepare_state(g, indices, grads)  # keys, initial values: csrc/steps/muon.cpp
         h = s.hparams[g]
         muon(
-            s.params_of(g, indices), grads, bufs, False, False, lr=h["lr"], weight_decay=h["weight_decay"],
+            lists["param"], grads, lists["momentum_buffer"], False, False, lr=h["lr"], weight_decay=h["weight_decay"],
             momentum=h["momentum"], nesterov=s.flag(g, "nesterov"), ns_coefficients=(h["ns_a"], h["ns_b"], h["ns_c"]),
             ns_steps=int(h["ns_steps"]), eps=h["eps"], adjust_lr_fn=_adjust_lr_fn(h["adjust_lr_fn"]),
         )
