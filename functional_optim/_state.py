@@ -61,10 +61,16 @@ TUPLE_HYPERPARAMETERS = {
 # otherwise (:func:`torch_value` converts back): an int (Muon's ns_steps); None or a float >= 0
 # (Adafactor's eps1; None held as -inf, which compares equal to itself, unlike NaN); None or one of
 # some strings (Muon's adjust_lr_fn; None held as 0, the k-th string as k + 1), with the start of
-# the ValueError message for another string.
+# the ValueError message for another string (torch's). The strings are the op library's table
+# (each group step lists its own, csrc/steps/<name>.cpp: the op hyperparameter_choices), read
+# here once (none when the library is missing: then no optimizer can be built).
 INT_HYPERPARAMETERS = ("ns_steps",)
 OPTIONAL_HYPERPARAMETERS = ("eps1",)
-CHOICE_HYPERPARAMETERS = {"adjust_lr_fn": (("original", "match_rms_adamw"), "Adjust learning rate function")}
+_CHOICE_MESSAGES = {"adjust_lr_fn": "Adjust learning rate function"}
+CHOICE_HYPERPARAMETERS = {
+    name: (tuple(strings), _CHOICE_MESSAGES.get(name, name))
+    for name, strings in (ops.hyperparameter_choices().items() if _kernels.available() else ())
+}
 
 
 def tuple_parts(key: str, names: Iterable[str]) -> Optional[Tuple[str, ...]]:

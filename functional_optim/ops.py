@@ -12,7 +12,7 @@ This package's kernels (``torch.ops.gilfree_optim.<name>_``, ``csrc/cpu``), whic
 steps call for the optimizers torch has no fused kernel for, are reached by name with
 :func:`functional_optim._kernels.op_for` (tests and benchmarks).
 """
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -20,6 +20,7 @@ from torch import Tensor
 __all__ = [
     "group_step", "group_step_packed", "new_state", "state_keys", "group_step_devices", "check_gradients",
     "gradient_error", "check_param_count", "param_count_error", "dtype_name", "describe_tensor", "fused_dtype",
+    "hyperparameter_choices",
 ]
 
 
@@ -154,6 +155,21 @@ def fused_dtype(dtype: torch.dtype) -> bool:
     Raises nothing.
     """
     return torch.ops.gilfree_optim.fused_dtype(dtype)
+
+
+def hyperparameter_choices() -> Dict[str, List[str]]:
+    """The op ``gilfree_optim::hyperparameter_choices``: the hyperparameters that ``torch.optim``
+    takes as None or one of some strings (Muon's ``adjust_lr_fn``), each with its strings in the
+    order of their numbers (a group's values hold None as 0, the k-th string as k + 1): the group
+    steps' own table (``csrc/steps/<name>.cpp``), read by ``_state.CHOICE_HYPERPARAMETERS``.
+
+    Returns:
+        Dict[str, List[str]]: hyperparameter name -> its strings
+        (``{"adjust_lr_fn": ["original", "match_rms_adamw"]}``).
+
+    Raises nothing.
+    """
+    return torch.ops.gilfree_optim.hyperparameter_choices()
 
 
 def check_gradients(

@@ -123,6 +123,23 @@ std::vector<std::string> stateKeysKernel(
   return optimizerNamed(optimizer).keys(dim, GroupValues(names, checked));
 }
 
+// Every registered optimizer's choices (OptimizerDef::choices), by hyperparameter name.
+c10::Dict<std::string, c10::List<std::string>> hyperparameterChoicesKernel() {
+  std::map<std::string, std::vector<std::string>> all;
+  for (const auto& [name, def] : registry()) {
+    for (const auto& [hyperparameter, strings] : def.choices) {
+      auto [it, added] = all.emplace(hyperparameter, strings);
+      TORCH_CHECK(added || it->second == strings, "gilfree_optim: ", hyperparameter, " has other choices in ", name,
+                  " than in another optimizer");
+    }
+  }
+  c10::Dict<std::string, c10::List<std::string>> out;
+  for (const auto& [hyperparameter, strings] : all) {
+    out.insert(hyperparameter, c10::List<std::string>(strings));
+  }
+  return out;
+}
+
 std::vector<std::string> groupStepDevicesKernel(const std::string& optimizer) {
   auto it = registry().find(optimizer);
   return it == registry().end() ? std::vector<std::string>() : it->second.devices;
@@ -613,6 +630,7 @@ TORCH_LIBRARY_IMPL(gilfree_optim, CompositeImplicitAutograd, m) {
   m.impl("state_keys", TORCH_FN(stateKeysKernel));
   m.impl("group_step_devices", TORCH_FN(groupStepDevicesKernel));
   m.impl("fused_dtype", TORCH_FN(fusedDtype));
+  m.impl("hyperparameter_choices", TORCH_FN(hyperparameterChoicesKernel));
 }
 
 TORCH_LIBRARY_IMPL(gilfree_optim, CompositeExplicitAutograd, m) {

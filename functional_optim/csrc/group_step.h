@@ -92,6 +92,11 @@ struct OptimizerDef {
   // gradient would pair the wrong elements); the group step routes any other parameter
   // through dense copies in the parameter's layout (groupStepKernel).
   bool anyLayout = false;
+  // Its hyperparameters that torch.optim takes as None or one of some strings (Muon's
+  // adjust_lr_fn), each with its strings, in order: a group's values hold None as 0 and
+  // strings[k] as k + 1. The one table of them: the op hyperparameter_choices gives it to
+  // functional_optim's Python (read at import).
+  std::vector<std::pair<std::string, std::vector<std::string>>> choices = {};
 };
 
 // Registers `def` under `name` when the library loads (each steps/<name>.cpp does).

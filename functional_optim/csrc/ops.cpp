@@ -67,6 +67,11 @@ TORCH_LIBRARY(gilfree_optim, m) {
   // The device types whose parameters `optimizer`'s group step takes ([] for a name that has
   // no group step here).
   m.def("group_step_devices(str optimizer) -> str[]");
+  // The hyperparameters that torch.optim takes as None or one of some strings, each with its
+  // strings in order (a group's values hold None as 0, the k-th string as k + 1): the
+  // optimizers' own tables (OptimizerDef::choices, group_step.h), which functional_optim reads
+  // at import.
+  m.def("hyperparameter_choices() -> Dict(str, str[])");
   // Whether the fused implementations take parameters of `dtype` (fused_optim.h: fusedDtype).
   m.def("fused_dtype(ScalarType dtype) -> bool");
   // The state keys of a parameter of `dim` dimensions, in torch's order of creation.

@@ -373,3 +373,21 @@ def test_check_gradients_agrees_with_reference(scripted):
         nested_seen = nested_seen or (expected[0] == "raised" and "(nested)" in expected[2])
     assert outcomes == {"ok", "ValueError", "RuntimeError"}
     assert nested_seen
+
+
+def test_choice_hyperparameters_are_the_op_librarys_table():
+    """The strings of Muon's ``adjust_lr_fn`` are listed once, by its group step
+    (``csrc/steps/muon.cpp``, op ``hyperparameter_choices``): the typed dicts' numbers, torch's
+    values and the error for another string all follow that table, eagerly and in TorchScript."""
+    from functional_optim import _state
+
+    table = ops.hyperparameter_choices()
+    assert table == {"adjust_lr_fn": ["original", "match_rms_adamw"]}
+    assert _state.CHOICE_HYPERPARAMETERS["adjust_lr_fn"][0] == tuple(table["adjust_lr_fn"])
+    for number, name in enumerate(table["adjust_lr_fn"], start=1):
+        opt = F.Muon([torch.zeros(3, 2)], adjust_lr_fn=name)
+        assert opt.hyperparameters()[0]["adjust_lr_fn"] == number and opt.param_groups[0]["adjust_lr_fn"] == name
+        scripted = script_optimizer(opt)
+        assert scripted.hyperparameters()[0]["adjust_lr_fn"] == number
+    with pytest.raises(ValueError, match="^Adjust learning rate function other is not supported$"):
+        F.Muon([torch.zeros(3, 2)], adjust_lr_fn="other")
