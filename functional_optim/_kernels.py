@@ -43,8 +43,13 @@ LIBRARY_ENV_VAR = "GILFREE_OPTIM_LIBRARY"
 
 def fused_dtype(dtype: torch.dtype) -> bool:
     """Whether the fused kernels (ours and torch's) take parameters of ``dtype``: float32,
-    float64, bfloat16 or float16 (TorchScript)."""
-    return dtype == torch.float32 or dtype == torch.float64 or dtype == torch.bfloat16 or dtype == torch.float16
+    float64, bfloat16 or float16, as the op library says (``torch.ops.gilfree_optim.fused_dtype``,
+    the one list of them); eagerly False when the op library is not loaded. Compiled by
+    TorchScript (which needs the library loaded anyway)."""
+    if not torch.jit.is_scripting():
+        if not eager_available():
+            return False
+    return ops.fused_dtype(dtype)
 
 
 def fused_devices(name: str) -> List[str]:

@@ -14,6 +14,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 import torch
 from torch import Tensor
 
+from . import _kernels, ops
 from ._state import (
     CHOICE_HYPERPARAMETERS, INT_HYPERPARAMETERS, OPTIONAL_HYPERPARAMETERS, TUPLE_HYPERPARAMETERS, torch_value,
     holds_tensor, tuple_parts,
@@ -167,8 +168,8 @@ def parse(
             "but got " + torch.typename(params)
         )
     groups_in = list(params)
-    if len(groups_in) == 0:
-        raise ValueError("optimizer got an empty parameter list")
+    _kernels.load()  # (ImportError naming the op library's file when it is missing)
+    ops.check_param_count(len(groups_in))
     if not isinstance(groups_in[0], dict):
         groups_in = [{"params": groups_in}]
     groups: List[List[Tensor]] = []

@@ -44,7 +44,7 @@ from . import _kernels, _validation, ops
 __all__ = [
     "GroupedState", "TUPLE_HYPERPARAMETERS", "INT_HYPERPARAMETERS", "OPTIONAL_HYPERPARAMETERS",
     "CHOICE_HYPERPARAMETERS", "tuple_parts", "torch_value", "holds_tensor", "copy_tensors", "choose_impl", "split_by_device_dtype",
-    "flag", "take", "scalar_list", "new_step", "empty_names", "empty_tensors", "foreach_gradients", "fused_step", "no_fresh",
+    "flag", "take", "scalar_list", "empty_names", "empty_tensors", "foreach_gradients", "fused_step", "no_fresh",
 ]
 
 # torch.optim keeps these hyperparameters as tuples; the typed dicts keep their parts. A key is a
@@ -61,10 +61,16 @@ TUPLE_HYPERPARAMETERS = {
 # otherwise (:func:`torch_value` converts back): an int (Muon's ns_steps); None or a float >= 0
 # (Adafactor's eps1; None held as -inf, which compares equal to itself, unlike NaN); None or one of
 # some strings (Muon's adjust_lr_fn; None held as 0, the k-th string as k + 1), with the start of
-# the ValueError message for another string.
+# the ValueError message for another string (torch's). The strings are the op library's table
+# (each group step lists its own, csrc/steps/<name>.cpp: the op hyperparameter_choices), read
+# here once (none when the library is missing: then no optimizer can be built).
 INT_HYPERPARAMETERS = ("ns_steps",)
 OPTIONAL_HYPERPARAMETERS = ("eps1",)
-CHOICE_HYPERPARAMETERS = {"adjust_lr_fn": (("original", "match_rms_adamw"), "Adjust learning rate function")}
+_CHOICE_MESSAGES = {"adjust_lr_fn": "Adjust learning rate function"}
+CHOICE_HYPERPARAMETERS = {
+    name: (tuple(strings), _CHOICE_MESSAGES.get(name, name))
+    for name, strings in (ops.hyperparameter_choices().items() if _kernels.available() else ())
+}
 
 
 def tuple_parts(key: str, names: Iterable[str]) -> Optional[Tuple[str, ...]]:
@@ -282,10 +288,16 @@ class GroupedState:
         self.any_tensor_hparams = False
         self.packed: List[List[Tensor]] = []
         self.layout: List[Tensor] = []
+        # Values that the state is made from as the constructor gave them, whatever a group says
+        # (the optimizer's constructor sets them before its groups' values are committed;
+        # :meth:`set_op_values` puts them into the op values): torch's Adagrad starts every
+        # 'sum' from its defaults' initial_accumulator_value.
+        self.constructor_values: Dict[str, float] = {}
         for g in range(len(groups)):
             self.add_group(groups[g], hparams[g], options[g])
-        if len(self.params) == 0:
-            raise ValueError("optimizer got an empty parameter list")
+        error = ops.param_count_error(len(self.params))  # (raised here: in TorchScript as well, a ValueError)
+        if error != "":
+            raise ValueError(error)
 
     def add_group(self, group: List[Tensor], hparams: Dict[str, float], options: Dict[str, Optional[bool]]) -> None:
         """Append a parameter group (its values not yet validated: the optimizer's ``set_group``
@@ -422,63 +434,18 @@ class GroupedState:
         """False when ``indices`` is the whole group and its state lists are cached."""
         return not (self.cache_valid[g] and self.is_full(g, indices))
 
-    def init_state(self, g: int, indices: List[int], fills: Dict[str, float]) -> None:
-        """Create the state that the parameters ``indices`` (all in group ``g``) still lack, as
-        torch's single-tensor and foreach implementations do at a parameter's first step.
-
-        Each such parameter gets ``'step'`` (:func:`new_step`), then, in the order of ``fills``,
-        a tensor like the parameter (shape, dtype, device, memory format) filled with the value
-        given for each key (e.g. ``{"exp_avg": 0.0, "exp_avg_sq": 0.0}``). Keys already present
-        are left alone. Costs nothing for a whole-group step whose state lists are cached.
-        """
-        if self.needs_init(g, indices):
-            for i in indices:
-                state = self.state[i]
-                p = self.params[i]
-                if "step" not in state:
-                    state["step"] = new_step(p)
-                for key, value in fills.items():
-                    if key not in state:
-                        state[key] = torch.full_like(p, value, memory_format=torch.preserve_format)
-
     def prepare_state(self, g: int, indices: List[int], grads: List[Tensor]) -> Dict[str, List[Tensor]]:
         """The state lists of the parameters ``indices`` (all in group ``g``, each with its
         gradient in ``grads``) under their keys, and the parameters under ``'param'``, after
-        making the state they lack: the keys and the initial values are the op library's
-        (``state_keys``, ``new_state``: ``csrc/steps/<name>.cpp``, the one table of them), but
-        ``'step'``, made as torch's single-tensor and foreach implementations make it
-        (:func:`new_step`). For the optimizers whose state keys do not depend on a parameter's
-        number of dimensions (the group's first parameter's keys name the lists). Costs nothing
-        for a whole-group step whose state lists are cached."""
+        making the state they lack (:meth:`make_state`: the keys and the initial values are the
+        op library's, ``csrc/steps/<name>.cpp``, the one table of them). For the optimizers
+        whose state keys do not depend on a parameter's number of dimensions (the group's first
+        parameter's keys name the lists; Adafactor's do depend on it: it calls
+        :meth:`make_state` and reads each parameter's state). Costs nothing for a whole-group
+        step whose state lists are cached."""
         if self.needs_init(g, indices):
-            lacking: List[int] = []
-            lacking_params: List[Tensor] = []
-            lacking_grads: List[Tensor] = []
-            for k in range(len(indices)):
-                i = indices[k]
-                for key in self.keys[i]:
-                    if key not in self.state[i]:
-                        lacking.append(i)
-                        lacking_params.append(self.params[i])
-                        lacking_grads.append(grads[k])
-                        break
-            if len(lacking) > 0:
-                made = ops.new_state(self.name, lacking_params, lacking_grads, self.op_names[g], self.op_values[g])
-                at = 0
-                for i in lacking:
-                    for key in self.keys[i]:
-                        if key not in self.state[i]:
-                            self.state[i][key] = new_step(self.params[i]) if key == "step" else made[at]
-                        at += 1
+            self.make_state(g, indices, grads)
         lists = self.state_lists(g, indices, self.keys[indices[0]])
-        lists["param"] = self.params_of(g, indices)
-        return lists
-
-    def prepare(self, g: int, indices: List[int], fills: Dict[str, float]) -> Dict[str, List[Tensor]]:
-        """:meth:`init_state`, then :meth:`state_lists` of ``'step'`` and the keys of ``fills``,
-        and the parameters themselves under ``'param'`` (:meth:`params_of`)."""
-        self.init_state(g, indices, fills)
-        lists = self.state_lists(g, indices, ["step"] + list(fills.keys()))
         lists["param"] = self.params_of(g, indices)
         return lists
 
@@ -533,7 +500,7 @@ class GroupedState:
         if packed or cached:
             fresh = no_fresh(len(indices))
         else:
-            fresh = self.create_missing(indices, grads, names, values)
+            fresh = self.make_state(g, indices, grads)
             made_together = full
             for made in fresh:
                 made_together = made_together and made
@@ -623,9 +590,14 @@ class GroupedState:
         self.packed[g] = _no_tensors()
         self.layout[g] = _no_layout()
 
-    def create_missing(self, indices: List[int], grads: List[Tensor], names: List[str], values: List[float]) -> List[bool]:
-        """Makes the state keys the parameters ``indices`` lack (``new_state``); returns, per
-        parameter, whether all of its state is new."""
+    def make_state(self, g: int, indices: List[int], grads: List[Tensor]) -> List[bool]:
+        """Makes the state keys that the parameters ``indices`` (all in group ``g``, each with
+        its gradient in ``grads``) lack, as torch makes them at a parameter's first step (or, for
+        Adagrad, at construction): the op library's ``new_state`` (``csrc/steps/<name>.cpp``:
+        keys, shapes, dtypes, devices and initial values, the one table of them), with the
+        group's op values (:meth:`state_values`). Keys a parameter already has are kept.
+        Returns, per parameter, whether all of its state is new (SGD's momentum buffers: then
+        written by the step, as torch's first step makes them from the gradient)."""
         fresh: List[bool] = []
         lacking: List[int] = []
         lacking_params: List[Tensor] = []
@@ -642,6 +614,7 @@ class GroupedState:
                 lacking_params.append(self.params[i])
                 lacking_grads.append(grads[k])
         if len(lacking) > 0:
+            names, values = self.state_values(g)
             made = ops.new_state(self.name, lacking_params, lacking_grads, names, values)
             at = 0
             for i in lacking:
@@ -651,14 +624,32 @@ class GroupedState:
                     at += 1
         return fresh
 
+    def state_values(self, g: int) -> Tuple[List[str], List[float]]:
+        """Group ``g``'s values as ``new_state`` takes them: its op values, with ``fused`` set to
+        0 (False) where the group runs torch's single-tensor or foreach implementation, so that
+        the op makes the state as torch makes it for such a group (its ``'step'`` on the CPU, of
+        torch's scalar dtype; ``csrc/group_step.h``: newStep)."""
+        if self.impl[g] == "fused":
+            return self.op_names[g], self.op_values[g]
+        names: List[str] = []
+        values: List[float] = []
+        for k in range(len(self.op_names[g])):
+            if self.op_names[g][k] != "fused":
+                names.append(self.op_names[g][k])
+                values.append(self.op_values[g][k])
+        names.append("fused")
+        values.append(0.0)
+        return names, values
+
     def set_op_values(self, g: int) -> None:
         """Group ``g``'s values as the ops take them (``op_names``, ``op_values``: the
-        hyperparameters, then each flag that is set, as 1.0 or 0.0)."""
+        hyperparameters, those of :attr:`constructor_values` with the constructor's value, then
+        each flag that is set, as 1.0 or 0.0)."""
         names: List[str] = []
         values: List[float] = []
         for name, value in self.hparams[g].items():
             names.append(name)
-            values.append(value)
+            values.append(self.constructor_values[name] if name in self.constructor_values else value)
         for name, flag_value in self.options[g].items():
             if flag_value is not None:
                 names.append(name)
@@ -1001,16 +992,6 @@ def scalar_list(values: List[float]) -> List[Union[float, int, complex]]:
     for v in values:
         out.append(v)
     return out
-
-
-def new_step(param: Tensor) -> Tensor:
-    """A fresh ``step`` counter as torch's single-tensor and foreach implementations create it:
-    a 0-dim tensor holding 0, on the CPU with the default dtype (float32 unless
-    ``torch.set_default_dtype(torch.float64)``), like torch's ``_get_scalar_dtype()``. (The
-    fused implementation's, float32 on the parameter's device, is made by the op library's
-    ``new_state``.)
-    """
-    return torch.zeros((), device=torch.device("cpu"))
 
 
 def adam_moments(

@@ -58,26 +58,15 @@ def check_group_index(group: int, num_groups: int) -> None:
 
 
 def dtype_name(dtype: torch.dtype) -> str:
-    """Return ``"torch.float32"``-style names (TorchScript prints dtypes as numbers)."""
-    dtypes: List[torch.dtype] = [
-        torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
-        torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool,
-    ]
-    names = "float32 float64 float16 bfloat16 complex64 complex128 int64 int32 int16 int8 uint8 bool".split(" ")
-    for i in range(len(dtypes)):
-        if dtype == dtypes[i]:
-            return "torch." + names[i]
-    return "dtype " + str(dtype)
-
+    """Return ``"torch.float32"``-style names (TorchScript prints dtypes as numbers): the op
+    library's (``ops.dtype_name``), which its checks' messages use too."""
+    return ops.dtype_name(dtype)
 
 
 def describe(t: Tensor) -> str:
-    """``"shape [4, 5], dtype torch.float32, device cpu"`` for a tensor."""
-    layout = ", sparse" if t.is_sparse else ""
-    return (
-        "shape " + str(list(t.shape)) + ", dtype " + dtype_name(t.dtype)
-        + ", device " + str(t.device) + layout
-    )
+    """``"shape [4, 5], dtype torch.float32, device cpu"`` for a tensor: the op library's
+    (``ops.describe_tensor``), as its gradient checks describe one."""
+    return ops.describe_tensor(t)
 
 
 def check_one_gradient(

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, ops
-from ._state import choose_impl, empty_names, empty_tensors, new_step, no_fresh, scalar_list, split_by_device_dtype, take
+from ._state import choose_impl, empty_names, empty_tensors, no_fresh, scalar_list, split_by_device_dtype, take
 
 __all__ = ["Adafactor", "adafactor"]
 
@@ -327,20 +327,8 @@ class Adafactor:
 
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
         s = self._s
-        if s.needs_init(g, indices):
-            for i in indices:
-                if len(s.state[i]) == 0:  # as torch, at a parameter's first step
-                    p = s.params[i]
-                    s.state[i]["step"] = new_step(p)
-                    if p.dim() > 1:
-                        row_shape = list(p.shape)
-                        row_shape[-1] = 1
-                        s.state[i]["row_var"] = p.new_zeros(row_shape)
-                        col_shape = list(p.shape)
-                        col_shape[-2] = 1
-                        s.state[i]["col_var"] = p.new_zeros(col_shape)
-                    else:
-                        s.state[i]["variance"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        # keys (by the parameter's number of dimensions), initial values: csrc/steps/adafactor.cpp
+        s.make_state(g, indices, grads)
         row_vars: List[Optional[Tensor]] = []
         col_vars: List[Optional[Tensor]] = []
         variances: List[Optional[Tensor]] = []

@@ -164,19 +164,15 @@ class Adagrad:
             "foreach": foreach, "maximize": maximize, "differentiable": differentiable, "fused": fused,
         }
         self._s = self._new_state(params, hparams, options, "adagrad")
-        # As torch, every sum starts from the constructor's value (not the group's).
-        self._fills: Dict[str, float] = {"sum": float(initial_accumulator_value)}
+        # As torch, every sum starts from the constructor's value (not the group's): the state's
+        # values (csrc/steps/adagrad.cpp) take it from here.
+        self._s.constructor_values = {"initial_accumulator_value": float(initial_accumulator_value)}
         self._init_groups()
         s = self._s
         for g in range(s.num_groups()):  # torch creates Adagrad's state at construction
             indices = s.full_indices[g]
-            if s.impl[g] == "fused":  # as the group step makes it: 'step' on the parameter's device
-                with torch.no_grad():  # (the parameters may require grad; the state must not)
-                    s.create_missing(indices, s.params_of(g, indices), s.op_names[g], s.op_values[g])
-                    for i in indices:  # from the constructor's value, not the group's (as torch)
-                        s.state[i]["sum"].fill_(self._fills["sum"])
-            else:
-                s.prepare(g, indices, self._fills)
+            with torch.no_grad():  # (the parameters may require grad; the state must not)
+                s.make_state(g, indices, s.params_of(g, indices))  # (no gradient yet: the state is made like the parameter)
             s.pack(g)
 
     def _check(self, h: Dict[str, float], o: Dict[str, Optional[bool]]) -> None:
@@ -185,7 +181,7 @@ class Adagrad:
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
         s = self._s
         h = s.hparams[g]
-        lists = s.prepare(g, indices, self._fills)
+        lists = s.prepare_state(g, indices, grads)  # keys, initial values: csrc/steps/adagrad.cpp
         impl = s.sparse_impl[g] if sparse else s.impl[g]
         adagrad(
             lists["param"], grads, lists["sum"], lists["step"], impl == "foreach", False, lr=h["lr"],

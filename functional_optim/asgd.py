@@ -173,18 +173,9 @@ class ASGD:
     def _group_step(self, g: int, indices: List[int], grads: List[Tensor], sparse: bool) -> None:
         s = self._s
         h = s.hparams[g]
-        if s.needs_init(g, indices):
-            for i in indices:
-                if len(s.state[i]) == 0:  # as torch, at a parameter's first step
-                    p = s.params[i]
-                    s.state[i]["step"] = torch.zeros((), device=p.device)
-                    s.state[i]["eta"] = torch.full((), h["lr"], device=p.device)
-                    s.state[i]["mu"] = torch.ones((), device=p.device)
-                    s.state[i]["ax"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        lists = s.state_lists(g, indices, ["step", "eta", "mu", "ax"])
-        params = s.params_of(g, indices)
+        lists = s.prepare_state(g, indices, grads)  # keys, initial values: csrc/steps/asgd.cpp
         asgd(
-            params, grads, lists["ax"], lists["mu"], lists["eta"], lists["step"], s.impl[g] == "foreach", False,
+            lists["param"], grads, lists["ax"], lists["mu"], lists["eta"], lists["step"], s.impl[g] == "foreach", False,
             lambd=h["lambd"], lr=h["lr"], t0=h["t0"], alpha=h["alpha"], weight_decay=h["weight_decay"],
             maximize=s.flag(g, "maximize"),
         )

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from . import _docs, _methods, _validation, ops
-from ._state import choose_impl, empty_names, empty_tensors, no_fresh
+from ._state import CHOICE_HYPERPARAMETERS, choose_impl, empty_names, empty_tensors, no_fresh
 
 __all__ = ["Muon", "muon"]
 
@@ -70,12 +70,26 @@ def adjust_lr(lr: float, adjust_lr_fn: Optional[str], param_shape: List[int]) ->
     return lr * ratio
 
 
+def _adjust_lr_choices() -> List[str]:
+    """torch's choices of ``adjust_lr_fn``, in the order of their numbers: the op library's
+    table (``csrc/steps/muon.cpp``), as ``_state.CHOICE_HYPERPARAMETERS`` read it at import
+    (eagerly and under torch.compile), or from the op (TorchScript, which reads no global dict)."""
+    if not torch.jit.is_scripting():
+        return _eager_adjust_lr_choices()
+    return ops.hyperparameter_choices()["adjust_lr_fn"]
+
+
+@torch.jit.unused
+def _eager_adjust_lr_choices() -> List[str]:
+    """``_state.CHOICE_HYPERPARAMETERS``' choices of ``adjust_lr_fn`` (eager only)."""
+    return list(CHOICE_HYPERPARAMETERS["adjust_lr_fn"][0])
+
+
 def _adjust_lr_fn(index: float) -> Optional[str]:
     """The typed ``adjust_lr_fn`` (``_state.CHOICE_HYPERPARAMETERS``) as torch's value."""
-    if index == 1.0:
-        return "original"
-    if index == 2.0:
-        return "match_rms_adamw"
+    choices = _adjust_lr_choices()
+    if index >= 1.0 and index <= len(choices):
+        return choices[int(index) - 1]
     return None
 
 
@@ -113,13 +127,12 @@ def muon(
         raise RuntimeError("Foreach is not supported for Muon yet")
     if fused is not None and fused:
         if len(params) > 0:
-            choices: List[str] = ["original", "match_rms_adamw"]
             ops.group_step(
                 "muon", params, grads, muon_momentum_bufs, no_fresh(len(params)),
                 ["lr", "weight_decay", "momentum", "ns_a", "ns_b", "ns_c", "eps", "ns_steps", "adjust_lr_fn",
                  "nesterov"],
                 [lr, weight_decay, momentum, ns_coefficients[0], ns_coefficients[1], ns_coefficients[2], eps,
-                 float(ns_steps), _validation.choice_index(adjust_lr_fn, choices, "Adjust learning rate function"),
+                 float(ns_steps), _validation.choice_index(adjust_lr_fn, _adjust_lr_choices(), "Adjust learning rate function"),
                  1.0 if nesterov else 0.0],
                 empty_names(), empty_tensors(),
             )
@@ -225,11 +238,10 @@ class Muon:
     ) -> None:
         if not torch.jit.is_scripting():
             _check_coefficients(ns_coefficients)
-        choices: List[str] = ["original", "match_rms_adamw"]
         hparams: Dict[str, float] = {
             "lr": lr, "weight_decay": weight_decay, "momentum": momentum, "ns_a": ns_coefficients[0],
             "ns_b": ns_coefficients[1], "ns_c": ns_coefficients[2], "eps": eps, "ns_steps": float(ns_steps),
-            "adjust_lr_fn": _validation.choice_index(adjust_lr_fn, choices, "Adjust learning rate function"),
+            "adjust_lr_fn": _validation.choice_index(adjust_lr_fn, _adjust_lr_choices(), "Adjust learning rate function"),
         }
         options: Dict[str, Optional[bool]] = {"nesterov": nesterov, "fused": fused}
         self._s = self._new_state(params, hparams, options, "muon")  # 2-D only: check_muon_params
@@ -242,7 +254,7 @@ class Muon:
             raise ValueError("momentum should be >= 0 but is: " + str(h["momentum"]))
         if not 0.0 <= h["weight_decay"]:
             raise ValueError("weight decay should be >= 0 but is: " + str(h["weight_decay"]))
-        _validation.check_choice(h["adjust_lr_fn"], 2, "adjust_lr_fn")
+        _validation.check_choice(h["adjust_lr_fn"], len(_adjust_lr_choices()), "adjust_lr_fn")
         steps = h["ns_steps"]
         if not steps % 1.0 == 0.0:  # NaN and inf fail too
             raise ValueError("ns_steps must be a whole number, got " + str(steps))
@@ -254,14 +266,10 @@ class Muon:
         for i in indices:  # torch's check, before anything changes
             if s.params[i].dim() != 2:
                 raise ValueError("Param gradient must be a 2D matrix")
-        if s.needs_init(g, indices):
-            for i in indices:
-                if "momentum_buffer" not in s.state[i]:
-                    s.state[i]["momentum_buffer"] = torch.zeros_like(s.params[i], memory_format=torch.preserve_format)
-        bufs = s.state_lists(g, indices, ["momentum_buffer"])["momentum_buffer"]
+        lists = s.prepare_state(g, indices, grads)  # keys, initial values: csrc/steps/muon.cpp
         h = s.hparams[g]
         muon(
-            s.params_of(g, indices), grads, bufs, False, False, lr=h["lr"], weight_decay=h["weight_decay"],
+            lists["param"], grads, lists["momentum_buffer"], False, False, lr=h["lr"], weight_decay=h["weight_decay"],
             momentum=h["momentum"], nesterov=s.flag(g, "nesterov"), ns_coefficients=(h["ns_a"], h["ns_b"], h["ns_c"]),
             ns_steps=int(h["ns_steps"]), eps=h["eps"], adjust_lr_fn=_adjust_lr_fn(h["adjust_lr_fn"]),
         )

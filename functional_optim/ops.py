@@ -12,14 +12,15 @@ This package's kernels (``torch.ops.gilfree_optim.<name>_``, ``csrc/cpu``), whic
 steps call for the optimizers torch has no fused kernel for, are reached by name with
 :func:`functional_optim._kernels.op_for` (tests and benchmarks).
 """
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
 
 __all__ = [
     "group_step", "group_step_packed", "new_state", "state_keys", "group_step_devices", "check_gradients",
-    "gradient_error",
+    "gradient_error", "check_param_count", "param_count_error", "dtype_name", "describe_tensor", "fused_dtype",
+    "hyperparameter_choices",
 ]
 
 
@@ -90,12 +91,17 @@ def new_state(optimizer: str, params: List[Tensor], grads: List[Tensor], names: 
         params (List[Tensor]): the parameters (any shape, a floating dtype, any device the
             group step takes; meta tensors give meta state, for shapes).
         grads (List[Tensor]): their first gradients (SGD's momentum buffer is made like one).
-        names, values: the group's values.
+        names, values: the group's values; ``fused`` given as 0.0 asks for the state of
+            torch's single-tensor and foreach implementations (as torch makes it for a group
+            whose ``fused`` is False).
 
     Returns:
         List[Tensor]: parameter after parameter, each in the order of its keys
-        (:func:`state_keys`): ``'step'`` a 0-dim float32 tensor on the parameter's device, the
-        others like the parameter (shape, dtype, device), or as the optimizer keeps them.
+        (:func:`state_keys`): ``'step'`` a 0-dim float32 tensor on the parameter's device (with
+        ``fused`` 0.0: of torch's scalar dtype, float64 when that is the default dtype, on the
+        CPU; ASGD's on the parameter's device and Adafactor's on the CPU, of that dtype, as
+        torch keeps them), the others like the parameter (shape, dtype, device), or as the
+        optimizer keeps them.
 
     Raises:
         ValueError: an unknown optimizer, lists that do not fit, a value it needs missing.
@@ -133,6 +139,37 @@ def group_step_devices(optimizer: str) -> List[str]:
     Raises nothing.
     """
     return torch.ops.gilfree_optim.group_step_devices(optimizer)
+
+
+def fused_dtype(dtype: torch.dtype) -> bool:
+    """The op ``gilfree_optim::fused_dtype``: whether the fused implementations (this
+    package's kernels and torch's) take parameters of ``dtype`` (``csrc/fused_optim.h``: the one
+    list of those dtypes).
+
+    Args:
+        dtype (torch.dtype): any dtype.
+
+    Returns:
+        bool: True for float32, float64, bfloat16 and float16.
+
+    Raises nothing.
+    """
+    return torch.ops.gilfree_optim.fused_dtype(dtype)
+
+
+def hyperparameter_choices() -> Dict[str, List[str]]:
+    """The op ``gilfree_optim::hyperparameter_choices``: the hyperparameters that ``torch.optim``
+    takes as None or one of some strings (Muon's ``adjust_lr_fn``), each with its strings in the
+    order of their numbers (a group's values hold None as 0, the k-th string as k + 1): the group
+    steps' own table (``csrc/steps/<name>.cpp``), read by ``_state.CHOICE_HYPERPARAMETERS``.
+
+    Returns:
+        Dict[str, List[str]]: hyperparameter name -> its strings
+        (``{"adjust_lr_fn": ["original", "match_rms_adamw"]}``).
+
+    Raises nothing.
+    """
+    return torch.ops.gilfree_optim.hyperparameter_choices()
 
 
 def check_gradients(
@@ -186,3 +223,66 @@ def gradient_error(
     Raises nothing.
     """
     return torch.ops.gilfree_optim.gradient_error(params, gradients, offsets, sparse_errors, dense_error, first_index)
+
+
+def check_param_count(count: int) -> None:
+    """The op ``gilfree_optim::check_param_count``: the check every optimizer makes of its
+    number of parameters (the classes of this package, eagerly and in TorchScript, and the
+    plugin's native local optimizers, from C++), with torch's message.
+
+    Args:
+        count (int): the number of parameters (or of param groups given).
+
+    Raises:
+        ValueError: ``count`` is 0 (``"optimizer got an empty parameter list"``).
+    """
+    torch.ops.gilfree_optim.check_param_count(count)
+
+
+def param_count_error(count: int) -> str:
+    """The op ``gilfree_optim::param_count_error``: :func:`check_param_count`'s check, whose
+    message it answers instead of raising it, for code that raises it itself (TorchScript: an
+    op's error would reach the caller as a plain ``RuntimeError`` there).
+
+    Args:
+        count (int): the number of parameters.
+
+    Returns:
+        str: ``""`` when ``count`` is above 0; else ``"optimizer got an empty parameter list"``
+        (the ``ValueError`` message).
+
+    Raises nothing.
+    """
+    return torch.ops.gilfree_optim.param_count_error(count)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """The op ``gilfree_optim::dtype_name``: a dtype as the checks' messages name it (the one
+    table of those names, ``csrc/gradient_check.cpp``; TorchScript prints dtypes as numbers).
+
+    Args:
+        dtype (torch.dtype): any dtype.
+
+    Returns:
+        str: ``"torch.float32"``-style (``str(dtype)``'s) for the floating, complex, integer
+        and bool dtypes; ``"dtype <name>"`` for another.
+
+    Raises nothing.
+    """
+    return torch.ops.gilfree_optim.dtype_name(dtype)
+
+
+def describe_tensor(t: Tensor) -> str:
+    """The op ``gilfree_optim::describe_tensor``: a tensor as the checks' messages describe it.
+
+    Args:
+        t (Tensor): any tensor (any shape, dtype, device, layout; nested too): only its
+            metadata is read.
+
+    Returns:
+        str: ``"shape [4, 5], dtype torch.float32, device cpu"``, with ``", sparse"`` for a
+        sparse COO tensor and ``"shape (nested)"`` for a nested one.
+
+    Raises nothing.
+    """
+    return torch.ops.gilfree_optim.describe_tensor(t)

@@ -82,8 +82,23 @@ def sgd(
     Algorithm: Robbins & Monro 1951; momentum: Sutskever et al. 2013; reference code
     ``torch/optim/sgd.py`` (torch 2.13).
     """
-    grads = d_p_list
-    impl = choose_impl(params, foreach, fused)
+    _sgd(
+        params, d_p_list, momentum_buffer_list, no_fresh(len(params)), choose_impl(params, foreach, fused),
+        weight_decay=weight_decay, momentum=momentum, lr=lr, dampening=dampening, nesterov=nesterov,
+        maximize=maximize, has_sparse_grad=has_sparse_grad,
+    )
+
+
+def _sgd(
+    params: List[Tensor], grads: List[Tensor], momentum_buffer_list: List[Optional[Tensor]], fresh: List[bool],
+    impl: str, weight_decay: float, momentum: float, lr: float, dampening: float, nesterov: bool, maximize: bool,
+    has_sparse_grad: bool,
+) -> None:
+    """:func:`sgd`'s one body, with implementation ``impl`` (``"single"``, ``"foreach"`` or
+    ``"fused"``): ``momentum_buffer_list[i]`` None is a buffer made here as torch's first step
+    makes it (``buf = grad``, from the gradient used), ``fresh[i]`` a buffer made by the op
+    library's ``new_state`` (the class's state: ``csrc/steps/sgd.cpp``) that this step starts
+    likewise, writing it (``buf.copy_(grad)``: torch's values)."""
     if impl == "single":
         for i in range(len(params)):
             param = params[i]
@@ -95,6 +110,8 @@ def sgd(
                 if buf is None:
                     buf = grad.detach().clone()
                     momentum_buffer_list[i] = buf
+                elif fresh[i]:
+                    buf.copy_(grad)
                 else:
                     buf.mul_(momentum).add_(grad, alpha=1 - dampening)
                 if nesterov:
@@ -112,7 +129,7 @@ def sgd(
         if has_sparse_grad:
             raise RuntimeError("`_fused_sgd` does not support sparse gradients")
         columns: List[List[Tensor]] = []
-        fresh = no_fresh(len(params))
+        fused_fresh = no_fresh(len(params))
         if momentum != 0:
             bufs: List[Tensor] = []
             for i in range(len(params)):
@@ -120,21 +137,23 @@ def sgd(
                 if buf is None:  # started by the step (buf = grad), as torch's first step
                     new_buf = torch.empty_like(grads[i])
                     momentum_buffer_list[i] = new_buf
-                    fresh[i] = True
+                    fused_fresh[i] = True
                     bufs.append(new_buf)
                 else:
+                    fused_fresh[i] = fresh[i]
                     bufs.append(buf)
             columns.append(bufs)
         fused_step(
-            "sgd", params, grads, columns, fresh,
+            "sgd", params, grads, columns, fused_fresh,
             ["lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize"],
             [lr, momentum, dampening, weight_decay, 1.0 if nesterov else 0.0, 1.0 if maximize else 0.0],
         )
         return
     bufs: List[Tensor] = []
     if momentum != 0:
-        for buf in momentum_buffer_list:
-            if buf is not None:
+        for k in range(len(momentum_buffer_list)):
+            buf = momentum_buffer_list[k]
+            if buf is not None and not fresh[k]:
                 bufs.append(buf)
         if len(bufs) == len(params):
             _foreach_momentum_step(
@@ -149,6 +168,8 @@ def sgd(
             if buf is None:
                 buf = grads[i].detach().clone()
                 momentum_buffer_list[i] = buf
+            elif fresh[i]:
+                buf.copy_(grads[i])
             else:
                 buf.mul_(momentum).add_(grads[i], alpha=1 - dampening)
             bufs.append(buf)
@@ -230,40 +251,33 @@ class SGD:
         s = self._s
         h = s.hparams[g]
         momentum = h["momentum"]
-        impl = s.impl[g]
-        if momentum != 0 and not s.needs_init(g, indices) and impl == "foreach":
+        cached = not s.needs_init(g, indices)
+        fresh = no_fresh(len(indices))
+        if not cached:
+            # keys ('momentum_buffer' with momentum != 0), the buffers: csrc/steps/sgd.cpp; a new
+            # buffer is written by its first step (buf = the gradient used), as torch starts it
+            fresh = s.make_state(g, indices, grads)
+        lists = s.state_lists(g, indices, s.keys[indices[0]])
+        if momentum != 0 and cached and s.impl[g] == "foreach":
             # Every whole-group step after the first: every buffer exists and the cached lists hold
             # them, typed as the kernels take them. One call for the group: what sgd() does when
             # every buffer exists, without copying the buffers into a List[Optional[Tensor]] and
             # back (the interpreter pays per element for that).
             _foreach_momentum_step(
-                s.cache_params[g], grads, s.cache_state[g]["momentum_buffer"], h["weight_decay"], momentum, h["lr"],
+                s.cache_params[g], grads, lists["momentum_buffer"], h["weight_decay"], momentum, h["lr"],
                 h["dampening"], s.flag(g, "nesterov"), s.flag(g, "maximize"), sparse,
             )
             return
         buffers: List[Optional[Tensor]] = []
-        cached = momentum != 0 and not s.needs_init(g, indices)
-        if cached:
-            for buf in s.state_lists(g, indices, ["momentum_buffer"])["momentum_buffer"]:
+        if momentum != 0:
+            for buf in lists["momentum_buffer"]:
                 buffers.append(buf)
-        elif momentum != 0:
-            for i in indices:
-                buffers.append(s.state[i].get("momentum_buffer"))
-        params = s.params_of(g, indices)
-        if sparse:
-            impl = s.sparse_impl[g]
-        sgd(
-            params, grads, buffers, impl == "foreach", False, weight_decay=h["weight_decay"], momentum=momentum,
-            lr=h["lr"], dampening=h["dampening"], nesterov=s.flag(g, "nesterov"), maximize=s.flag(g, "maximize"),
-            has_sparse_grad=sparse,
+        impl = s.sparse_impl[g] if sparse else s.impl[g]
+        _sgd(
+            s.params_of(g, indices), grads, buffers, fresh, "foreach" if impl == "foreach" else "single",
+            weight_decay=h["weight_decay"], momentum=momentum, lr=h["lr"], dampening=h["dampening"],
+            nesterov=s.flag(g, "nesterov"), maximize=s.flag(g, "maximize"), has_sparse_grad=sparse,
         )
-        if momentum != 0 and not cached:
-            for k in range(len(indices)):
-                buf = buffers[k]
-                if buf is not None:
-                    s.state[indices[k]]["momentum_buffer"] = buf
-            if s.is_full(g, indices):
-                s.state_lists(g, indices, ["momentum_buffer"])
 
     def _sparse_error(self, h: Dict[str, float], impl: str) -> Optional[str]:
         if impl == "fused":

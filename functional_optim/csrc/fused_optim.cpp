@@ -16,11 +16,11 @@ std::string where(const char* op, const char* list, size_t i) {
   return s.str();
 }
 
-bool isSupportedDtype(at::ScalarType t) {
+}  // namespace
+
+bool fusedDtype(at::ScalarType t) {
   return t == at::kFloat || t == at::kDouble || t == at::kBFloat16 || t == at::kHalf;
 }
-
-}  // namespace
 
 void checkTensorLists(
     const char* op,
@@ -34,7 +34,7 @@ void checkTensorLists(
         p.layout() == at::kStrided, where(op, "params", i), " has layout ", p.layout(),
         "; the fused step takes dense (strided) tensors");
     TORCH_CHECK(
-        isSupportedDtype(p.scalar_type()), where(op, "params", i), " has dtype ", p.scalar_type(),
+        fusedDtype(p.scalar_type()), where(op, "params", i), " has dtype ", p.scalar_type(),
         "; the fused step takes float32, float64, bfloat16 and float16 tensors");
     TORCH_CHECK(
         p.is_non_overlapping_and_dense(), where(op, "params", i),
@@ -110,7 +110,7 @@ void checkScalars(const char* op, at::TensorList params, at::TensorList scalars,
     const at::Tensor& s = scalars[i];
     TORCH_CHECK(s.defined() && s.numel() == 1 && s.layout() == at::kStrided, where(op, name, i),
                 " must be a one-element tensor");
-    TORCH_CHECK(isSupportedDtype(s.scalar_type()), where(op, name, i), " has dtype ", s.scalar_type(),
+    TORCH_CHECK(fusedDtype(s.scalar_type()), where(op, name, i), " has dtype ", s.scalar_type(),
                 "; expected float32, float64, bfloat16 or float16");
     TORCH_CHECK(s.device().is_cpu() || s.device().is_meta(), where(op, name, i), " is on ", s.device(),
                 "; the fused CPU step keeps it on the CPU");

@@ -39,6 +39,10 @@ struct OptionalList {
   const char* option;  // how the error names the option, e.g. "amsgrad=True"
 };
 
+// The dtypes of the fused kernels, ours and torch's (float32, float64, bfloat16, float16):
+// the one list of them (the op fused_dtype gives it to functional_optim's Python).
+bool fusedDtype(at::ScalarType dtype);
+
 // `params` and every list of `others` (gradients and state, one tensor per parameter):
 // same length; each tensor dense and strided, with the parameter's dtype, device and
 // shape; parameters and state non-overlapping and dense with the parameter's strides

@@ -5,6 +5,9 @@
 // raises it (eager Python and torch.compile). functional_optim's Python calls them for every
 // implementation of every class (_validation.check_gradients). Its messages are functional_optim's (describe(): "shape [4, 5], dtype
 // torch.float32, device cpu"), torch's for a sparse or dense gradient an optimizer refuses.
+// Beside it, check_param_count: the check of an optimizer's parameter count; dtype_name and
+// describe_tensor: the descriptions of its messages, for the Python messages that name a
+// tensor or a dtype.
 #include "group_step_ops.h"
 
 #include <torch/library.h>
@@ -113,6 +116,28 @@ void checkGradientsKernel(
   TORCH_CHECK(kind.empty(), message);
 }
 
+// The ops dtype_name and describe_tensor: the names above, for functional_optim's Python
+// messages (its one table of them).
+std::string dtypeNameKernel(at::ScalarType dtype) {
+  return dtypeName(dtype);
+}
+
+std::string describeTensorKernel(const at::Tensor& t) {
+  return describe(t);
+}
+
+// The one check of an optimizer's parameter count, torch.optim's message (every optimizer of
+// functional_optim, eager and TorchScript, and the plugin's native local optimizers make it):
+// param_count_error answers the message ("" when `count` passes), check_param_count raises it.
+std::string paramCountErrorKernel(int64_t count) {
+  return count > 0 ? "" : "optimizer got an empty parameter list";
+}
+
+void checkParamCountKernel(int64_t count) {
+  const auto message = paramCountErrorKernel(count);
+  TORCH_CHECK_VALUE(message.empty(), message);
+}
+
 }  // namespace
 
 // It reads only the tensors' metadata: one kernel for every dispatch key (meta and fake
@@ -120,6 +145,10 @@ void checkGradientsKernel(
 TORCH_LIBRARY_IMPL(gilfree_optim, CompositeImplicitAutograd, m) {
   m.impl("check_gradients", TORCH_FN(checkGradientsKernel));
   m.impl("gradient_error", TORCH_FN(gradientErrorKernel));
+  m.impl("check_param_count", TORCH_FN(checkParamCountKernel));
+  m.impl("param_count_error", TORCH_FN(paramCountErrorKernel));
+  m.impl("dtype_name", TORCH_FN(dtypeNameKernel));
+  m.impl("describe_tensor", TORCH_FN(describeTensorKernel));
 }
 
 }  // namespace gilfree_optim

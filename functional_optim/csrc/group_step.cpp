@@ -6,6 +6,7 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
+#include <c10/core/DefaultDtype.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -120,6 +121,23 @@ std::vector<std::string> stateKeysKernel(
     const std::vector<double>& values) {
   const auto checked = valuesOf(names, values);
   return optimizerNamed(optimizer).keys(dim, GroupValues(names, checked));
+}
+
+// Every registered optimizer's choices (OptimizerDef::choices), by hyperparameter name.
+c10::Dict<std::string, c10::List<std::string>> hyperparameterChoicesKernel() {
+  std::map<std::string, std::vector<std::string>> all;
+  for (const auto& [name, def] : registry()) {
+    for (const auto& [hyperparameter, strings] : def.choices) {
+      auto [it, added] = all.emplace(hyperparameter, strings);
+      TORCH_CHECK(added || it->second == strings, "gilfree_optim: ", hyperparameter, " has other choices in ", name,
+                  " than in another optimizer");
+    }
+  }
+  c10::Dict<std::string, c10::List<std::string>> out;
+  for (const auto& [hyperparameter, strings] : all) {
+    out.insert(hyperparameter, c10::List<std::string>(strings));
+  }
+  return out;
 }
 
 std::vector<std::string> groupStepDevicesKernel(const std::string& optimizer) {
@@ -453,6 +471,10 @@ std::optional<at::Tensor> GroupValues::tensor(const char* name) const {
   return std::nullopt;
 }
 
+bool GroupValues::has(const char* name) const {
+  return std::find(names_.begin(), names_.end(), name) != names_.end();
+}
+
 double GroupValues::get(const char* name) const {
   for (size_t i = 0; i < names_.size(); ++i) {
     if (names_[i] == name) {
@@ -515,7 +537,14 @@ const OptimizerDef& optimizerNamed(const std::string& name) {
   return it->second;
 }
 
-at::Tensor newStep(const at::Tensor& param) {
+at::ScalarType scalarDtype() {
+  return c10::get_default_dtype_as_scalartype() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+at::Tensor newStep(const at::Tensor& param, const GroupValues& v) {
+  if (v.has("fused") && !v.flag("fused")) {
+    return at::zeros({}, at::TensorOptions().dtype(scalarDtype()));
+  }
   return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(param.device()));
 }
 
@@ -593,15 +622,15 @@ void addSparseInto(const at::Tensor& dense, const at::Tensor& sparse, const at::
 }
 
 bool sparseKernelUsable(const at::Tensor& param) {
-  const auto dtype = param.scalar_type();
-  return param.device().is_cpu() && param.is_contiguous() &&
-      (dtype == at::kFloat || dtype == at::kDouble || dtype == at::kBFloat16 || dtype == at::kHalf);
+  return param.device().is_cpu() && param.is_contiguous() && fusedDtype(param.scalar_type());
 }
 
 // These take no tensor: one kernel for every dispatch key.
 TORCH_LIBRARY_IMPL(gilfree_optim, CompositeImplicitAutograd, m) {
   m.impl("state_keys", TORCH_FN(stateKeysKernel));
   m.impl("group_step_devices", TORCH_FN(groupStepDevicesKernel));
+  m.impl("fused_dtype", TORCH_FN(fusedDtype));
+  m.impl("hyperparameter_choices", TORCH_FN(hyperparameterChoicesKernel));
 }
 
 TORCH_LIBRARY_IMPL(gilfree_optim, CompositeExplicitAutograd, m) {

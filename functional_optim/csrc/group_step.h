@@ -39,6 +39,8 @@ class GroupValues {
   bool flag(const char* name) const {
     return get(name) != 0;
   }
+  // Whether the group has a value named `name` (a flag left None has none).
+  bool has(const char* name) const;
   // The 1-element Tensor that hyperparameter `name` was given as, if it was.
   std::optional<at::Tensor> tensor(const char* name) const;
 
@@ -90,6 +92,11 @@ struct OptimizerDef {
   // gradient would pair the wrong elements); the group step routes any other parameter
   // through dense copies in the parameter's layout (groupStepKernel).
   bool anyLayout = false;
+  // Its hyperparameters that torch.optim takes as None or one of some strings (Muon's
+  // adjust_lr_fn), each with its strings, in order: a group's values hold None as 0 and
+  // strings[k] as k + 1. The one table of them: the op hyperparameter_choices gives it to
+  // functional_optim's Python (read at import).
+  std::vector<std::pair<std::string, std::vector<std::string>>> choices = {};
 };
 
 // Registers `def` under `name` when the library loads (each steps/<name>.cpp does).
@@ -97,9 +104,16 @@ bool registerOptimizer(const char* name, OptimizerDef def);
 // Raises ValueError naming the registered optimizers for an unknown name.
 const OptimizerDef& optimizerNamed(const std::string& name);
 
-// A step counter as the fused implementations keep it: 0-dim float32 on the parameter's
-// device, holding 0.
-at::Tensor newStep(const at::Tensor& param);
+// torch's scalar dtype for step counters and the like (torch.optim's _get_scalar_dtype()):
+// float64 when that is the default dtype, else float32.
+at::ScalarType scalarDtype();
+// A parameter's step counter at its first step, holding 0, by torch's rule for the group's
+// `fused` flag: a group whose `fused` is given as 0 (False: torch's single-tensor and foreach
+// implementations, whose state functional_optim's Python paths ask new_state for with
+// `fused` set to 0) gets torch's 0-dim counter of its scalar dtype on the CPU; any other (the
+// fused implementations: `fused` 1, or not given where the group step is the default) a 0-dim
+// float32 counter on the parameter's device, as torch's fused kernels take it.
+at::Tensor newStep(const at::Tensor& param, const GroupValues& v);
 // `step += 1` for each step counter, as torch's `torch._foreach_add_(state_steps, 1)`
 // before its fused kernels: a float32/float64 counter on the CPU in place (in its own
 // dtype), the others (CUDA) with _foreach_add_ (a dispatcher

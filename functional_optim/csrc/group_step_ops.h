@@ -34,6 +34,7 @@ using GroupStepFn = void(
 using CheckGradientsFn = void(
     at::TensorList, const c10::List<std::optional<at::Tensor>>&, const std::vector<int64_t>&,
     const std::vector<std::optional<std::string>>&, const std::optional<std::string>&, int64_t);
+using CheckParamCountFn = void(int64_t);
 using GradientErrorFn = std::tuple<std::string, std::string>(
     at::TensorList, const c10::List<std::optional<at::Tensor>>&, const std::vector<int64_t>&,
     const std::vector<std::optional<std::string>>&, const std::optional<std::string>&, int64_t);
@@ -95,6 +96,14 @@ inline void checkGradients(
     int64_t firstIndex = 0) {
   static const auto op = detail::typedOp<CheckGradientsFn>("gilfree_optim::check_gradients");
   op.call(params, gradients, offsets, sparseErrors, denseError, firstIndex);
+}
+
+// gilfree_optim::check_param_count: the check of an optimizer's number of parameters that
+// every functional_optim optimizer makes: raises c10::ValueError("optimizer got an empty
+// parameter list"), torch's, when `count` is 0.
+inline void checkParamCount(int64_t count) {
+  static const auto op = detail::typedOp<CheckParamCountFn>("gilfree_optim::check_param_count");
+  op.call(count);
 }
 
 }  // namespace gilfree_optim

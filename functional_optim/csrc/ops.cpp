@@ -2,7 +2,7 @@
 //
 // * The group steps (group_step.h): state_keys, new_state, group_step, group_step_packed and
 //   group_step_devices serve every optimizer by name; check_gradients is the check every step
-//   makes first (gradient_check.cpp). functional_optim's Python calls them (ops.py); the
+//   makes first, check_param_count the one every constructor makes (gradient_check.cpp). functional_optim's Python calls them (ops.py); the
 //   plugin's native local optimizers call them from C++ through group_step_ops.h.
 // * This package's kernels, <name>_ (fused_optim.h and one file per optimizer,
 //   cpu/fused_<name>.cpp, compiled once per instruction set; each also has a meta kernel that
@@ -15,7 +15,7 @@
 //   shape; optional state lists are empty when their option is off.
 //
 // Schemas mark what each op mutates, so the default alias analysis (from the schema) applies,
-// but for check_gradients, which returns nothing and mutates nothing: CONSERVATIVE, so that
+// but for check_gradients and check_param_count, which return nothing and mutate nothing: CONSERVATIVE, so that
 // TorchScript never drops a call of it as dead code.
 #include <torch/library.h>
 
@@ -67,6 +67,13 @@ TORCH_LIBRARY(gilfree_optim, m) {
   // The device types whose parameters `optimizer`'s group step takes ([] for a name that has
   // no group step here).
   m.def("group_step_devices(str optimizer) -> str[]");
+  // The hyperparameters that torch.optim takes as None or one of some strings, each with its
+  // strings in order (a group's values hold None as 0, the k-th string as k + 1): the
+  // optimizers' own tables (OptimizerDef::choices, group_step.h), which functional_optim reads
+  // at import.
+  m.def("hyperparameter_choices() -> Dict(str, str[])");
+  // Whether the fused implementations take parameters of `dtype` (fused_optim.h: fusedDtype).
+  m.def("fused_dtype(ScalarType dtype) -> bool");
   // The state keys of a parameter of `dim` dimensions, in torch's order of creation.
   m.def("state_keys(str optimizer, int dim, str[] names, float[] values) -> str[]");
   // The state of each of `params` at its first step (`grads`: those gradients), parameter
@@ -98,4 +105,16 @@ TORCH_LIBRARY(gilfree_optim, m) {
       "check_gradients(Tensor[] params, Tensor?[] gradients, int[] offsets, str?[] sparse_errors, str? dense_error, "
       "int first_index=0) -> ()",
       c10::AliasAnalysisKind::CONSERVATIVE));
+  // The check every optimizer makes of its parameters' number (gradient_check.cpp):
+  // check_param_count raises ValueError("optimizer got an empty parameter list"), torch's, for
+  // a `count` of 0 (or less), CONSERVATIVE as check_gradients; param_count_error answers that
+  // message ("" when `count` passes), for TorchScript code, which raises it itself (as
+  // gradient_error).
+  m.def(torch::schema("check_param_count(int count) -> ()", c10::AliasAnalysisKind::CONSERVATIVE));
+  m.def("param_count_error(int count) -> str");
+  // The words of those checks' messages (gradient_check.cpp), for functional_optim's Python
+  // messages: a dtype as Python prints it ("torch.float32"), a tensor as "shape [4, 5], dtype
+  // torch.float32, device cpu" (", sparse" for a sparse COO tensor; "shape (nested)").
+  m.def("dtype_name(ScalarType dtype) -> str");
+  m.def("describe_tensor(Tensor t) -> str");
 }

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import functional_optim as F
-from functional_optim import _validation, scripting
+from functional_optim import _validation, ops, scripting
 from functional_optim._param_groups import split_values
 from functional_optim.scripting import script_optimizer
 
@@ -62,6 +62,40 @@ def test_invalid_lr_raises_inside_torchscript(info):
     train = scripting.script(scripted_optim_fns.TRAIN[info.name])
     with pytest.raises(torch.jit.Error, match=re.escape(info.lr_message.split(":")[0])):
         train(C.make_params(torch.float32, info=info), [], -1.0)
+
+
+def test_empty_parameter_list_is_the_op_librarys_one_check():
+    """"optimizer got an empty parameter list" is written once, in the op library
+    (``check_param_count``): the op, an empty ``params``, a list of empty param groups and a
+    TorchScript class raise it alike (the plugin's native local optimizer calls the same op:
+    tests/optim/test_native_local_optimizer.py)."""
+    message = "^optimizer got an empty parameter list$"
+    with pytest.raises(ValueError, match=message):
+        ops.check_param_count(0)
+    ops.check_param_count(1)
+    assert (ops.param_count_error(0), ops.param_count_error(2)) == ("optimizer got an empty parameter list", "")
+    with pytest.raises(ValueError, match=message):
+        F.SGD([])
+    with pytest.raises(ValueError, match=message):
+        F.Adagrad([{"params": []}, {"params": []}])
+    train = scripting.script(scripted_optim_fns.TRAIN["Adam"])
+    with pytest.raises(torch.jit.Error, match="optimizer got an empty parameter list"):
+        train([], [], 0.01)
+
+
+def test_messages_describe_tensors_with_the_op_librarys_words():
+    """The Python messages name dtypes and describe tensors with the op library's one table
+    (``dtype_name``, ``describe_tensor``), as its gradient checks do."""
+    assert _validation.dtype_name(torch.bfloat16) == "torch.bfloat16" == ops.dtype_name(torch.bfloat16)
+    assert _validation.dtype_name(torch.complex64) == "torch.complex64"
+    assert _validation.describe(torch.zeros(4, 5)) == "shape [4, 5], dtype torch.float32, device cpu"
+    sparse = torch.zeros(2, 3).to_sparse()
+    assert _validation.describe(sparse) == "shape [2, 3], dtype torch.float32, device cpu, sparse"
+    nested = torch.nested.nested_tensor([torch.zeros(2), torch.zeros(3)])
+    assert _validation.describe(nested) == "shape (nested), dtype torch.float32, device cpu"
+    p = torch.zeros(2)
+    with pytest.raises(ValueError, match=re.escape("(shape [3], dtype torch.float64, device cpu)")):
+        F.SGD([p]).step_param(torch.zeros(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64))
 
 
 def test_bad_params():
@@ -339,3 +373,21 @@ def test_check_gradients_agrees_with_reference(scripted):
         nested_seen = nested_seen or (expected[0] == "raised" and "(nested)" in expected[2])
     assert outcomes == {"ok", "ValueError", "RuntimeError"}
     assert nested_seen
+
+
+def test_choice_hyperparameters_are_the_op_librarys_table():
+    """The strings of Muon's ``adjust_lr_fn`` are listed once, by its group step
+    (``csrc/steps/muon.cpp``, op ``hyperparameter_choices``): the typed dicts' numbers, torch's
+    values and the error for another string all follow that table, eagerly and in TorchScript."""
+    from functional_optim import _state
+
+    table = ops.hyperparameter_choices()
+    assert table == {"adjust_lr_fn": ["original", "match_rms_adamw"]}
+    assert _state.CHOICE_HYPERPARAMETERS["adjust_lr_fn"][0] == tuple(table["adjust_lr_fn"])
+    for number, name in enumerate(table["adjust_lr_fn"], start=1):
+        opt = F.Muon([torch.zeros(3, 2)], adjust_lr_fn=name)
+        assert opt.hyperparameters()[0]["adjust_lr_fn"] == number and opt.param_groups[0]["adjust_lr_fn"] == name
+        scripted = script_optimizer(opt)
+        assert scripted.hyperparameters()[0]["adjust_lr_fn"] == number
+    with pytest.raises(ValueError, match="^Adjust learning rate function other is not supported$"):
+        F.Muon([torch.zeros(3, 2)], adjust_lr_fn="other")

@@ -188,3 +188,28 @@ def test_adagrads_constructor_makes_the_state_its_group_step_takes():
         assert ours.state_dict()["state"][0]["step"].dtype == torch.float32
     finally:
         torch.set_default_dtype(previous)
+
+
+@pytest.mark.parametrize("flags", [{}, {"foreach": False}, {"foreach": True}, {"fused": True}], ids=str)
+def test_adagrad_starts_a_later_groups_sums_from_the_constructors_value(flags):
+    """torch's Adagrad makes the state of a group added after construction at its first step,
+    each 'sum' from its defaults' initial_accumulator_value whatever the group says: ours too,
+    in every implementation (the op values carry the constructor's value, which new_state
+    reads: GroupedState.constructor_values); the default (fused) implementation's sums came from
+    the group's value before."""
+    gen = torch.Generator().manual_seed(0)
+    first, later = torch.randn(3, generator=gen), torch.randn(2, 2, generator=gen)
+    grad = torch.randn(2, 2, generator=gen)
+    ours = functional_optim.Adagrad([first.clone()], initial_accumulator_value=0.5, **flags)
+    theirs = torch.optim.Adagrad([first.clone()], initial_accumulator_value=0.5, **flags)
+    added = [later.clone(), later.clone()]
+    ours.add_param_group({"params": [added[0]], "initial_accumulator_value": 0.7})
+    theirs.add_param_group({"params": [added[1]], "initial_accumulator_value": 0.7})
+    ours.step([None, grad])
+    added[1].grad = grad
+    theirs.step()
+    got, want = ours.state_dict()["state"][1], theirs.state_dict()["state"][1]
+    torch.testing.assert_close(got["sum"], want["sum"])
+    torch.testing.assert_close(got["sum"], torch.full((2, 2), 0.5) + grad * grad)
+    torch.testing.assert_close(added[0], added[1])
+

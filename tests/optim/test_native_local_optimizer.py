@@ -122,6 +122,16 @@ def assert_same(eager, eager_params, native, native_params):
 # --- bitwise parity ------------------------------------------------------------------------
 
 
+def test_an_empty_parameter_list_is_refused_by_functional_optims_one_check():
+    """The C++ object checks its parameters with functional_optim's op (check_param_count,
+    through group_step_ops.h): torch's ValueError and message, as the class raises it."""
+    message = "^optimizer got an empty parameter list$"
+    with pytest.raises(ValueError, match=message):
+        ops.new_local_optimizer("adam", [[]], None)
+    with pytest.raises(ValueError, match=message):
+        NativeLocalOptimizer(F.Adam, [])
+
+
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_steps_match_functional_optim_bitwise(case):
     """Four steps (some gradients None, a Tensor lr changed in place between steps): parameters,

@@ -12,7 +12,6 @@
 #include "fused_optim.h"
 #include "group_step.h"
 
-#include <c10/core/DefaultDtype.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
@@ -44,8 +43,7 @@ std::vector<int64_t> reduced(const at::Tensor& t, int64_t dim) {
 // As torch: step a 0-dim tensor of torch's scalar dtype on the CPU; the factors zeros of the
 // gradient's dtype and device.
 std::vector<at::Tensor> create(const at::Tensor&, const at::Tensor& grad, const GroupValues&) {
-  const auto dtype = c10::get_default_dtype_as_scalartype() == at::kDouble ? at::kDouble : at::kFloat;
-  auto step = at::zeros({}, at::TensorOptions().dtype(dtype));
+  auto step = at::zeros({}, at::TensorOptions().dtype(scalarDtype()));
   if (grad.dim() > 1) {
     return {step, grad.new_zeros(reduced(grad, -1)), grad.new_zeros(reduced(grad, -2))};
   }

@@ -16,8 +16,11 @@ std::vector<std::string> keys(int64_t, const GroupValues&) {
   return {"step", "sum"};
 }
 
+// 'sum' from the values' initial_accumulator_value: torch's is its constructor's, whatever a
+// param group says (functional_optim's op values carry the constructor's:
+// GroupedState.constructor_values).
 std::vector<at::Tensor> create(const at::Tensor& param, const at::Tensor&, const GroupValues& v) {
-  return {newStep(param), like(param, v.get("initial_accumulator_value"))};
+  return {newStep(param, v), like(param, v.get("initial_accumulator_value"))};
 }
 
 at::Tensor makeSparse(const at::Tensor& grad, const at::Tensor& indices, const at::Tensor& values) {

@@ -11,8 +11,8 @@ std::vector<std::string> keys(int64_t, const GroupValues&) {
   return {"step", "exp_avg", "exp_inf"};
 }
 
-std::vector<at::Tensor> create(const at::Tensor& param, const at::Tensor&, const GroupValues&) {
-  return {newStep(param), like(param, 0), like(param, 0)};
+std::vector<at::Tensor> create(const at::Tensor& param, const at::Tensor&, const GroupValues& v) {
+  return {newStep(param, v), like(param, 0), like(param, 0)};
 }
 
 void step(Group& g, const GroupValues& v) {

@@ -2,8 +2,6 @@
 // and dtype (Polyak and Juditsky 1992; torch/optim/asgd.py, torch 2.13).
 #include "group_step.h"
 
-#include <c10/core/DefaultDtype.h>
-
 namespace gilfree_optim {
 // this optimizer's own names: the group steps compile as one unit (build_units.py)
 namespace asgd_step {
@@ -16,8 +14,7 @@ std::vector<std::string> keys(int64_t, const GroupValues&) {
 // As torch: step, eta (= lr) and mu (= 1) 0-dim on the parameter's device, of torch's scalar
 // dtype (float64 when that is the default dtype, else float32); ax like the parameter.
 std::vector<at::Tensor> create(const at::Tensor& param, const at::Tensor&, const GroupValues& v) {
-  const auto dtype = c10::get_default_dtype_as_scalartype() == at::kDouble ? at::kDouble : at::kFloat;
-  const auto options = at::TensorOptions().dtype(dtype).device(param.device());
+  const auto options = at::TensorOptions().dtype(scalarDtype()).device(param.device());
   return {at::zeros({}, options), at::full({}, v.get("lr"), options), at::ones({}, options), like(param, 0)};
 }
 

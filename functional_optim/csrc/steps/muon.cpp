@@ -44,14 +44,22 @@ at::Tensor orthogonalized(at::Tensor x, double a, double b, double c, int64_t st
   return tall ? x.t() : x;
 }
 
-// torch's _adjust_lr; `fn`: 0 None, 1 "original", 2 "match_rms_adamw" (functional_optim's
-// numbering of the choices, _state.CHOICE_HYPERPARAMETERS).
+// torch's choices of adjust_lr_fn, in the order of their numbers (a group's value: 0 None,
+// k + 1 the k-th): the one table of them (OptimizerDef::choices; functional_optim's Python
+// reads it, _state.CHOICE_HYPERPARAMETERS).
+constexpr int64_t kOriginal = 1, kMatchRmsAdamw = 2;
+const std::vector<std::string>& adjustLrFns() {
+  static const auto* fns = new std::vector<std::string>{"original", "match_rms_adamw"};  // kOriginal, kMatchRmsAdamw
+  return *fns;
+}
+
+// torch's _adjust_lr; `fn`: 0 None, kOriginal, kMatchRmsAdamw.
 double adjustedLr(double lr, int64_t fn, const at::Tensor& param) {
   const double rows = static_cast<double>(param.size(0)), cols = static_cast<double>(param.size(1));
   double ratio = 1.0;
-  if (fn == 0 || fn == 1) {
+  if (fn == 0 || fn == kOriginal) {
     ratio = std::sqrt(std::max(1.0, rows / cols));
-  } else if (fn == 2) {
+  } else if (fn == kMatchRmsAdamw) {
     ratio = 0.2 * std::sqrt(std::max(rows, cols));
   }
   return lr * ratio;
@@ -90,8 +98,9 @@ void step(Group& g, const GroupValues& v) {
       nsSteps == std::floor(nsSteps), "gilfree_optim::group_step: muon's ns_steps must be a whole number, got ",
       nsSteps);
   TORCH_CHECK_VALUE(
-      fn == 0 || fn == 1 || fn == 2, "gilfree_optim::group_step: muon's adjust_lr_fn must be 0 (None), 1 "
-      "(\"original\") or 2 (\"match_rms_adamw\"), got ", fn);
+      fn == 0 || fn == kOriginal || fn == kMatchRmsAdamw, "gilfree_optim::group_step: muon's adjust_lr_fn must be 0 "
+      "(None), ", kOriginal, " (\"", adjustLrFns()[kOriginal - 1], "\") or ", kMatchRmsAdamw, " (\"",
+      adjustLrFns()[kMatchRmsAdamw - 1], "\"), got ", fn);
   for (size_t k = 0; k < g.params.size(); ++k) {  // everything checked before anything changes
     const auto& p = g.params[k];
     const auto& buf = g.state[k][0];
@@ -126,7 +135,8 @@ void step(Group& g, const GroupValues& v) {
   }
 }
 
-[[maybe_unused]] const bool registered = registerOptimizer("muon", {keys, create, step, {"cpu", "cuda"}, /*anyLayout=*/true});
+[[maybe_unused]] const bool registered = registerOptimizer(
+    "muon", {keys, create, step, {"cpu", "cuda"}, /*anyLayout=*/true, {{"adjust_lr_fn", adjustLrFns()}}});
 
 }  // namespace
 }  // namespace muon_step

@@ -12,8 +12,8 @@ std::vector<std::string> keys(int64_t, const GroupValues&) {
 }
 
 // mu_product: a 0-dim tensor of the default dtype on the CPU, as torch keeps it.
-std::vector<at::Tensor> create(const at::Tensor& param, const at::Tensor&, const GroupValues&) {
-  return {newStep(param), at::ones({}), like(param, 0), like(param, 0)};
+std::vector<at::Tensor> create(const at::Tensor& param, const at::Tensor&, const GroupValues& v) {
+  return {newStep(param, v), at::ones({}), like(param, 0), like(param, 0)};
 }
 
 void step(Group& g, const GroupValues& v) {

@@ -19,7 +19,7 @@ std::vector<std::string> keys(int64_t, const GroupValues& v) {
 }
 
 std::vector<at::Tensor> create(const at::Tensor& param, const at::Tensor&, const GroupValues& v) {
-  std::vector<at::Tensor> state{newStep(param), like(param, 0)};
+  std::vector<at::Tensor> state{newStep(param, v), like(param, 0)};
   for (size_t j = 2; j < keys(param.dim(), v).size(); ++j) {
     state.push_back(like(param, 0));
   }

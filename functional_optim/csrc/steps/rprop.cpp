@@ -12,7 +12,7 @@ std::vector<std::string> keys(int64_t, const GroupValues&) {
 }
 
 std::vector<at::Tensor> create(const at::Tensor& param, const at::Tensor&, const GroupValues& v) {
-  return {newStep(param), like(param, 0), like(param, v.get("lr"))};
+  return {newStep(param, v), like(param, 0), like(param, v.get("lr"))};
 }
 
 void step(Group& g, const GroupValues& v) {

@@ -16,8 +16,8 @@ std::vector<std::string> keys(int64_t, const GroupValues&) {
   return {"step", "exp_avg", "exp_avg_sq"};
 }
 
-std::vector<at::Tensor> create(const at::Tensor& param, const at::Tensor&, const GroupValues&) {
-  return {newStep(param), like(param, 0), like(param, 0)};
+std::vector<at::Tensor> create(const at::Tensor& param, const at::Tensor&, const GroupValues& v) {
+  return {newStep(param, v), like(param, 0), like(param, 0)};
 }
 
 // torch's sparse_adam for one parameter, its ops in its order (any layout, any floating dtype,

@@ -46,7 +46,7 @@ NativeLocalOptimizer::NativeLocalOptimizer(
       params_(flatten(groups)),
       denseError_(std::move(denseError)),
       locks_(paramLocksFor(params_)) {
-  TORCH_CHECK_VALUE(!params_.empty(), "optimizer got an empty parameter list");
+  gilfree_optim::checkParamCount(static_cast<int64_t>(params_.size()));
   offsets_.push_back(0);
   for (const auto& group : groups) {
     offsets_.push_back(offsets_.back() + static_cast<int64_t>(group.size()));

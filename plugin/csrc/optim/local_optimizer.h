@@ -9,8 +9,9 @@
 // owner (plugin/optim/_native.py), which hands this object a group's plan whenever the group's
 // values change (configure), and reads and replaces the state through it. A step checks the
 // gradients, makes the state a parameter lacks and runs the group step, all with
-// functional_optim's ops (group_step_ops.h: check_gradients, new_state, group_step), so its
-// results are bitwise the functional_optim class's default (fused) implementation's.
+// functional_optim's ops (group_step_ops.h: check_param_count at construction, check_gradients,
+// new_state, group_step), so its results are bitwise the functional_optim class's default
+// (fused) implementation's.
 //
 // Each object has a handle (unique in the process, never reused) in a registry of weak
 // references; it lives as long as the Python NativeLocalOptimizer (kept by its caller's RRef), and the
