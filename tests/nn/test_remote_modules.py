@@ -143,13 +143,7 @@ def test_torchs_engine_runs_the_backward_too(cluster):
     for engine in ("plugin", "torch"):
         a = x.clone().requires_grad_(True)
         with dist_autograd.context() as ctx:
-            loss = loss_of(remote(a))
-            if engine == "plugin":
-                plugin.autograd.backward(ctx, [loss])
-                input_grad = plugin.autograd.get_gradients(ctx)[a]
-            else:
-                dist_autograd.backward(ctx, [loss])
-                input_grad = dist_autograd.get_gradients(ctx)[a]
+            input_grad = mods.backward_input_gradient(engine, ctx, loss_of(remote(a)), a)
             params = rpc.rpc_sync("worker1", mods.parameter_gradients, args=(remote.module_rref, ctx, engine))
         torch.testing.assert_close(input_grad, eager_x.grad, **TOL)
         assert len(params) == len(want_params), engine
