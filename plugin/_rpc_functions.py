@@ -62,8 +62,15 @@ def call(worker: str, op: str, args: tuple, timeout: float = rpc.constants.UNSET
 
     Raises:
         KeyError: ``op`` has no RPC function. RuntimeError: an argument does not fit the op's
-        schema, or RPC is not running.
+        schema, or RPC is not running. ValueError: an argument is or holds a nested tensor
+        (``torch.nested``, either layout), which torch's RPC cannot send: its serializer aborts
+        this process (torch 2.13), so nothing is sent.
     """
+    for i, arg in enumerate(args):
+        for t in arg if isinstance(arg, (list, tuple)) else (arg,):
+            if isinstance(t, Tensor) and t.is_nested:
+                raise ValueError(f"gilfree_rpc::{op} to {worker!r}: argument {i} is or holds a nested tensor (layout "
+                                 f"{t.layout}), which torch's RPC cannot send")
     fn = function(op)
     previous = ops._swap_current_context(-1)
     try:

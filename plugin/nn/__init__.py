@@ -89,6 +89,17 @@ def _call_key(args: tuple, kwargs: Dict[str, Any], training: bool):
     return (structure, tuple(parts), bool(training)), flat
 
 
+def _refuse_nested(prefix: str, args: tuple, kwargs: Dict[str, Any]) -> None:
+    """Raises ``ValueError`` for the first nested tensor among the call's arguments, naming it:
+    torch's RPC cannot send one (its serializer aborts the caller's process, torch 2.13: for the
+    native call and for a pickled Python call alike), so it is refused before anything is sent."""
+    for path, leaf in pytree.tree_flatten_with_path((tuple(args), dict(kwargs)))[0]:
+        if isinstance(leaf, torch.Tensor) and leaf.is_nested:
+            where = ("args" if path[0].idx == 0 else "kwargs") + pytree.keystr(path[1:])
+            raise ValueError(f"{prefix}: argument {where} must be a dense (strided) tensor, got a nested tensor "
+                             f"(layout {leaf.layout}); torch's RPC cannot send one")
+
+
 class RemoteModule(torch.nn.Module):
     """A module built on another worker (its *owner*), whose forward pass the owner runs natively
     wherever ``torch.export`` captures it; a drop-in for ``torch.distributed.nn.RemoteModule``.
@@ -336,9 +347,13 @@ class RemoteModule(torch.nn.Module):
                 reason); this thread's distributed autograd context was released; RPC is not
                 running.
             TypeError: with ``fullgraph``, an argument the native forward does not take.
+            ValueError: a nested tensor among the arguments (``torch.nested``, either layout),
+                which torch's RPC cannot send (nothing is sent).
         """
         name = self._state["name"]
         key, flat = _call_key(args, kwargs, self.training)
+        if any(isinstance(leaf, torch.Tensor) and leaf.is_nested for leaf in flat):
+            _refuse_nested(f"RemoteModule.forward of {name} on {self.on!r}", args, kwargs)
         entry = self._programs.get(key) if key is not None else None
         if entry is None:
             entry = self._entry(key, args, kwargs, None, "the first forward")
