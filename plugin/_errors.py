@@ -19,7 +19,9 @@ import builtins
 import re
 import threading
 from collections import OrderedDict
-from typing import Optional
+from typing import Any, Callable, Optional
+
+import torch
 
 from . import ops
 
@@ -98,6 +100,42 @@ def raise_on_worker(worker: str, what: str, error: BaseException, prefix: str, d
     except Exception:  # noqa: BLE001 (an exception type with another constructor)
         rebuilt = RuntimeError(message)
     raise rebuilt from error
+
+
+def relay(answer: torch.futures.Future, worker: str, what: str, prefix: str,
+          finish: Callable[[Any], Any]) -> torch.futures.Future:
+    """The caller's future of an RPC's ``answer``: completes with ``finish(answer's value)``, or
+    with the error :func:`raise_on_worker` raises for ``answer``'s error (naming ``worker``,
+    ``what`` and ``prefix``), or with the error ``finish`` raised.
+
+    Args:
+        answer (torch.futures.Future): the RPC's own future (``rpc.rpc_async``'s, or
+            ``plugin._rpc_functions.call``'s).
+        worker (str): the callee's worker name.
+        what (str): what the call does, for the message (``"the forward of Net"``).
+        prefix (str): the caller's API, the message's start (``"RemoteModule.forward"``).
+        finish (Callable[[Any], Any]): the answer's value -> the future's result, run in
+            ``answer``'s callback (on the RPC thread that completed it).
+
+    Returns:
+        torch.futures.Future: a future of its own, not ``answer.then(...)``: an error raised in
+        a ``then`` callback would come out of ``wait()`` as a RuntimeError wrapped in torch's
+        text about the callback; here it keeps its type and message.
+    """
+    done = torch.futures.Future()
+
+    def arrived(future: torch.futures.Future) -> None:
+        try:
+            try:
+                value = future.value()
+            except Exception as error:  # noqa: BLE001 (raised again, naming the owner)
+                raise_on_worker(worker, what, error, prefix)
+            done.set_result(finish(value))
+        except Exception as error:  # noqa: BLE001 (handed to the future)
+            done.set_exception(error)
+
+    answer.add_done_callback(arrived)
+    return done
 
 
 # --- errors of a backward pass (plugin.autograd.backward) ------------------------------

@@ -39,7 +39,6 @@ import torch.distributed.rpc as rpc
 from torch import Tensor
 
 from . import _rpc_functions, ops
-from ._errors import raise_on_worker
 
 __all__ = ["share_embedding_bag", "unshare_embedding_bag", "lookup_bags_async"]
 
@@ -96,14 +95,6 @@ def unshare_embedding_bag(handle: int) -> bool:
     Raises nothing.
     """
     return ops._unshare_table(handle)
-
-
-def _check_context_type(to: str, context_id) -> None:
-    """Raises ``TypeError`` unless ``context_id`` is an int (whether it is live here is checked
-    when the call begins: ``plugin/csrc/rpc/recorded_call.h``)."""
-    if not isinstance(context_id, int) or isinstance(context_id, bool):
-        raise TypeError(f"lookup_bags_async to {to!r}: context_id must be an int or None, got "
-                        f"{type(context_id).__name__}")
 
 
 def _check_request(to: str, handles: List[int], inputs: List[Tensor], offsets: List[Tensor]) -> None:
@@ -186,31 +177,9 @@ def lookup_bags_async(to: str, context_id: Optional[int], handles: List[int], in
     plus the non-decreasing offsets, which torch does not check.
     """
     _check_request(to, handles, inputs, offsets)
-    owner = rpc.get_worker_info(to).id
-    ctx = -1
-    if context_id is not None:
-        _check_context_type(to, context_id)
-        # the owner becomes a worker the context knows (its release reaches the owner)
-        ctx, _ = ops._begin_call(f"lookup_bags_async to {to!r}", context_id, owner, [])
-    what = f"the lookup of handles {handles}"
-    try:
-        answer = _rpc_functions.call(to, "_lookup_bags", (ctx, handles, inputs, offsets))
-    except Exception as error:  # noqa: BLE001 (raised again, naming the owner)
-        raise_on_worker(to, what, error, "lookup_bags_async")
-
-    # (errors set on a future of its own: raised in a `then` callback, they would come out of
-    # wait() as RuntimeErrors wrapped in torch's text about the callback)
-    done = torch.futures.Future()
-
-    def recorded(arrived: torch.futures.Future) -> None:
-        try:
-            try:
-                rows, message_id = arrived.value()
-            except Exception as error:  # noqa: BLE001 (raised again, naming the owner)
-                raise_on_worker(to, what, error, "lookup_bags_async")
-            done.set_result(ops._record_call("lookup_bags_async", ctx, -1, [], message_id, owner, [rows], [True])[0])
-        except Exception as error:  # noqa: BLE001 (handed to the future)
-            done.set_exception(error)
-
-    answer.add_done_callback(recorded)
-    return done
+    return _rpc_functions.call_recorded(
+        to, rpc.get_worker_info(to).id, "_lookup_bags", context_id, [],
+        lambda ctx, _message_id, _mask: (ctx, handles, inputs, offsets),
+        lambda answer: ([answer[0]], [True], answer[1]), lambda recorded: recorded[0],
+        label=f"lookup_bags_async to {to!r}", prefix="lookup_bags_async", what=f"the lookup of handles {handles}",
+        record_label="lookup_bags_async")

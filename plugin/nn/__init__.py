@@ -15,7 +15,7 @@ import torch.distributed.rpc as rpc
 from torch.utils import _pytree as pytree
 
 from .. import _rpc_functions, ops
-from .._errors import raise_on_worker
+from .._errors import raise_on_worker, relay
 from ..rpc import _worker_names
 from . import _owner
 
@@ -87,6 +87,17 @@ def _call_key(args: tuple, kwargs: Dict[str, Any], training: bool):
     except Exception:  # noqa: BLE001 (a container pytree cannot write: the Python path)
         return None, flat
     return (structure, tuple(parts), bool(training)), flat
+
+
+def _refuse_nested(prefix: str, args: tuple, kwargs: Dict[str, Any]) -> None:
+    """Raises ``ValueError`` for the first nested tensor among the call's arguments, naming it:
+    torch's RPC cannot send one (its serializer aborts the caller's process, torch 2.13: for the
+    native call and for a pickled Python call alike), so it is refused before anything is sent."""
+    for path, leaf in pytree.tree_flatten_with_path((tuple(args), dict(kwargs)))[0]:
+        if isinstance(leaf, torch.Tensor) and leaf.is_nested:
+            where = ("args" if path[0].idx == 0 else "kwargs") + pytree.keystr(path[1:])
+            raise ValueError(f"{prefix}: argument {where} must be a dense (strided) tensor, got a nested tensor "
+                             f"(layout {leaf.layout}); torch's RPC cannot send one")
 
 
 class RemoteModule(torch.nn.Module):
@@ -336,9 +347,13 @@ class RemoteModule(torch.nn.Module):
                 reason); this thread's distributed autograd context was released; RPC is not
                 running.
             TypeError: with ``fullgraph``, an argument the native forward does not take.
+            ValueError: a nested tensor among the arguments (``torch.nested``, either layout),
+                which torch's RPC cannot send (nothing is sent).
         """
         name = self._state["name"]
         key, flat = _call_key(args, kwargs, self.training)
+        if any(isinstance(leaf, torch.Tensor) and leaf.is_nested for leaf in flat):
+            _refuse_nested(f"RemoteModule.forward of {name} on {self.on!r}", args, kwargs)
         entry = self._programs.get(key) if key is not None else None
         if entry is None:
             entry = self._entry(key, args, kwargs, None, "the first forward")
@@ -354,42 +369,24 @@ class RemoteModule(torch.nn.Module):
         if out_spec is None:
             out_spec = entry["_spec"] = pytree.treespec_loads(entry["out_spec"])
         template = entry["out_leaves"]
-        context_id, autograd_message_id = ops._begin_call(f"RemoteModule.forward of {name}", -1, owner,
-                                                 [t.requires_grad for t in tensors])
-        mask = [t.requires_grad for t in tensors] if autograd_message_id >= 0 else [False] * len(tensors)
-        sent = [t for t, marked in zip(tensors, mask) if marked]
-        try:
-            answer = _rpc_functions.call(
-                self.on, "_remote_forward", (entry["handle"], context_id, autograd_message_id, tensors, mask, self._device_map))
-        except Exception as error:  # noqa: BLE001 (raised again, naming the owner)
-            raise_on_worker(self.on, what, error, "RemoteModule.forward")
+        handle, device_map = entry["handle"], self._device_map
 
-        # (errors set on a future of its own: raised in a `then` callback, they would come out of
-        # wait() as RuntimeErrors wrapped in torch's text about the callback)
-        done = torch.futures.Future()
+        def leaves(outputs: List[torch.Tensor]) -> Any:
+            out = []
+            for item in template:
+                if item[0] == "T":
+                    out.append(outputs[item[1]])
+                elif item[0] == "S":
+                    out.append({"int": int, "float": float, "bool": bool}[item[2]](outputs[item[1]].item()))
+                else:
+                    out.append(item[1])
+            return pytree.tree_unflatten(out, out_spec)
 
-        def recorded(arrived: torch.futures.Future) -> None:
-            try:
-                try:
-                    outputs, requires_grad, answer_id = arrived.value()
-                except Exception as error:  # noqa: BLE001 (raised again, naming the owner)
-                    raise_on_worker(self.on, what, error, "RemoteModule.forward")
-                outputs = ops._record_call(f"RemoteModule.forward of {name}", context_id, autograd_message_id, sent, answer_id,
-                                           owner, outputs, requires_grad)
-                leaves = []
-                for item in template:
-                    if item[0] == "T":
-                        leaves.append(outputs[item[1]])
-                    elif item[0] == "S":
-                        leaves.append({"int": int, "float": float, "bool": bool}[item[2]](outputs[item[1]].item()))
-                    else:
-                        leaves.append(item[1])
-                done.set_result(pytree.tree_unflatten(leaves, out_spec))
-            except Exception as error:  # noqa: BLE001 (handed to the future)
-                done.set_exception(error)
-
-        answer.add_done_callback(recorded)
-        return done
+        return _rpc_functions.call_recorded(
+            self.on, owner, "_remote_forward", -1, tensors,
+            lambda ctx, message_id, mask: (handle, ctx, message_id, tensors, mask, device_map),
+            lambda answer: answer, leaves, label=f"RemoteModule.forward of {name}", prefix="RemoteModule.forward",
+            what=what)
 
     def _python_forward(self, what: str, args: tuple, kwargs: Dict[str, Any]) -> torch.futures.Future:
         """The Python path: the module's forward pickled to its owner (torch's RPC records it in the
@@ -398,20 +395,7 @@ class RemoteModule(torch.nn.Module):
             answer = rpc.rpc_async(self.on, _owner.python_forward, args=(self.module_rref, tuple(args), dict(kwargs)))
         except Exception as error:  # noqa: BLE001 (raised again, naming the owner)
             raise_on_worker(self.on, what, error, "RemoteModule.forward")
-        done = torch.futures.Future()
-
-        def arrived(future: torch.futures.Future) -> None:
-            try:
-                try:
-                    value = future.value()
-                except Exception as error:  # noqa: BLE001 (raised again, naming the owner)
-                    raise_on_worker(self.on, what, error, "RemoteModule.forward")
-                done.set_result(value)
-            except Exception as error:  # noqa: BLE001 (handed to the future)
-                done.set_exception(error)
-
-        answer.add_done_callback(arrived)
-        return done
+        return relay(answer, self.on, what, "RemoteModule.forward", lambda value: value)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """:meth:`forward_async`'s result, waited for.

@@ -1,9 +1,11 @@
 """The steps that the Python and TorchScript local optimizers share, written once: how a caller's
 step reaches them (their adapters to ``_owners.Owner``, the caller's one owner interface; the
-native kind answers the same calls in C++). A subclass keeps ``_params`` (its parameters, in
-order) and defines ``_apply_before(gradients, deadline_ms) -> int``, which applies the gradients
-under the parameters' locks unless the deadline has passed (then ``LATE``; ``_status.py``), and
-``prepare_step``.
+native kind answers the same calls in C++), the two-phase step's first phase
+(:meth:`StepAdapter.prepare_step`) and the locked, deadline-checked application of gradients
+(``_apply_before``). A subclass keeps ``_params`` (its parameters, in order) and ``_lock`` (their
+``ops.new_step_lock``), and defines the two hooks: ``_apply(gradients)``, the optimizer's step,
+run under the locks; and ``_try(gradients)``, the trial of phase 1 (``pass`` where the
+optimizer's checks are known to be the gradient checks already run).
 """
 from typing import List, Optional
 
@@ -13,6 +15,7 @@ from torch import Tensor
 from functional_optim.configuration import check_gradients
 
 from .. import ops
+from ._status import APPLIED, LATE
 
 __all__ = ["StepAdapter"]
 
@@ -20,6 +23,11 @@ __all__ = ["StepAdapter"]
 class StepAdapter:
     """The steps of a Python or TorchScript local optimizer (a mixin; TorchScript compiles them
     with the ScriptModule)."""
+
+    # the statuses (``_status.py``); a ScriptModule subclass declares them ``torch.jit.Final``
+    # and sets them on the instance, which TorchScript then compiles as constants
+    _applied = APPLIED
+    _late = LATE
 
     @torch.jit.export
     def step(self, context_id: int) -> None:
@@ -92,3 +100,55 @@ class StepAdapter:
                 prepare); nothing changed then.
         """
         return self._apply_before(ops._take_step(token), deadline_ms)
+
+    @torch.jit.export
+    def prepare_step(self, context_id: int, lease_ms: int) -> int:
+        """Phase 1 of a step over several owners: reads the context's gradients of this
+        worker's parameters, checks them (count, shape, dtype, device), runs the local
+        optimizer's trial of them (:class:`~plugin.optim.PythonLocalOptimizer`: the
+        optimizer's step on copies of them, under the parameters' locks, undone: parameters,
+        ``state`` and ``param_groups`` restored, so that a gradient the optimizer rejects is
+        rejected here, before any owner applies the step; :class:`~plugin.optim.ScriptLocalOptimizer`:
+        none, no lock taken), and keeps them (references, not copies) for :meth:`commit_step`.
+        Changes nothing. A prepared step that is neither committed nor dropped within
+        ``lease_ms`` is forgotten. (The native local optimizer's phase 1 only checks, without a
+        lock.)
+
+        Args:
+            context_id (int): a distributed autograd context id.
+            lease_ms (int): milliseconds, > 0, that the prepared step waits for its commit.
+
+        Returns:
+            int: a token for :meth:`commit_step` (or the op ``_drop_step``).
+
+        Raises:
+            ValueError: a gradient whose shape, dtype or device differs from its parameter's
+                (``torch.jit.Error`` once scripted).
+            RuntimeError: a sparse gradient for an optimizer that does not take them.
+            Exception: what the optimizer's step raises on these gradients (the Python local
+                optimizer's trial).
+        """
+        gradients = ops.gradients_for(context_id, self._params)
+        check_gradients(self._params, gradients)
+        self._try(gradients)
+        return ops._park_step(gradients, lease_ms)
+
+    def _apply_before(self, gradients: List[Optional[Tensor]], deadline_ms: int) -> int:
+        """Under the parameters' locks, ``_apply(gradients)`` (``APPLIED``), unless the system
+        clock reached ``deadline_ms`` (-1: none; then ``LATE``, nothing applied). TorchScript
+        holds the locks with ``with`` (a ScriptObject with ``__enter__``/``__exit__``); Python by
+        ``ops._holding`` (only one branch is compiled: ``torch.jit.is_scripting()`` is a
+        constant to TorchScript)."""
+        if torch.jit.is_scripting():
+            with self._lock:
+                return self._apply_unless_late(gradients, deadline_ms)
+        else:
+            with ops._holding(self._lock):
+                return self._apply_unless_late(gradients, deadline_ms)
+
+    def _apply_unless_late(self, gradients: List[Optional[Tensor]], deadline_ms: int) -> int:
+        """:meth:`_apply_before`'s body, the locks held."""
+        if deadline_ms >= 0 and ops._wall_clock_ms() >= deadline_ms:
+            return self._late
+        self._apply(gradients)
+        return self._applied

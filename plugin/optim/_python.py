@@ -15,11 +15,10 @@ import torch
 from torch import Tensor
 
 import functional_optim
-from functional_optim.configuration import TUPLE_HYPERPARAMETERS, check_gradients, check_group_index, copy_tensors
+from functional_optim.configuration import TUPLE_HYPERPARAMETERS, check_group_index, copy_tensors
 
 from .. import ops
 from ._adapter import StepAdapter
-from ._status import APPLIED, LATE
 
 __all__ = ["PythonLocalOptimizer", "PythonStepWarning", "uses_python_step", "warn_once"]
 
@@ -145,41 +144,17 @@ class PythonLocalOptimizer(StepAdapter):
 
     # --- steps ------------------------------------------------------------------------------
 
-    def prepare_step(self, context_id: int, lease_ms: int) -> int:
-        """Phase 1 of a step over several owners: reads and checks the context's gradients,
-        then, holding the parameters' locks, runs the optimizer's step with copies of them and
-        undoes it (parameters, ``state`` and ``param_groups`` restored), so that a gradient
-        the optimizer rejects is rejected here, before any owner applies the step. Keeps the
-        gradients (references) for :meth:`commit_step`, for at most ``lease_ms``. (The
-        native local optimizer's phase 1 only checks, without a lock; here the optimizer's
-        own checks are not known, so its step runs twice.)
-
-        Args:
-            context_id (int): a distributed autograd context id.
-            lease_ms (int): milliseconds, > 0, that the prepared step waits for its commit.
-
-        Returns:
-            int: a token for :meth:`commit_step` (or the op ``_drop_step``).
-
-        Raises:
-            ValueError: a gradient whose shape, dtype or device differs from its parameter's.
-            Exception: what the optimizer's ``step()`` raises on these gradients.
-        """
-        gradients = ops.gradients_for(context_id, self._params)
-        check_gradients(self._params, gradients)
+    def _try(self, gradients: List[Optional[Tensor]]) -> None:
+        """:meth:`prepare_step`'s trial: under the locks, the optimizer's step with copies of
+        ``gradients``, undone (the optimizer's own checks are not known, so its step runs twice)."""
         trial = [None if g is None else g.clone() for g in gradients]  # the trial cannot change them
         with ops._holding(self._lock):
             self._run(trial, keep=False)
-        return ops._park_step(gradients, lease_ms)
 
-    def _apply_before(self, gradients: List[Optional[Tensor]], deadline_ms: int) -> int:
-        """Under the locks, :meth:`_run` keeping the step (``APPLIED``), unless the system clock
-        reached ``deadline_ms`` (-1: none; then ``LATE``, nothing applied)."""
-        with ops._holding(self._lock):
-            if 0 <= deadline_ms <= ops._wall_clock_ms():
-                return LATE
-            self._run(gradients, keep=True)
-        return APPLIED
+    def _apply(self, gradients: List[Optional[Tensor]]) -> None:
+        """The step of :meth:`commit_step`, :meth:`step_before`, :meth:`step`: :meth:`_run`
+        keeping it; the caller holds the locks."""
+        self._run(gradients, keep=True)
 
     def _run(self, gradients: List[Optional[Tensor]], keep: bool) -> None:
         """The optimizer's step with ``gradients`` in ``.grad``; the caller holds the locks.

@@ -12,7 +12,6 @@ from torch import Tensor
 from torch.distributed.rpc import RRef
 
 import functional_optim
-from functional_optim.configuration import check_gradients
 from functional_optim.scripting import OptimizerModule, script, script_class
 
 from .. import ops
@@ -92,39 +91,14 @@ class ScriptLocalOptimizer(torch.nn.Module, StepAdapter):
             script_class(type(module.optimizer.optim))
             return script(module)
 
-    @torch.jit.export
-    def prepare_step(self, context_id: int, lease_ms: int) -> int:
-        """Phase 1 of a step over several owners: reads the context's gradients of this
-        worker's parameters, validates them as the optimizer's step would, and keeps them
-        (references, not copies) for :meth:`commit_step`. Changes nothing and takes no lock. A
-        prepared step that is neither committed nor dropped within ``lease_ms`` is forgotten.
+    def _try(self, gradients: List[Optional[Tensor]]) -> None:
+        """:meth:`prepare_step`'s trial: none (a functional optimizer's step checks what
+        ``check_gradients`` checks)."""
+        pass
 
-        Args:
-            context_id (int): a distributed autograd context id.
-            lease_ms (int): milliseconds, > 0, that the prepared step waits for its commit.
-
-        Returns:
-            int: a token for :meth:`commit_step` (or the op ``_drop_step``).
-
-        Raises:
-            ValueError: a gradient whose shape, dtype or device differs from its parameter's
-                (``torch.jit.Error`` once scripted).
-            RuntimeError: a sparse gradient for an optimizer that does not take them.
-        """
-        gradients = ops.gradients_for(context_id, self._params)
-        check_gradients(self._params, gradients)
-        return ops._park_step(gradients, lease_ms)
-
-    def _apply_before(self, gradients: List[Optional[Tensor]], deadline_ms: int) -> int:
-        """Under the locks, the optimizer's step (``APPLIED``), unless the system clock reached
-        ``deadline_ms`` (-1: none; then ``LATE``, nothing applied). (The statuses are the
-        module's constants, which TorchScript compiles as such: read from the op library's
-        table when the package loaded.)"""
-        with self._lock:
-            if deadline_ms >= 0 and ops._wall_clock_ms() >= deadline_ms:
-                return self._late
-            self.optimizer.step(gradients)
-        return self._applied
+    def _apply(self, gradients: List[Optional[Tensor]]) -> None:
+        """The optimizer's step on ``gradients``; the caller holds the locks."""
+        self.optimizer.step(gradients)
 
     def forward(self, context_id: int) -> None:
         """The same as :meth:`step`: calling the module steps it.

@@ -11,6 +11,7 @@ code, operation or name there fails these tests until a case uses it. Where a na
 the other way (the input check's messages, value -> name), that is checked too.
 """
 import types
+import warnings
 
 import pytest
 import torch
@@ -253,6 +254,26 @@ def test_every_layout_name_round_trips(layout):
     # value -> name: an input of this layout is refused, naming it
     with pytest.raises(ValueError, match=f"got layout {str(layout)}"):
         identity("torch.float32")(torch.empty((2, 3), layout=layout))
+
+
+def test_a_nested_input_is_refused_by_the_input_check():
+    """A nested tensor reaches the op's kernel (a jagged one, a Python subclass, through its
+    __torch_dispatch__: the kernel is CompositeImplicitAutograd) and is refused by the input
+    check before any instruction runs, naming the input and its layout."""
+    forward = identity("torch.float32")
+    rows = [torch.randn(3), torch.randn(3)]  # (2, 3) as a dense tensor: what the program takes
+    assert forward(torch.stack(rows)).shape == (2, 3)
+    jagged = torch.nested.nested_tensor(rows, layout=torch.jagged)
+    assert jagged.dtype == torch.float32 and jagged.dim() == 2  # the dtype and rank the program takes
+    with pytest.raises(ValueError, match=r"input x \(inputs\[0\]\) must be a dense \(strided\) tensor, got layout "
+                                         r"torch\.jagged \(a nested tensor\)"):
+        forward(jagged)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (torch: the strided layout of nested tensors is a prototype)
+        strided = torch.nested.nested_tensor(rows)
+    with pytest.raises(ValueError, match=r"input x \(inputs\[0\]\) must be a dense \(strided\) tensor, got layout "
+                                         r"torch\.strided \(a nested tensor\)"):
+        forward(strided)
 
 
 CHANNELS_LAST = [torch.randn(2, 3, 4, 5).contiguous(memory_format=torch.channels_last),

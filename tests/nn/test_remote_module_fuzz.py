@@ -1,6 +1,6 @@
 """Fuzzing the remote modules' forward (plugin.nn) with Hypothesis on a real RPC group: random
 requests sent to the owner's op as any worker could (handles, context and message ids with
-extremes, any number of inputs of any dtype, rank, size, layout and stride, row ids out of an
+extremes, any number of inputs of any dtype, rank, size, layout (sparse, nested) and stride, row ids out of an
 embedding's range, requires-grad flags of any length) and through RemoteModule.forward. Each
 answer equals the module's eager forward when the request keeps every rule, and is an error of
 the forward's own checks (or of the operator that meets a bad value) when it breaks one; the
@@ -23,6 +23,9 @@ DTYPES = [torch.float32, torch.float64, torch.int64, torch.int32, torch.bool, to
 EXTREME_IDS = [-1, 10, 2**31, -(2**63), 2**63 - 1]
 # ids no worker of the group made (a negative one, or one naming a worker id the group does not have)
 BAD_IDS = [-2, -(2**63), 99 << 48, 2**62]
+# a request with a nested (jagged) tensor, refused on the caller (the input check refuses one that
+# reaches the op: tests/nn/test_remote_module_encoding.py)
+NESTED_REFUSED = r"^gilfree_rpc::_remote_forward to 'worker1': argument 3 is or holds a nested tensor \(layout torch\.jagged\)"
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +73,7 @@ def requests(draw):
         elif what == "tie" and len(specs) > 1:
             specs[1] = dict(specs[1], shape=[batch + 1], values=specs[1]["values"] + [0])
         elif what == "layout" and i < len(specs):
-            specs[i] = dict(specs[i], layout="sparse")
+            specs[i] = dict(specs[i], layout=draw(st.sampled_from(["sparse", "nested"])))
         elif what == "stride" and i < len(specs):
             specs[i] = dict(specs[i], stride=draw(st.sampled_from(["transposed", "expanded"])))
         elif what == "value" and len(specs) > 1:
@@ -97,6 +100,8 @@ def build(spec):
         t = t[:1].expand(t.shape)
     if spec["layout"] == "sparse":
         t = t.to_sparse()
+    elif spec["layout"] == "nested":  # a jagged tensor (B=2, j1) of the spec's dtype
+        t = torch.nested.nested_tensor([t.reshape(-1), t.reshape(-1)], layout=torch.jagged)
     return t
 
 
@@ -136,19 +141,25 @@ def test_a_forward_answers_as_eager_or_is_refused_and_the_owner_survives(fuzzed,
     ok = valid(*request)
     event("valid" if ok and in_range(specs) else "bad value" if ok else "invalid")
 
-    raw = _rpc_functions.call("worker1", "_remote_forward", (handle, context_id, message_id, inputs, flags, False))
-    try:
-        outputs, requires_grad, answer_id = raw.wait()
-        assert ok and in_range(specs), f"the owner answered a bad request: {request}"
-        assert answer_id == -1 and requires_grad == [False]
-        torch.testing.assert_close(outputs[0], twin(*inputs).detach())
-    except RuntimeError as error:
-        text = str(error)
-        assert not (ok and in_range(specs)), f"the owner refused a valid request {request}: {error}"
-        if ok:  # only a row id out of range: the embedding's own error, with its node
-            assert "index out of range" in text.lower() and "node embedding" in text, text
-        else:  # the forward's own checks, before any operator ran
-            assert "remote_forward" in text and "node " not in text, f"not refused by the forward's checks: {error}"
+    if any(t.is_nested for t in inputs):
+        # torch's RPC cannot send a nested tensor (its serializer aborts the caller): refused here
+        assert not ok
+        with pytest.raises(ValueError, match=NESTED_REFUSED):
+            _rpc_functions.call("worker1", "_remote_forward", (handle, context_id, message_id, inputs, flags, False))
+    else:
+        raw = _rpc_functions.call("worker1", "_remote_forward", (handle, context_id, message_id, inputs, flags, False))
+        try:
+            outputs, requires_grad, answer_id = raw.wait()
+            assert ok and in_range(specs), f"the owner answered a bad request: {request}"
+            assert answer_id == -1 and requires_grad == [False]
+            torch.testing.assert_close(outputs[0], twin(*inputs).detach())
+        except RuntimeError as error:
+            text = str(error)
+            assert not (ok and in_range(specs)), f"the owner refused a valid request {request}: {error}"
+            if ok:  # only a row id out of range: the embedding's own error, with its node
+                assert "index out of range" in text.lower() and "node embedding" in text, text
+            else:  # the forward's own checks, before any operator ran
+                assert "remote_forward" in text and "node " not in text, f"not refused by the forward's checks: {error}"
 
     # the public call: the same request's tensors answered as eager answers them, or refused as
     # eager refuses them, naming the owner (a call of other dtypes or ranks than the example's is
@@ -198,14 +209,21 @@ def test_a_recorded_forward_is_recorded_or_leaves_nothing(fuzzed, request):
     owner = rpc.get_worker_info("worker1").id
     with dist_autograd.context() as ctx:
         _, autograd_message_id = ops._begin_call("fuzz", ctx, owner, flags)
-        answer = _rpc_functions.call("worker1", "_remote_forward", (remote._handle, ctx, autograd_message_id, inputs, flags, False))
-        try:
-            outputs, requires_grad, answer_id = answer.wait()
-            assert ok, f"the owner answered a bad request: {request}"
-            assert answer_id >= 0 and requires_grad == [True], (answer_id, requires_grad)
-            torch.testing.assert_close(outputs[0], twin(*inputs).detach())
-        except RuntimeError as error:
-            assert not ok, f"the owner refused a valid request {request}: {error}"
+        if any(t.is_nested for t in inputs):
+            assert not ok
+            with pytest.raises(ValueError, match=NESTED_REFUSED):  # (as in the test above)
+                _rpc_functions.call("worker1", "_remote_forward", (remote._handle, ctx, autograd_message_id, inputs, flags,
+                                                                   False))
+        else:
+            answer = _rpc_functions.call("worker1", "_remote_forward", (remote._handle, ctx, autograd_message_id, inputs,
+                                                                        flags, False))
+            try:
+                outputs, requires_grad, answer_id = answer.wait()
+                assert ok, f"the owner answered a bad request: {request}"
+                assert answer_id >= 0 and requires_grad == [True], (answer_id, requires_grad)
+                torch.testing.assert_close(outputs[0], twin(*inputs).detach())
+            except RuntimeError as error:
+                assert not ok, f"the owner refused a valid request {request}: {error}"
     deadline = time.monotonic() + 10
     while rpc.rpc_sync("worker1", mods.has_context, args=(ctx,)):
         assert time.monotonic() < deadline, f"the owner kept context {ctx} after the caller released it"

@@ -132,6 +132,34 @@ def test_forward_outside_a_context_records_nothing(cluster):
         assert not owner_knows(ctx)
 
 
+def test_a_nested_input_is_refused_on_the_caller_naming_the_owner(cluster):
+    """A nested tensor (jagged, or of the strided nested layout) is refused before anything is
+    sent: torch's RPC cannot send one (its serializer aborts the caller's process, for the native
+    call and for a pickled Python call alike). The error names the owner and the argument, nothing
+    runs on the owner, and the module answers the next (dense) forward as eager does."""
+    import warnings
+
+    remote = RemoteModule("worker1/cpu", mods.MLP, example_inputs=(torch.randn(3, 6),))
+    twin = local_twin(remote, mods.MLP)
+    rows = [torch.randn(6), torch.randn(6)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (torch: the strided layout of nested tensors is a prototype)
+        strided = torch.nested.nested_tensor(rows)
+    forwards = remote._debug_info()["forwards"]
+    for nested in (torch.nested.nested_tensor(rows, layout=torch.jagged), strided):
+        for call in (lambda: remote(nested), lambda: remote.forward_async(nested).wait(), lambda: remote(x=nested)):
+            with pytest.raises(ValueError, match=r"^RemoteModule.forward of MLP on 'worker1': argument \S+ must be a "
+                                                 r"dense \(strided\) tensor, got a nested tensor \(layout torch\."):
+                call()
+        with dist_autograd.context():
+            with pytest.raises(ValueError, match="got a nested tensor"):
+                remote(nested.detach().requires_grad_(True))
+    assert remote.native and remote._debug_info()["forwards"] == forwards  # nothing ran on the owner
+    x = torch.stack(rows)
+    torch.testing.assert_close(remote(x), twin(x).detach(), **TOL)
+    assert remote._debug_info()["forwards"] == forwards + 1
+
+
 def test_torchs_engine_runs_the_backward_too(cluster):
     """torch's dist_autograd.backward through a native forward gives the input and parameter
     gradients of eager autograd on the same module, as the plugin's engine does."""
@@ -144,13 +172,7 @@ def test_torchs_engine_runs_the_backward_too(cluster):
     for engine in ("plugin", "torch"):
         a = x.clone().requires_grad_(True)
         with dist_autograd.context() as ctx:
-            loss = loss_of(remote(a))
-            if engine == "plugin":
-                plugin.autograd.backward(ctx, [loss])
-                input_grad = plugin.autograd.get_gradients(ctx)[a]
-            else:
-                dist_autograd.backward(ctx, [loss])
-                input_grad = dist_autograd.get_gradients(ctx)[a]
+            input_grad = mods.backward_input_gradient(engine, ctx, loss_of(remote(a)), a)
             params = rpc.rpc_sync("worker1", mods.parameter_gradients, args=(remote.module_rref, ctx, engine))
         torch.testing.assert_close(input_grad, eager_x.grad, **TOL)
         assert len(params) == len(want_params), engine

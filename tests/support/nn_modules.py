@@ -180,16 +180,36 @@ def load(module_rref, values: Dict[str, torch.Tensor]) -> None:
             v.copy_(values[k])
 
 
+def engine_gradients(context_id: int, engine: str) -> Dict[torch.Tensor, torch.Tensor]:
+    """The gradients in the context on this worker by the engine that ran the backward pass:
+    ``"plugin"``'s (``plugin.autograd.get_gradients``) or ``"torch"``'s (dist_autograd's)."""
+    if engine == "plugin":
+        return plugin.autograd.get_gradients(context_id)
+    assert engine == "torch", engine
+    import torch.distributed.autograd as dist_autograd
+
+    return dist_autograd.get_gradients(context_id)
+
+
 def parameter_gradients(module_rref, context_id: int, engine: str) -> List[torch.Tensor]:
     """The gradient of each parameter in the context on this worker (None where none): the
     plugin's engine's, or torch's dist_autograd's."""
+    grads = engine_gradients(context_id, engine)
+    return [grads.get(p) for p in module_rref.local_value().parameters()]
+
+
+def backward_input_gradient(engine: str, context_id: int, loss: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Runs the backward pass of ``context_id`` from ``loss`` by ``engine`` (``"plugin"``:
+    ``plugin.autograd.backward``; ``"torch"``: ``dist_autograd.backward``), then reads the input
+    ``x``'s gradient from that engine's store (:func:`engine_gradients`)."""
     if engine == "plugin":
-        grads = plugin.autograd.get_gradients(context_id)
+        plugin.autograd.backward(context_id, [loss])
     else:
+        assert engine == "torch", engine
         import torch.distributed.autograd as dist_autograd
 
-        grads = dist_autograd.get_gradients(context_id)
-    return [grads.get(p) for p in module_rref.local_value().parameters()]
+        dist_autograd.backward(context_id, [loss])
+    return engine_gradients(context_id, engine)[x]
 
 
 def has_context(context_id: int) -> bool:

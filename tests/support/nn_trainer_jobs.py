@@ -18,7 +18,6 @@ import torch
 import torch.distributed.autograd as dist_autograd
 import torch.distributed.rpc as rpc
 
-import plugin.autograd
 from plugin import ops
 from plugin.nn import RemoteModule
 from tests.support import nn_modules as mods
@@ -60,12 +59,7 @@ def stale(engine: str, owner_step: str) -> dict:
             remote, (torch.randn(5, 6),), 10.0, "Adam", True if owner_step == "python" else None)))
         after = rpc.rpc_sync("worker1", mods.state, args=(remote.module_rref,))
         loss = (out * weights).sum()
-        if engine == "plugin":
-            plugin.autograd.backward(ctx, [loss])
-            input_grad = plugin.autograd.get_gradients(ctx)[x]
-        else:
-            dist_autograd.backward(ctx, [loss])
-            input_grad = dist_autograd.get_gradients(ctx)[x]
+        input_grad = mods.backward_input_gradient(engine, ctx, loss, x)
         param_grads = rpc.rpc_sync("worker1", mods.parameter_gradients, args=(remote.module_rref, ctx, engine))
     twin = twin_at(seen)
     y = x.detach().clone().requires_grad_(True)

@@ -1,10 +1,11 @@
 // The admission check of a remote module's untrusted inputs: ForwardProgram::checkInputs
 // (program.h), run on everything a caller (another worker) sends before any instruction runs:
-// their number; each one defined, dense (strided), on the CPU or the program's device, of the
-// example's dtype and number of dimensions, inside its storage and without self-overlap; each
-// dimension the export's size for it: a fixed number, or a symbol a * s + b with s in the range
-// torch.export allows, one value for all the dimensions that share s. Nothing is read from the
-// inputs' data.
+// their number; each one defined, dense (strided, not nested: a jagged tensor, a Python subclass,
+// reaches this kernel through its __torch_dispatch__ and is refused here), on the CPU or the
+// program's device, of the example's dtype and number of dimensions, inside its storage and
+// without self-overlap; each dimension the export's size for it: a fixed number, or a symbol
+// a * s + b with s in the range torch.export allows, one value for all the dimensions that share
+// s. Nothing is read from the inputs' data.
 #include "nn/program.h"
 
 #include "python_names.h"
@@ -63,7 +64,8 @@ void ForwardProgram::checkInputs(const std::string& prefix, const std::vector<at
         TORCH_CHECK_VALUE(t.defined(), prefix, name, " is undefined");
         TORCH_CHECK_VALUE(
             t.layout() == at::kStrided && !t.is_nested(), prefix, name,
-            " must be a dense (strided) tensor, got layout ", t.is_nested() ? "torch.jagged" : layoutName(t.layout()));
+            " must be a dense (strided) tensor, got layout ", layoutName(t.layout()),
+            t.is_nested() ? " (a nested tensor)" : "");
         TORCH_CHECK_VALUE(
             t.device().is_cpu() || t.device() == device_, prefix, name, " must be on the CPU or on ",
             device_, ", got ", t.device());
