@@ -64,6 +64,8 @@ def _check_arguments(example_inputs: Any, fullgraph: Any) -> None:
     if example_inputs is not None and not isinstance(example_inputs, tuple):
         raise TypeError(f"RemoteModule: example_inputs must be a tuple of the forward's positional arguments, got "
                         f"{type(example_inputs).__name__}")
+    if example_inputs is not None:  # sent to the owner by torch's RPC, as the forward's arguments are
+        _refuse_nested("RemoteModule: example_inputs", example_inputs, {})
 
 
 _ATOMS = (int, float, bool, str, type(None))
@@ -180,7 +182,8 @@ class RemoteModule(torch.nn.Module):
         TypeError: ``example_inputs`` is not a tuple; ``fullgraph`` is not a bool;
             ``remote_device`` is not a string.
         ValueError: ``remote_device`` names no worker; ``module_cls`` does not build an
-            ``nn.Module`` (torch's message).
+            ``nn.Module`` (torch's message); a nested tensor (``torch.nested``) among
+            ``example_inputs``, which torch's RPC cannot send (refused before anything is sent).
 
     Source: ``torch.distributed.nn.RemoteModule`` (its interface), ``torch.export`` (the program),
     ``torch.compile`` (export at the first call, one program per guard set, eager where it

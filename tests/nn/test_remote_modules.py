@@ -158,6 +158,13 @@ def test_a_nested_input_is_refused_on_the_caller_naming_the_owner(cluster):
     x = torch.stack(rows)
     torch.testing.assert_close(remote(x), twin(x).detach(), **TOL)
     assert remote._debug_info()["forwards"] == forwards + 1
+    # the constructor's example inputs go to the owner by torch's RPC too: refused there first
+    before = rpc.rpc_sync("worker1", plugin.debug_info)["num_native_modules"]
+    for nested in (torch.nested.nested_tensor(rows, layout=torch.jagged), strided):
+        with pytest.raises(ValueError, match=r"^RemoteModule: example_inputs: argument args\[0\] must be a dense "
+                                             r"\(strided\) tensor, got a nested tensor \(layout torch\."):
+            RemoteModule("worker1/cpu", mods.MLP, example_inputs=(nested,))
+    assert rpc.rpc_sync("worker1", plugin.debug_info)["num_native_modules"] <= before  # none was built
 
 
 def test_torchs_engine_runs_the_backward_too(cluster):
