@@ -118,3 +118,25 @@ def test_gradient_check():
         else:
             with pytest.raises((ValueError, RuntimeError)):
                 ops.check_gradients(*args)
+
+
+def test_table_and_message_ops():
+    """The ops by which Python reads the library's tables and messages (issue 50: each kept once,
+    in C++): the parameter-count check and its message, the dtype names, the tensor description,
+    the fused implementation's dtypes, the hyperparameters' choices; and their values checked
+    against what Python and torch say."""
+    torch.library.opcheck(torch.ops.gilfree_optim.check_param_count.default, (2,), test_utils=STRING_RESULTS)
+    for count in (0, 3):
+        torch.library.opcheck(torch.ops.gilfree_optim.param_count_error.default, (count,), test_utils=STRING_RESULTS)
+    assert ops.param_count_error(0) == "optimizer got an empty parameter list" and ops.param_count_error(3) == ""
+    with pytest.raises(ValueError, match="^optimizer got an empty parameter list$"):
+        torch.ops.gilfree_optim.check_param_count(0)
+    for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.complex64):
+        torch.library.opcheck(torch.ops.gilfree_optim.dtype_name.default, (dtype,), test_utils=STRING_RESULTS)
+        torch.library.opcheck(torch.ops.gilfree_optim.fused_dtype.default, (dtype,), test_utils=STRING_RESULTS)
+        assert torch.ops.gilfree_optim.fused_dtype(dtype) == (dtype in (torch.float32, torch.float64, torch.float16,
+                                                                        torch.bfloat16)), dtype
+    for t in (torch.randn(2, 3), torch.zeros(()), torch.ones(4, dtype=torch.float64).to_sparse()):
+        torch.library.opcheck(torch.ops.gilfree_optim.describe_tensor.default, (t,), test_utils=STRING_RESULTS)
+    torch.library.opcheck(torch.ops.gilfree_optim.hyperparameter_choices.default, (), test_utils=STRING_RESULTS)
+    assert torch.ops.gilfree_optim.hyperparameter_choices() == {"adjust_lr_fn": ["original", "match_rms_adamw"]}  # torch.optim.Muon's
